@@ -1,0 +1,239 @@
+//! Command bodies (§2.2, DESIGN.md §3): the inbound requests whose accepted
+//! effects appear as authority events. Commands are not journal facts.
+//!
+//! Command bodies are strict: an unknown field is an error (a misspelt
+//! `onConflict` must not silently mean the default).
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::authority::{MemberDecision, MessageScope};
+use crate::classify::WireError;
+use crate::primitives::{
+    AttachmentId, ClientExecutorId, InterruptId, JsonObject, MessageId, NonEmptyString, RunId,
+    SessionId, WorkflowId, present,
+};
+use crate::wire::deserialize;
+
+/// What `start-run` does when the session's top-level slot is taken (§3.1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum OnConflict {
+    /// Refuse, naming the active execution.
+    #[default]
+    Reject,
+    /// Queue the start; it becomes `run.started` when the slot frees.
+    Enqueue,
+    /// Stop the active run and start this one once it has ended.
+    Interrupt,
+}
+
+/// `start-run`: start a top-level or nested run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct StartRun {
+    /// The session.
+    pub session_id: SessionId,
+    /// The new run's id; the server issues one when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_id: Option<RunId>,
+    /// The parent, for a nested run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent_run_id: Option<RunId>,
+    /// The owning workflow.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workflow_id: Option<WorkflowId>,
+    /// The client executor to bind.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_executor_id: Option<ClientExecutorId>,
+    /// The run's input.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input: Option<Value>,
+    /// What to do when the slot is taken (default `reject`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub on_conflict: Option<OnConflict>,
+}
+
+/// `stop-run`: request that a run stop.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct StopRun {
+    /// The run to stop.
+    pub run_id: RunId,
+    /// Why.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+/// `resolve-interrupt`: decide an open interrupt. The interrupt id alone
+/// locates its owning journal (§2.2).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ResolveInterrupt {
+    /// The open interrupt.
+    pub interrupt_id: InterruptId,
+    /// One of the request's actions.
+    pub decision: NonEmptyString,
+    /// Why.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// Per-member decisions of a multi-member pack.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub members: Option<Vec<MemberDecision>>,
+}
+
+/// `record-user-message`: record what a person said.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RecordUserMessage {
+    /// The session.
+    pub session_id: SessionId,
+    /// Where the message belongs.
+    pub message_scope: MessageScope,
+    /// Text or structured parts.
+    pub content: Value,
+    /// The message id; the server issues one when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message_id: Option<MessageId>,
+    /// Admitted inputs it refers to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attachment_ids: Option<Vec<AttachmentId>>,
+    /// The run, for `messageScope = run`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_id: Option<RunId>,
+    /// The workflow, for `messageScope = workflow`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workflow_id: Option<WorkflowId>,
+}
+
+/// `start-workflow`: start a workflow in a session's top-level slot.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct StartWorkflow {
+    /// The session.
+    pub session_id: SessionId,
+    /// The workflow id; the server issues one when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workflow_id: Option<WorkflowId>,
+    /// The executor its runs default to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub default_client_executor_id: Option<ClientExecutorId>,
+    /// The workflow's input.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input: Option<Value>,
+}
+
+/// `cancel-workflow`: cancel a workflow's runs, then the workflow.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct CancelWorkflow {
+    /// The workflow.
+    pub workflow_id: WorkflowId,
+    /// Why.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+/// `redact-message`: change how a message displays (§9.4).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RedactMessage {
+    /// The session (message ids are unique per session only).
+    pub session_id: SessionId,
+    /// The message.
+    pub message_id: MessageId,
+    /// Why.
+    pub reason: NonEmptyString,
+    /// What to show instead; `null` hides the message.
+    #[serde(deserialize_with = "present")]
+    pub display_replacement: Option<String>,
+}
+
+/// `create-session`: open a new session.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct CreateSession {
+    /// The session id; the server issues one when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_id: Option<SessionId>,
+    /// A title.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub title: Option<String>,
+    /// Metadata.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metadata: Option<JsonObject>,
+}
+
+/// `archive-session`: take a session out of the active catalogue.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ArchiveSession {
+    /// The session.
+    pub session_id: SessionId,
+}
+
+macro_rules! commands {
+    ($($variant:ident($ty:ty) = $name:literal;)*) => {
+        /// Any command, by name.
+        #[derive(Debug, Clone, PartialEq, Serialize)]
+        #[serde(untagged)]
+        #[allow(missing_docs)]
+        pub enum Command {
+            $($variant($ty),)*
+        }
+
+        impl Command {
+            /// Every command name, as in `POST /v1/commands/{name}`.
+            pub const NAMES: &'static [&'static str] = &[$($name,)*];
+
+            /// The command's name.
+            pub fn name(&self) -> &'static str {
+                match self { $(Command::$variant(_) => $name,)* }
+            }
+
+            /// Parses the body of the command `name`. `None` when no
+            /// command has that name.
+            pub fn parse(name: &str, body: &Value) -> Option<Result<Command, WireError>> {
+                let parsed = match name {
+                    $($name => deserialize::<$ty>(body).map(Command::$variant),)*
+                    _ => return None,
+                };
+                Some(parsed.map_err(|(pointer, message)| WireError::Invalid { pointer, message }))
+            }
+        }
+    };
+}
+
+commands! {
+    StartRun(StartRun) = "start-run";
+    StopRun(StopRun) = "stop-run";
+    ResolveInterrupt(ResolveInterrupt) = "resolve-interrupt";
+    RecordUserMessage(RecordUserMessage) = "record-user-message";
+    StartWorkflow(StartWorkflow) = "start-workflow";
+    CancelWorkflow(CancelWorkflow) = "cancel-workflow";
+    RedactMessage(RedactMessage) = "redact-message";
+    CreateSession(CreateSession) = "create-session";
+    ArchiveSession(ArchiveSession) = "archive-session";
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn unknown_fields_in_commands_are_errors() {
+        let e = Command::parse(
+            "start-run",
+            &json!({"sessionId": "s", "onconflict": "enqueue"}),
+        )
+        .unwrap()
+        .unwrap_err();
+        assert!(e.to_string().contains("onconflict"), "{e}");
+    }
+
+    #[test]
+    fn unknown_commands_are_none() {
+        assert!(Command::parse("launch-rocket", &json!({})).is_none());
+    }
+}

@@ -1,0 +1,167 @@
+//! The closed catalog of `NRD-xxxx` error codes and the one error envelope
+//! `{code, title, message, fields?, rule?}` every API answer uses.
+//!
+//! Codes are stable: a code's meaning never changes and a retired code is
+//! never reused. `docs/errors.md` lists the same table; a test keeps the
+//! two in agreement.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::classify::WireError;
+
+macro_rules! error_codes {
+    ($($(#[$doc:meta])* $variant:ident = $code:literal, $status:literal, $title:literal;)*) => {
+        /// Every error code narad answers with.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        pub enum ErrorCode {
+            $($(#[$doc])* $variant,)*
+        }
+
+        impl ErrorCode {
+            /// All codes, in catalog order.
+            pub const ALL: &'static [ErrorCode] = &[$(ErrorCode::$variant,)*];
+
+            /// The code, e.g. `NRD-0003`.
+            pub fn code(self) -> &'static str {
+                match self { $(ErrorCode::$variant => $code,)* }
+            }
+
+            /// The HTTP status the code is answered with.
+            pub fn status(self) -> u16 {
+                match self { $(ErrorCode::$variant => $status,)* }
+            }
+
+            /// A short, stable summary of the error class.
+            pub fn title(self) -> &'static str {
+                match self { $(ErrorCode::$variant => $title,)* }
+            }
+
+            /// The code with this `NRD-xxxx` text.
+            pub fn from_code(code: &str) -> Option<ErrorCode> {
+                match code { $($code => Some(ErrorCode::$variant),)* _ => None }
+            }
+        }
+    };
+}
+
+error_codes! {
+    /// The server failed; the detail is in its log under the request id.
+    Internal = "NRD-0001", 500, "Internal error";
+    /// The request body is not JSON.
+    MalformedJson = "NRD-0002", 400, "Malformed JSON";
+    /// A JSON document lacks the structure its type requires.
+    InvalidObject = "NRD-0003", 400, "Invalid object";
+    /// A wire object names a protocol version other than narad/v1.
+    UnsupportedProtocolVersion = "NRD-0004", 400, "Unsupported protocol version";
+    /// An unknown type in the namespace of a negotiated profile.
+    UnknownWireType = "NRD-0005", 400, "Unknown wire type";
+    /// The request body exceeds the configured limit.
+    PayloadTooLarge = "NRD-0006", 413, "Payload too large";
+    /// The addressed resource does not exist, or is another tenant's.
+    NotFound = "NRD-0007", 404, "Not found";
+    /// A query parameter is missing or malformed.
+    InvalidParameter = "NRD-0008", 400, "Invalid parameter";
+    /// No valid credential was presented.
+    Unauthenticated = "NRD-0101", 401, "Authentication required";
+    /// The caller's role lacks the permission.
+    Forbidden = "NRD-0102", 403, "Forbidden";
+    /// An event breaks a narad/v1 rule; the rule id says which.
+    RuleViolation = "NRD-0201", 409, "Protocol rule violated";
+    /// An eventId was reused with a different body.
+    EventIdConflict = "NRD-0202", 409, "Event id conflict";
+    /// The session's sequence is not the one the caller expected.
+    SequenceMismatch = "NRD-0203", 409, "Session sequence mismatch";
+    /// The session's top-level execution slot is taken.
+    SessionSlotTaken = "NRD-0204", 409, "Session busy";
+    /// The interrupt has already been resolved.
+    InterruptAlreadyResolved = "NRD-0205", 409, "Interrupt already resolved";
+    /// History cursors that identify different positions.
+    CursorConflict = "NRD-0301", 400, "Cursor conflict";
+    /// The database cannot be reached.
+    DatabaseUnavailable = "NRD-0901", 503, "Database unavailable";
+}
+
+/// The error envelope of every API answer that is not a success.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ErrorBody {
+    /// `NRD-` and four digits, from the catalog.
+    pub code: String,
+    /// The catalog title of the code.
+    pub title: String,
+    /// What went wrong and what to do next; never internal detail.
+    pub message: String,
+    /// Per-field problems: JSON pointer → what is wrong there.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fields: Option<BTreeMap<String, String>>,
+    /// The protocol rule id, when a rule of narad/v1 was broken.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rule: Option<String>,
+}
+
+impl ErrorBody {
+    /// An envelope for `code` with a specific message.
+    pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
+        Self {
+            code: code.code().to_owned(),
+            title: code.title().to_owned(),
+            message: message.into(),
+            fields: None,
+            rule: None,
+        }
+    }
+
+    /// Adds one per-field problem.
+    pub fn with_field(mut self, pointer: impl Into<String>, problem: impl Into<String>) -> Self {
+        self.fields
+            .get_or_insert_with(BTreeMap::new)
+            .insert(pointer.into(), problem.into());
+        self
+    }
+
+    /// Names the broken protocol rule.
+    pub fn with_rule(mut self, rule: impl Into<String>) -> Self {
+        self.rule = Some(rule.into());
+        self
+    }
+
+    /// The catalog entry of this envelope's code.
+    pub fn error_code(&self) -> Option<ErrorCode> {
+        ErrorCode::from_code(&self.code)
+    }
+}
+
+impl From<&WireError> for ErrorBody {
+    fn from(e: &WireError) -> Self {
+        let body = ErrorBody::new(e.code(), e.to_string());
+        match e.pointer() {
+            Some(p) => {
+                let problem = match e {
+                    WireError::Invalid { message, .. } => message.clone(),
+                    other => other.to_string(),
+                };
+                body.with_field(p, problem)
+            }
+            None => body,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn codes_are_unique_and_well_formed() {
+        let mut seen = std::collections::HashSet::new();
+        for c in ErrorCode::ALL {
+            assert!(seen.insert(c.code()), "{} is listed twice", c.code());
+            let digits = c.code().strip_prefix("NRD-").expect("NRD- prefix");
+            assert!(digits.len() == 4 && digits.bytes().all(|b| b.is_ascii_digit()));
+            assert!((400..600).contains(&c.status()));
+            assert_eq!(ErrorCode::from_code(c.code()), Some(*c));
+        }
+    }
+}
