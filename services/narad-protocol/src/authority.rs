@@ -12,7 +12,7 @@ use crate::envelope::Placement;
 use crate::primitives::{
     ArtifactId, AttachmentId, ClientExecutorId, InterruptId, JsonObject, MessageId, NamespacedName,
     NodeId, NonEmptyString, NonEmptyVec, ProgressId, ReasoningId, RunId, Timestamp, ToolCallId,
-    UInt, ViewId, WaitId, present,
+    UInt, ViewId, WaitId, present, some,
 };
 
 // ---------------------------------------------------------------- values
@@ -141,13 +141,25 @@ pub type Patch = json_patch::Patch;
 #[serde(rename_all = "camelCase")]
 pub struct RunStarted {
     /// The parent of a nested run; absent on a top-level run.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "some",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub parent_run_id: Option<RunId>,
     /// The effective client executor binding; absent means none (§3.3).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "some",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub client_executor_id: Option<ClientExecutorId>,
     /// The input the run was started with.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "some",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub input: Option<Value>,
 }
 
@@ -162,13 +174,25 @@ pub struct RunPaused {
     /// How the pause ends.
     pub resume_mode: ResumeMode,
     /// The interrupt this pause waits on.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "some",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub interrupt_id: Option<InterruptId>,
     /// When an automatic resume will be tried.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "some",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub retry_at: Option<Timestamp>,
     /// A user-safe explanation.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "some",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub message: Option<String>,
 }
 
@@ -187,7 +211,11 @@ pub struct RunStopRequested {
     /// The run being stopped; equal to runId for a direct stop.
     pub target_run_id: RunId,
     /// Why, as an open string.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "some",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub reason: Option<String>,
 }
 
@@ -196,10 +224,18 @@ pub struct RunStopRequested {
 #[serde(rename_all = "camelCase")]
 pub struct RunFinished {
     /// Artifacts the run produced.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "some",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub artifact_ids: Option<Vec<ArtifactId>>,
     /// What the run consumed.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "some",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub usage: Option<Usage>,
 }
 
@@ -212,7 +248,11 @@ pub struct RunError {
     /// Sanitised, user-safe text.
     pub message: NonEmptyString,
     /// Partial usage.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "some",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub usage: Option<Usage>,
 }
 
@@ -221,13 +261,25 @@ pub struct RunError {
 #[serde(rename_all = "camelCase")]
 pub struct RunCancelled {
     /// An opaque machine string.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "some",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub code: Option<NonEmptyString>,
     /// User-safe text.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "some",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub message: Option<String>,
     /// Partial usage.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "some",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub usage: Option<Usage>,
 }
 
@@ -246,22 +298,46 @@ pub struct InterruptRequested {
     /// The decisions a resolution may choose from.
     pub actions: NonEmptyVec<NonEmptyString>,
     /// `run` (default) or `workflow`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "some",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub scope: Option<InterruptScope>,
     /// Whether it blocks (default true; only a blocking one pauses).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "some",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub blocking: Option<bool>,
     /// When the backend may resolve it as `expired`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "some",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub expires_at: Option<Timestamp>,
     /// A short title.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "some",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub title: Option<String>,
     /// A user-safe message.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "some",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub message: Option<String>,
     /// Kind-specific structured input (e.g. `members` of a HITL pack).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "some",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub input: Option<Value>,
 }
 
@@ -279,13 +355,25 @@ pub struct MemberDecision {
     /// The member request.
     pub request_id: NonEmptyString,
     /// The tool call the member was about.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "some",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub tool_call_id: Option<ToolCallId>,
     /// The tool's name.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "some",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub tool_name: Option<String>,
     /// The tool's type.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "some",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub tool_type: Option<String>,
     /// One of the request's actions, or `expired`.
     pub decision: NonEmptyString,
@@ -302,16 +390,32 @@ pub struct InterruptResolved {
     /// One of the request's actions, or `expired`.
     pub decision: NonEmptyString,
     /// `run` (default) or `workflow`, as on the request.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "some",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub scope: Option<InterruptScope>,
     /// Why.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "some",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub reason: Option<String>,
     /// Protected provenance of who decided.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "some",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub actor: Option<JsonObject>,
     /// Per-member decisions of a multi-member pack.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "some",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub members: Option<Vec<MemberDecision>>,
 }
 
@@ -342,10 +446,18 @@ pub struct ToolCallFinished {
     /// Any JSON value, including null.
     pub response: Value,
     /// A machine code summarising an error or cancellation.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "some",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub code: Option<NonEmptyString>,
     /// User-safe text.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "some",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub message: Option<String>,
 }
 
@@ -356,10 +468,18 @@ pub struct ToolCallFinished {
 #[serde(rename_all = "camelCase")]
 pub struct WorkflowStarted {
     /// The executor runs default to; each run still records its own.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "some",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub default_client_executor_id: Option<ClientExecutorId>,
     /// The input the workflow was started with.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "some",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub input: Option<Value>,
 }
 
@@ -372,13 +492,25 @@ pub struct WorkflowPaused {
     /// The interrupt it waits on.
     pub interrupt_id: InterruptId,
     /// Why.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "some",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub reason: Option<NonEmptyString>,
     /// How the pause ends.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "some",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub resume_mode: Option<ResumeMode>,
     /// A user-safe explanation.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "some",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub message: Option<String>,
 }
 
@@ -395,10 +527,18 @@ pub struct WorkflowResumed {
 #[serde(rename_all = "camelCase")]
 pub struct WorkflowFinished {
     /// Artifacts the workflow produced.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "some",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub artifact_ids: Option<Vec<ArtifactId>>,
     /// What the workflow consumed.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "some",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub usage: Option<Usage>,
 }
 
@@ -411,7 +551,11 @@ pub struct WorkflowError {
     /// Sanitised, user-safe text.
     pub message: NonEmptyString,
     /// Partial usage.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "some",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub usage: Option<Usage>,
 }
 
@@ -420,13 +564,25 @@ pub struct WorkflowError {
 #[serde(rename_all = "camelCase")]
 pub struct WorkflowCancelled {
     /// An opaque machine string.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "some",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub code: Option<NonEmptyString>,
     /// User-safe text.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "some",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub message: Option<String>,
     /// Partial usage.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "some",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub usage: Option<Usage>,
 }
 
@@ -439,13 +595,25 @@ pub struct WorkflowEdgeTaken {
     /// The selected target node.
     pub to: NodeId,
     /// The matching condition's index; one past the last for the default.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "some",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub case_index: Option<UInt>,
     /// The field the condition read; empty for the default path.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "some",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub pointer: Option<String>,
     /// The comparison that matched, or `default`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "some",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub op: Option<String>,
 }
 
@@ -456,7 +624,11 @@ pub struct WorkflowStepStarted {
     /// The node the workflow moved onto.
     pub node_id: NodeId,
     /// A display title.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "some",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub title: Option<String>,
 }
 
@@ -473,7 +645,11 @@ pub struct MessageUserRecorded {
     /// The content: text or structured parts.
     pub content: Value,
     /// Admitted inputs it refers to.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "some",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub attachment_ids: Option<Vec<AttachmentId>>,
 }
 
@@ -514,7 +690,11 @@ pub struct ReasoningStarted {
     /// The reasoning stream, e.g. `reasoning:{assistantMessageId}`.
     pub reasoning_id: ReasoningId,
     /// The assistant message it belongs to.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "some",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub message_id: Option<MessageId>,
 }
 
@@ -527,7 +707,11 @@ pub struct ReasoningDelta {
     /// The text to append.
     pub delta: String,
     /// The assistant message it belongs to.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "some",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub message_id: Option<MessageId>,
 }
 
@@ -538,7 +722,11 @@ pub struct ReasoningCompleted {
     /// The reasoning stream.
     pub reasoning_id: ReasoningId,
     /// The assistant message it belongs to.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "some",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub message_id: Option<MessageId>,
 }
 
@@ -568,13 +756,25 @@ pub struct AttachmentAdded {
     /// The media type, e.g. `image/png`.
     pub media_type: NonEmptyString,
     /// The size in bytes.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "some",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub size_bytes: Option<UInt>,
     /// An authorised reference to the bytes.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "some",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub uri: Option<Reference>,
     /// The hex SHA-256 of the bytes.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "some",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub sha256: Option<String>,
 }
 
@@ -585,7 +785,11 @@ pub struct AttachmentReady {
     /// The attachment.
     pub attachment_id: AttachmentId,
     /// An authorised reference to the bytes.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "some",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub uri: Option<Reference>,
 }
 
@@ -598,7 +802,11 @@ pub struct AttachmentFailed {
     /// A machine code.
     pub code: NonEmptyString,
     /// User-safe text.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "some",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub message: Option<String>,
 }
 
@@ -609,7 +817,11 @@ pub struct AttachmentRemoved {
     /// The attachment.
     pub attachment_id: AttachmentId,
     /// Why.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "some",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub reason: Option<String>,
 }
 
@@ -624,13 +836,25 @@ pub struct ArtifactAdded {
     /// The media type.
     pub media_type: NonEmptyString,
     /// The size in bytes.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "some",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub size_bytes: Option<UInt>,
     /// An authorised reference to the bytes.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "some",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub uri: Option<Reference>,
     /// The hex SHA-256 of the bytes.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "some",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub sha256: Option<String>,
 }
 
@@ -641,7 +865,11 @@ pub struct ArtifactReady {
     /// The artifact.
     pub artifact_id: ArtifactId,
     /// An authorised reference to the bytes.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "some",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub uri: Option<Reference>,
 }
 
@@ -654,7 +882,11 @@ pub struct ArtifactFailed {
     /// A machine code.
     pub code: NonEmptyString,
     /// User-safe text.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "some",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub message: Option<String>,
 }
 
@@ -740,10 +972,18 @@ pub struct ViewOpened {
     /// The view.
     pub view_id: ViewId,
     /// What kind of view, e.g. `acme.diff`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "some",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub view: Option<NonEmptyString>,
     /// Its initial state.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "some",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub state: Option<Value>,
 }
 
@@ -781,7 +1021,11 @@ pub struct ViewClosed {
     /// The view.
     pub view_id: ViewId,
     /// Why.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "some",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub reason: Option<String>,
 }
 
@@ -824,7 +1068,11 @@ pub struct ProgressRecorded {
     /// A user-visible summary.
     pub label: NonEmptyString,
     /// More detail.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "some",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub detail: Option<String>,
     /// Where it stands.
     pub status: ProgressStatus,

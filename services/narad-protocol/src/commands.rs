@@ -11,7 +11,7 @@ use crate::authority::{MemberDecision, MessageScope};
 use crate::classify::WireError;
 use crate::primitives::{
     AttachmentId, ClientExecutorId, InterruptId, JsonObject, MessageId, NonEmptyString, RunId,
-    SessionId, WorkflowId, present,
+    SessionId, WorkflowId, present, some,
 };
 use crate::wire::deserialize;
 
@@ -35,22 +35,46 @@ pub struct StartRun {
     /// The session.
     pub session_id: SessionId,
     /// The new run's id; the server issues one when absent.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "some",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub run_id: Option<RunId>,
     /// The parent, for a nested run.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "some",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub parent_run_id: Option<RunId>,
     /// The owning workflow.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "some",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub workflow_id: Option<WorkflowId>,
     /// The client executor to bind.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "some",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub client_executor_id: Option<ClientExecutorId>,
     /// The run's input.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "some",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub input: Option<Value>,
     /// What to do when the slot is taken (default `reject`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "some",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub on_conflict: Option<OnConflict>,
 }
 
@@ -61,7 +85,11 @@ pub struct StopRun {
     /// The run to stop.
     pub run_id: RunId,
     /// Why.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "some",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub reason: Option<String>,
 }
 
@@ -75,10 +103,18 @@ pub struct ResolveInterrupt {
     /// One of the request's actions.
     pub decision: NonEmptyString,
     /// Why.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "some",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub reason: Option<String>,
     /// Per-member decisions of a multi-member pack.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "some",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub members: Option<Vec<MemberDecision>>,
 }
 
@@ -93,16 +129,32 @@ pub struct RecordUserMessage {
     /// Text or structured parts.
     pub content: Value,
     /// The message id; the server issues one when absent.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "some",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub message_id: Option<MessageId>,
     /// Admitted inputs it refers to.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "some",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub attachment_ids: Option<Vec<AttachmentId>>,
     /// The run, for `messageScope = run`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "some",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub run_id: Option<RunId>,
     /// The workflow, for `messageScope = workflow`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "some",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub workflow_id: Option<WorkflowId>,
 }
 
@@ -113,13 +165,25 @@ pub struct StartWorkflow {
     /// The session.
     pub session_id: SessionId,
     /// The workflow id; the server issues one when absent.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "some",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub workflow_id: Option<WorkflowId>,
     /// The executor its runs default to.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "some",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub default_client_executor_id: Option<ClientExecutorId>,
     /// The workflow's input.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "some",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub input: Option<Value>,
 }
 
@@ -130,7 +194,11 @@ pub struct CancelWorkflow {
     /// The workflow.
     pub workflow_id: WorkflowId,
     /// Why.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "some",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub reason: Option<String>,
 }
 
@@ -154,13 +222,25 @@ pub struct RedactMessage {
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct CreateSession {
     /// The session id; the server issues one when absent.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "some",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub session_id: Option<SessionId>,
     /// A title.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "some",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub title: Option<String>,
     /// Metadata.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "some",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub metadata: Option<JsonObject>,
 }
 

@@ -7,7 +7,7 @@ use serde_json::Value;
 use crate::authority::Outcome;
 use crate::primitives::{
     ClientExecutorId, ExecutionToken, JsonObject, LeaseId, NonEmptyString, RunId, SessionId,
-    Timestamp, ToolCallId, UInt, WorkflowId,
+    Timestamp, ToolCallId, UInt, WorkflowId, some,
 };
 
 /// `client.attach`: an executor asks to attach to a logical endpoint.
@@ -17,7 +17,11 @@ pub struct ClientAttach {
     /// The endpoint to attach as.
     pub client_executor_id: ClientExecutorId,
     /// Profiles the client negotiates (e.g. `narad.client-executor/v1`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "some",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub profiles: Option<Vec<NonEmptyString>>,
 }
 
@@ -40,16 +44,32 @@ pub struct ClientAttached {
 #[serde(rename_all = "camelCase")]
 pub struct ServerHeartbeat {
     /// The endpoint, on an executor channel.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "some",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub client_executor_id: Option<ClientExecutorId>,
     /// The current lease, on an executor channel.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "some",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub lease_id: Option<LeaseId>,
     /// The lease's current expiry.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "some",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub lease_expires_at: Option<Timestamp>,
     /// When it was sent.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "some",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub timestamp: Option<Timestamp>,
 }
 
@@ -94,19 +114,39 @@ pub struct ClientToolFinish {
     /// Any JSON value, including null.
     pub response: Value,
     /// A machine code for an error or cancellation.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "some",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub code: Option<NonEmptyString>,
     /// User-safe text.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "some",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub message: Option<String>,
     /// The endpoint, for the log.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "some",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub client_executor_id: Option<ClientExecutorId>,
     /// The lease the finish is sent under.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "some",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub lease_id: Option<LeaseId>,
     /// The tool call, for the log.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "some",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub tool_call_id: Option<ToolCallId>,
 }
 
@@ -146,7 +186,11 @@ pub enum ActiveExecution {
         /// The workflow.
         workflow_id: WorkflowId,
         /// Its active top-level run.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[serde(
+            default,
+            deserialize_with = "some",
+            skip_serializing_if = "Option::is_none"
+        )]
         run_id: Option<RunId>,
     },
 }
@@ -162,12 +206,25 @@ pub struct Capabilities {
     /// Heartbeat limits.
     pub heartbeat: HeartbeatLimits,
     /// The session the document describes, when it describes one.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "some",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub session_id: Option<SessionId>,
-    /// The session's current sequence (0: no authority yet).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub session_sequence: Option<UInt>,
+    /// The session's current sequence (0: no authority yet); named apart from
+    /// `sessionSequence`, which control messages never carry.
+    #[serde(
+        default,
+        deserialize_with = "some",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub current_session_sequence: Option<UInt>,
     /// The active top-level execution, if any.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "some",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub active_execution: Option<ActiveExecution>,
 }

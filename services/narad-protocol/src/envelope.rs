@@ -7,7 +7,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::primitives::{
-    EventId, ProtocolVersion, RunId, Sequence, SessionId, Timestamp, UInt, WorkflowId,
+    EventId, ProtocolVersion, RunId, Sequence, SessionId, Timestamp, UInt, WorkflowId, some,
 };
 
 /// The four kinds of wire data (§2).
@@ -131,17 +131,22 @@ pub struct AuthorityEnvelope {
 
 /// The flat form in which envelope fields arrive; turned into an
 /// [`AuthorityEnvelope`] once the positions are checked as wholes.
-#[derive(Deserialize)]
+#[derive(Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub(crate) struct RawAuthorityEnvelope {
     pub event_id: EventId,
     pub timestamp: Timestamp,
     pub session_id: SessionId,
     pub session_sequence: Sequence,
+    #[serde(default, deserialize_with = "some")]
     pub root_run_id: Option<RunId>,
+    #[serde(default, deserialize_with = "some")]
     pub run_id: Option<RunId>,
+    #[serde(default, deserialize_with = "some")]
     pub sequence: Option<Sequence>,
+    #[serde(default, deserialize_with = "some")]
     pub workflow_id: Option<WorkflowId>,
+    #[serde(default, deserialize_with = "some")]
     pub workflow_sequence: Option<Sequence>,
 }
 
@@ -243,7 +248,11 @@ pub struct WatchEnvelope {
     /// Monotonic within the scope; may skip values, never regresses.
     pub revision: UInt,
     /// The authority advance this notification covers, when given.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "some",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub cursor: Option<Cursor>,
 }
 
@@ -255,7 +264,11 @@ pub enum Cursor {
     #[serde(rename_all = "camelCase")]
     Session {
         /// The session, when not implied by the event.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[serde(
+            default,
+            deserialize_with = "some",
+            skip_serializing_if = "Option::is_none"
+        )]
         session_id: Option<SessionId>,
         /// The greatest session sequence covered.
         session_sequence: Sequence,

@@ -9,6 +9,8 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use crate::primitives::some;
+
 use crate::classify::WireError;
 
 macro_rules! error_codes {
@@ -88,16 +90,25 @@ error_codes! {
 #[serde(rename_all = "camelCase")]
 pub struct ErrorBody {
     /// `NRD-` and four digits, from the catalog.
+    #[serde(deserialize_with = "error_code_text")]
     pub code: String,
     /// The catalog title of the code.
     pub title: String,
     /// What went wrong and what to do next; never internal detail.
     pub message: String,
     /// Per-field problems: JSON pointer → what is wrong there.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "some",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub fields: Option<BTreeMap<String, String>>,
     /// The protocol rule id, when a rule of narad/v1 was broken.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "some",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub rule: Option<String>,
 }
 
@@ -146,6 +157,23 @@ impl From<&WireError> for ErrorBody {
             }
             None => body,
         }
+    }
+}
+
+/// Reads an error code, refusing text not of the form `NRD-` and four
+/// digits. Codes this reader does not know are kept: a newer server may
+/// answer with them.
+fn error_code_text<'de, D: serde::Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+    let s = String::deserialize(d)?;
+    let well_formed = s
+        .strip_prefix("NRD-")
+        .is_some_and(|digits| digits.len() == 4 && digits.bytes().all(|b| b.is_ascii_digit()));
+    if well_formed {
+        Ok(s)
+    } else {
+        Err(serde::de::Error::custom(format_args!(
+            "{s:?} is not an error code of the form NRD-0000"
+        )))
     }
 }
 

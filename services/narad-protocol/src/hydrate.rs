@@ -6,8 +6,8 @@ use serde_json::Value;
 
 use crate::authority::{MessageScope, Patch};
 use crate::primitives::{
-    AttachmentId, MessageId, NonEmptyString, ReasoningId, RunId, Sequence, SessionId, SnapshotId,
-    UInt, WorkflowId,
+    Absent, AttachmentId, MessageId, NonEmptyString, ReasoningId, RunId, Sequence, SessionId,
+    SnapshotId, UInt, WorkflowId, some,
 };
 
 /// Who wrote a transcript message.
@@ -60,22 +60,46 @@ pub struct TranscriptMessage {
     /// Whether the message is whole.
     pub completed: bool,
     /// The run journal, for run-scoped messages.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "some",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub root_run_id: Option<RunId>,
     /// The run, for run-scoped messages.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "some",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub run_id: Option<RunId>,
     /// The workflow, for workflow-scoped messages.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "some",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub workflow_id: Option<WorkflowId>,
     /// Admitted inputs it refers to.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "some",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub attachment_ids: Option<Vec<AttachmentId>>,
     /// Reasoning joined to this message.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "some",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub reasoning: Option<Vec<TranscriptReasoning>>,
     /// A display redaction, when one was recorded.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "some",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub redaction: Option<TranscriptRedaction>,
 }
 
@@ -100,7 +124,11 @@ pub struct SourceRunCursor {
     /// A committed run-tree sequence of the root journal.
     pub sequence: Sequence,
     /// The root journal, when repeated here.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "some",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub root_run_id: Option<RunId>,
 }
 
@@ -111,7 +139,11 @@ pub struct SourceWorkflowCursor {
     /// A committed workflow sequence.
     pub sequence: Sequence,
     /// The workflow, when repeated here.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "some",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub workflow_id: Option<WorkflowId>,
 }
 
@@ -126,6 +158,9 @@ pub enum GraphScope {
         root_run_id: RunId,
         /// The authority the record is derived through.
         source_run_cursor: SourceRunCursor,
+        /// A run-scope record must not name a workflow (§9.7).
+        #[serde(default, skip_serializing)]
+        workflow_id: Absent,
     },
     /// A workflow (reserved for orchestration support).
     #[serde(rename_all = "camelCase")]

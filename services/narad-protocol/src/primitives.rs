@@ -292,6 +292,13 @@ impl Timestamp {
     /// Parses and keeps an RFC 3339 date-time.
     pub fn parse(s: impl Into<String>) -> Result<Self, String> {
         let s = s.into();
+        // RFC 3339 `date-time` separates date and time with `T` (or `t`);
+        // chrono also takes a space, which JSON Schema's format does not.
+        if !matches!(s.as_bytes().get(10), Some(b'T' | b't')) {
+            return Err(format!(
+                "{s:?} is not an RFC 3339 date-time (e.g. 2026-08-05T04:00:00Z)"
+            ));
+        }
         chrono::DateTime::parse_from_rfc3339(&s)
             .map_err(|e| format!("{s:?} is not an RFC 3339 date-time: {e}"))?;
         Ok(Self(s))
@@ -407,6 +414,31 @@ where
     T: Deserialize<'de>,
 {
     Option::<T>::deserialize(d)
+}
+
+/// An optional field that, when present, must hold a value of its type.
+///
+/// Use as `#[serde(default, deserialize_with = "some")]` on `Option<T>`:
+/// absent reads as `None`; `null` is refused unless `T` itself accepts it
+/// (free-form JSON fields). Optional wire fields are omitted, never null.
+pub fn some<'de, D, T>(d: D) -> Result<Option<T>, D::Error>
+where
+    D: Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    T::deserialize(d).map(Some)
+}
+
+/// A field that must not appear (e.g. `workflowId` on a run-scope graph
+/// record). Use as `#[serde(default, skip_serializing)] field: Absent`;
+/// any value present is an error.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct Absent;
+
+impl<'de> Deserialize<'de> for Absent {
+    fn deserialize<D: Deserializer<'de>>(_: D) -> Result<Self, D::Error> {
+        Err(de::Error::custom("must be absent here"))
+    }
 }
 
 /// A list that must hold at least one item (e.g. interrupt `actions`).

@@ -4,7 +4,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::primitives::{JsonObject, NodeId, RunId, SessionId, WorkflowId, WorkspaceId};
+use crate::primitives::{JsonObject, NodeId, RunId, SessionId, WorkflowId, WorkspaceId, some};
 
 /// `session.revision`: a session's authority advanced.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -63,10 +63,18 @@ pub struct SessionChanged {
     /// The affected session.
     pub session_id: SessionId,
     /// Its title.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "some",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub title: Option<String>,
     /// Its metadata.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "some",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub metadata: Option<JsonObject>,
 }
 

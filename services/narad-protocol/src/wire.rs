@@ -383,7 +383,74 @@ impl WireObject {
 /// Deserialises `T` from a JSON value, reporting the JSON pointer of the
 /// first problem. A missing field is reported at the pointer it should
 /// have had.
-pub(crate) fn deserialize<'a, T: Deserialize<'a>>(v: &'a Value) -> Result<T, FieldProblem> {
+///
+/// serde is more lenient than the wire: it reads a struct from a JSON
+/// array (positional fields), and inside buffered (flattened or tagged)
+/// content it reads an enum from its variant index. So the result is
+/// re-serialised and compared with the input: every value the typed form
+/// has must be of the same JSON type in the input, and every string equal
+/// (the wire model never rewrites a string).
+pub(crate) fn deserialize<'a, T: Deserialize<'a> + Serialize>(
+    v: &'a Value,
+) -> Result<T, FieldProblem> {
+    let parsed = deserialize_lenient::<T>(v)?;
+    let canonical = serde_json::to_value(&parsed).expect("wire types always serialise");
+    let mut pointer = String::new();
+    same_shape(v, &canonical, &mut pointer)?;
+    Ok(parsed)
+}
+
+/// Checks that `input` has a value of the same JSON type wherever `typed`,
+/// its typed re-serialisation, has one, and the same text wherever `typed`
+/// has a string. `pointer` is the position being compared.
+fn same_shape(input: &Value, typed: &Value, pointer: &mut String) -> Result<(), FieldProblem> {
+    let at = pointer.len();
+    match (typed, input) {
+        (Value::Object(t), Value::Object(i)) => {
+            for (k, tv) in t {
+                if let Some(iv) = i.get(k) {
+                    pointer.push('/');
+                    pointer.push_str(&escape_pointer_token(k));
+                    same_shape(iv, tv, pointer)?;
+                    pointer.truncate(at);
+                }
+            }
+            Ok(())
+        }
+        (Value::Array(t), Value::Array(i)) => {
+            for (n, (tv, iv)) in t.iter().zip(i).enumerate() {
+                pointer.push('/');
+                pointer.push_str(&n.to_string());
+                same_shape(iv, tv, pointer)?;
+                pointer.truncate(at);
+            }
+            Ok(())
+        }
+        (Value::String(t), Value::String(i)) if t != i => Err((
+            pointer.clone(),
+            format!("invalid value {i:?}, expected {t:?}"),
+        )),
+        (t, i) if json_type(t) != json_type(i) => Err((
+            pointer.clone(),
+            format!("invalid type: {}, expected {}", json_type(i), json_type(t)),
+        )),
+        _ => Ok(()),
+    }
+}
+
+fn json_type(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "boolean",
+        Value::Number(_) => "number",
+        Value::String(_) => "string",
+        Value::Array(_) => "array",
+        Value::Object(_) => "object",
+    }
+}
+
+/// serde's own reading, with the pointer of the first problem.
+fn deserialize_lenient<'a, T: Deserialize<'a>>(v: &'a Value) -> Result<T, FieldProblem> {
     serde_path_to_error::deserialize(v).map_err(|e| {
         let mut pointer = String::new();
         for segment in e.path().iter() {
