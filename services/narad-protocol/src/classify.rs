@@ -27,7 +27,7 @@ pub struct Reader {
 #[derive(Debug, Clone, PartialEq)]
 pub enum Classified {
     /// A valid object of a negotiated type.
-    Accepted(WireObject),
+    Accepted(Box<WireObject>),
     /// An object this reader must ignore.
     Ignored {
         /// The object's `type`.
@@ -181,7 +181,7 @@ impl Reader {
             });
         }
         WireObject::parse(wire_type, value)
-            .map(Classified::Accepted)
+            .map(|obj| Classified::Accepted(Box::new(obj)))
             .map_err(|(pointer, message)| WireError::Invalid { pointer, message })
     }
 }
@@ -205,8 +205,11 @@ mod tests {
         let mut v = run_started();
         v["someFutureField"] = json!({"x": 1});
         let c = Reader::default().classify(&v).unwrap();
-        let Classified::Accepted(WireObject::Authority(e)) = c else {
-            panic!("expected an authority event, got {c:?}")
+        let Classified::Accepted(obj) = c else {
+            panic!("expected an accepted object")
+        };
+        let WireObject::Authority(e) = *obj else {
+            panic!("expected an authority event")
         };
         assert_eq!(e.envelope.run.unwrap().sequence.get(), 1);
     }

@@ -192,4 +192,37 @@ mod tests {
             assert_eq!(ErrorCode::from_code(c.code()), Some(*c));
         }
     }
+
+    #[test]
+    fn errors_doc_matches_the_catalog() {
+        let doc = include_str!("../../../docs/errors.md");
+        let rows: Vec<(String, u16, String)> = doc
+            .lines()
+            .filter(|l| l.starts_with("| NRD-"))
+            .map(|l| {
+                let cells: Vec<&str> = l.split('|').map(str::trim).collect();
+                (
+                    cells[1].to_owned(),
+                    cells[2].parse().expect("status is a number"),
+                    cells[3].to_owned(),
+                )
+            })
+            .collect();
+        let catalog: Vec<(String, u16, String)> = ErrorCode::ALL
+            .iter()
+            .map(|c| (c.code().to_owned(), c.status(), c.title().to_owned()))
+            .collect();
+        assert_eq!(rows, catalog, "docs/errors.md and ErrorCode disagree");
+    }
+
+    #[test]
+    fn wire_errors_become_envelopes_with_the_pointer() {
+        let e = crate::Reader::default()
+            .classify(&serde_json::json!({"protocolVersion": "narad/v1", "type": "run.started"}))
+            .unwrap_err();
+        let body = ErrorBody::from(&e);
+        assert_eq!(body.code, "NRD-0003");
+        assert_eq!(body.title, "Invalid object");
+        assert!(body.fields.unwrap().contains_key("/eventId"));
+    }
 }

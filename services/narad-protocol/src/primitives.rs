@@ -490,6 +490,15 @@ mod tests {
     }
 
     #[test]
+    fn server_issued_event_ids_are_ordered_uuid_v7() {
+        let a = EventId::new_v7();
+        let b = EventId::new_v7();
+        let ua = uuid::Uuid::parse_str(a.as_str()).unwrap();
+        assert_eq!(ua.get_version_num(), 7);
+        assert!(a < b, "v7 ids sort by creation: {a} then {b}");
+    }
+
+    #[test]
     fn ids_count_characters_not_bytes() {
         let max = "é".repeat(MAX_ID_CHARS);
         assert!(SessionId::new(max.clone()).is_ok());

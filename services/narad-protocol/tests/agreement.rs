@@ -599,3 +599,53 @@ proptest! {
         let _ = Reader::all_profiles().classify_str(&v.to_string());
     }
 }
+
+// ------------------------------------------------------------ README
+
+#[test]
+fn schema_readme_lists_every_file_with_its_profile_and_placement() {
+    use narad_protocol::envelope::Placement;
+    let readme = std::fs::read_to_string(schema_root().join("README.md")).unwrap();
+    let rows: HashMap<String, Vec<String>> = readme
+        .lines()
+        .filter(|l| l.starts_with("| `"))
+        .map(|l| {
+            let cells: Vec<String> = l.split('|').map(|c| c.trim().to_owned()).collect();
+            (cells[1].trim_matches('`').to_owned(), cells[2..].to_vec())
+        })
+        .collect();
+    for shared in ["defs.json", "envelopes.json"] {
+        assert!(
+            rows.contains_key(shared),
+            "schema/README.md does not list {shared}"
+        );
+    }
+    for s in schemas() {
+        let row = rows
+            .get(&s.path)
+            .unwrap_or_else(|| panic!("schema/README.md does not list {}", s.path));
+        if s.family != Family::Wire {
+            continue;
+        }
+        let t = WireType::from_name(&s.name).unwrap();
+        let profile = t
+            .profile()
+            .id()
+            .trim_start_matches("narad.")
+            .trim_end_matches("/v1");
+        assert_eq!(row[0], profile, "{}: profile column", s.path);
+        let placement = match t.placement() {
+            None => "",
+            Some(p) if p == Placement::RUN_TREE => "run-tree",
+            Some(p) if p == Placement::WORKFLOW => "workflow",
+            Some(p) if p == Placement::SESSION => "session",
+            Some(_) => "scoped",
+        };
+        assert_eq!(row[2], placement, "{}: placement column", s.path);
+    }
+    assert_eq!(
+        rows.len(),
+        schemas().len() + 2,
+        "schema/README.md lists files that do not exist"
+    );
+}

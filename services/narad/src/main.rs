@@ -1,1 +1,134 @@
-fn main() {}
+//! `narad`: the one binary. It wires the crates together; the work lives
+//! in them.
+
+use std::io::{BufRead, BufReader, Read};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use narad_protocol::{Classified, ErrorBody, IgnoreReason, ProfileSet, Reader};
+use narad_server::config::Config;
+
+/// narad: the durable journal, rule keeper and live delivery layer for
+/// narad/v1 agent sessions.
+#[derive(Parser)]
+#[command(version, about, long_about = None)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Print the configuration narad resolves from flags and NARAD_*
+    /// variables (secrets redacted), as JSON.
+    Config(Config),
+    /// Check wire objects, one JSON object per line, against narad/v1:
+    /// each line is accepted, ignored (a profile not negotiated) or
+    /// rejected with an error code and the JSON pointer of the problem.
+    /// Exits 1 when any line is rejected.
+    Check(CheckArgs),
+}
+
+#[derive(clap::Args)]
+struct CheckArgs {
+    /// Profiles the reader negotiates, comma-separated (e.g.
+    /// narad.conversation/v1,narad.graph/v1). Core is always included.
+    /// Default: every profile.
+    #[arg(long, value_delimiter = ',')]
+    profiles: Option<Vec<String>>,
+
+    /// Files of JSON lines; standard input when none is given.
+    files: Vec<PathBuf>,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Config(config) => print_config(&config),
+        Command::Check(args) => check(&args),
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("narad: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn print_config(config: &Config) -> anyhow::Result<ExitCode> {
+    println!("{}", serde_json::to_string_pretty(config)?);
+    Ok(ExitCode::SUCCESS)
+}
+
+fn check(args: &CheckArgs) -> anyhow::Result<ExitCode> {
+    let profiles = match &args.profiles {
+        None => ProfileSet::all(),
+        Some(ids) => {
+            let (set, unknown) = ProfileSet::from_ids(ids.iter().map(String::as_str));
+            if !unknown.is_empty() {
+                anyhow::bail!(
+                    "unknown profile id(s) {}; known: {}",
+                    unknown.join(", "),
+                    ProfileSet::all()
+                        .iter()
+                        .map(|p| p.id())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                );
+            }
+            set
+        }
+    };
+    let reader = Reader::new(profiles);
+    let inputs: Vec<(String, Box<dyn Read>)> = if args.files.is_empty() {
+        vec![("-".to_owned(), Box::new(std::io::stdin()))]
+    } else {
+        args.files
+            .iter()
+            .map(|f| -> anyhow::Result<(String, Box<dyn Read>)> {
+                let file = std::fs::File::open(f)
+                    .map_err(|e| anyhow::anyhow!("cannot open {}: {e}", f.display()))?;
+                Ok((f.display().to_string(), Box::new(file)))
+            })
+            .collect::<anyhow::Result<_>>()?
+    };
+    let (mut accepted, mut ignored, mut rejected) = (0u64, 0u64, 0u64);
+    for (name, input) in inputs {
+        for (i, line) in BufReader::new(input).lines().enumerate() {
+            let line = line.map_err(|e| anyhow::anyhow!("cannot read {name}: {e}"))?;
+            if line.trim().is_empty() {
+                continue;
+            }
+            let at = format!("{name}:{}", i + 1);
+            match reader.classify_str(&line) {
+                Ok(Classified::Accepted(obj)) => {
+                    accepted += 1;
+                    println!("{at}: accepted {}", obj.wire_type().name());
+                }
+                Ok(Classified::Ignored { type_name, reason }) => {
+                    ignored += 1;
+                    let why = match reason {
+                        IgnoreReason::NotNegotiated(p) => format!("profile {p} not negotiated"),
+                        IgnoreReason::Unclaimed => {
+                            "unknown type outside every negotiated profile".to_owned()
+                        }
+                    };
+                    println!("{at}: ignored {type_name} ({why})");
+                }
+                Err(e) => {
+                    rejected += 1;
+                    let body = ErrorBody::from(&e);
+                    println!("{at}: rejected {} {}", body.code, e);
+                }
+            }
+        }
+    }
+    println!("{accepted} accepted, {ignored} ignored, {rejected} rejected");
+    Ok(if rejected > 0 {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    })
+}

@@ -1,0 +1,112 @@
+//! Server configuration, read from command-line flags and `NARAD_*`
+//! environment variables (flags win). Secrets are wrapped so that they
+//! never print.
+
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use serde::Serialize;
+
+/// The default request body limit: 1 MiB.
+pub const DEFAULT_MAX_BODY_BYTES: usize = 1024 * 1024;
+
+/// Settings of `narad serve`.
+#[derive(Debug, Clone, clap::Args, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Config {
+    /// Address to listen on.
+    #[arg(long, env = "NARAD_LISTEN", default_value = "127.0.0.1:8080")]
+    pub listen: SocketAddr,
+
+    /// Postgres connection URL. Without one, narad runs a private database
+    /// in its home directory.
+    #[arg(long, env = "NARAD_DATABASE_URL")]
+    pub database_url: Option<Secret>,
+
+    /// Home directory for the embedded database and development secrets.
+    #[arg(long, env = "NARAD_HOME", default_value = "./.narad")]
+    pub home: PathBuf,
+
+    /// Largest accepted request body, in bytes.
+    #[arg(long, env = "NARAD_MAX_BODY_BYTES", default_value_t = DEFAULT_MAX_BODY_BYTES)]
+    pub max_body_bytes: usize,
+}
+
+/// A secret setting (a URL with a password, a key): `Debug`, `Display` and
+/// serialisation show it with any password replaced by `***`.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(String);
+
+impl Secret {
+    /// The secret itself, for the code that must use it.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+
+    /// The text with the password of a `scheme://user:password@host` URL
+    /// replaced by `***`; anything that is not such a URL is hidden whole.
+    pub fn redacted(&self) -> String {
+        let s = &self.0;
+        let Some(scheme_end) = s.find("://") else {
+            return "***".to_owned();
+        };
+        let rest = &s[scheme_end + 3..];
+        let authority_end = rest.find('/').unwrap_or(rest.len());
+        match rest[..authority_end].rfind('@') {
+            Some(at) => match rest[..at].find(':') {
+                Some(colon) => format!(
+                    "{}://{}:***{}",
+                    &s[..scheme_end],
+                    &rest[..colon],
+                    &rest[at..]
+                ),
+                None => s.clone(),
+            },
+            None => s.clone(),
+        }
+    }
+}
+
+impl std::str::FromStr for Secret {
+    type Err = std::convert::Infallible;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Ok(Secret(s.to_owned()))
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Secret({})", self.redacted())
+    }
+}
+
+impl fmt::Display for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.redacted())
+    }
+}
+
+impl Serialize for Secret {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.redacted())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn passwords_never_print() {
+        let s: Secret = "postgres://narad:hunter2@db:5432/narad".parse().unwrap();
+        assert_eq!(s.to_string(), "postgres://narad:***@db:5432/narad");
+        assert!(!format!("{s:?}").contains("hunter2"));
+        let no_password: Secret = "postgres://narad@db/narad".parse().unwrap();
+        assert_eq!(no_password.to_string(), "postgres://narad@db/narad");
+        let opaque: Secret = "s3cr3t".parse().unwrap();
+        assert_eq!(opaque.to_string(), "***");
+        let at_in_path: Secret = "postgres://u:p@h/db@x".parse().unwrap();
+        assert_eq!(at_in_path.to_string(), "postgres://u:***@h/db@x");
+    }
+}

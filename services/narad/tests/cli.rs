@@ -1,0 +1,138 @@
+//! The `narad` binary, driven as a user would.
+
+use std::io::Write;
+use std::process::{Command, Stdio};
+
+fn narad(args: &[&str], stdin: &str, env: &[(&str, &str)]) -> (i32, String, String) {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_narad"));
+    cmd.args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    for (k, _) in std::env::vars().filter(|(k, _)| k.starts_with("NARAD_")) {
+        cmd.env_remove(k);
+    }
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let mut child = cmd.spawn().expect("narad runs");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(stdin.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8(out.stdout).unwrap(),
+        String::from_utf8(out.stderr).unwrap(),
+    )
+}
+
+#[test]
+fn version_names_the_binary() {
+    let (code, out, _) = narad(&["--version"], "", &[]);
+    assert_eq!(code, 0);
+    assert!(out.starts_with("narad "), "{out}");
+}
+
+#[test]
+fn config_prints_defaults_and_env_overrides_with_secrets_redacted() {
+    let (code, out, err) = narad(
+        &["config"],
+        "",
+        &[
+            ("NARAD_LISTEN", "0.0.0.0:9000"),
+            ("NARAD_DATABASE_URL", "postgres://narad:hunter2@db/narad"),
+        ],
+    );
+    assert_eq!(code, 0, "{err}");
+    let config: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(config["listen"], "0.0.0.0:9000");
+    assert_eq!(config["databaseUrl"], "postgres://narad:***@db/narad");
+    assert_eq!(config["maxBodyBytes"], 1_048_576);
+    assert!(!out.contains("hunter2"));
+}
+
+#[test]
+fn config_refuses_a_bad_listen_address_with_a_clear_message() {
+    let (code, _, err) = narad(&["config", "--listen", "nowhere"], "", &[]);
+    assert_ne!(code, 0);
+    assert!(err.contains("--listen"), "{err}");
+}
+
+#[test]
+fn check_classifies_each_line_and_fails_on_a_rejection() {
+    let lines = [
+        r#"{"protocolVersion":"narad/v1","type":"run.started","eventId":"e1","timestamp":"2026-08-05T04:00:00Z","sessionId":"s","sessionSequence":1,"rootRunId":"r","runId":"r","sequence":1}"#,
+        r#"{"protocolVersion":"narad/v1","type":"workflow.started","eventId":"e2","timestamp":"2026-08-05T04:00:00Z","sessionId":"s","sessionSequence":2,"workflowId":"w","workflowSequence":1}"#,
+        "",
+        r#"{"protocolVersion":"narad/v1","type":"run.paused","eventId":"e3","timestamp":"2026-08-05T04:00:00Z","sessionId":"s","sessionSequence":3,"rootRunId":"r","runId":"r","sequence":2,"waitId":"w","reason":"x"}"#,
+        r#"{"protocolVersion":"narad/v2","type":"run.started"}"#,
+    ]
+    .join("\n");
+    let (code, out, _) = narad(
+        &["check", "--profiles", "narad.conversation/v1"],
+        &lines,
+        &[],
+    );
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("-:1: accepted run.started"), "{out}");
+    assert!(
+        out.contains("-:2: ignored workflow.started (profile narad.workflow/v1 not negotiated)"),
+        "{out}"
+    );
+    assert!(out.contains("-:4: rejected NRD-0003 /resumeMode"), "{out}");
+    assert!(out.contains("-:5: rejected NRD-0004"), "{out}");
+    assert!(
+        out.trim_end()
+            .ends_with("1 accepted, 1 ignored, 2 rejected"),
+        "{out}"
+    );
+}
+
+#[test]
+fn check_accepts_every_schema_example() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../schema");
+    let mut lines = Vec::new();
+    for dir in ["events", "watch", "hydrate", "control"] {
+        for entry in std::fs::read_dir(root.join(dir)).unwrap() {
+            let schema: serde_json::Value =
+                serde_json::from_str(&std::fs::read_to_string(entry.unwrap().path()).unwrap())
+                    .unwrap();
+            for ex in schema["examples"].as_array().unwrap() {
+                lines.push(ex.to_string());
+            }
+        }
+    }
+    let (code, out, _) = narad(&["check"], &lines.join("\n"), &[]);
+    assert_eq!(code, 0, "{out}");
+    assert!(
+        out.trim_end()
+            .ends_with(&format!("{} accepted, 0 ignored, 0 rejected", lines.len()))
+    );
+}
+
+#[test]
+fn check_names_unknown_profiles() {
+    let (code, _, err) = narad(&["check", "--profiles", "narad.teleport/v1"], "", &[]);
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("unknown profile id(s) narad.teleport/v1"),
+        "{err}"
+    );
+}
+
+#[test]
+fn the_readme_run_command_accepts_the_example_file() {
+    let example = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../docs/examples/first-run.jsonl");
+    let (code, out, err) = narad(&["check", example.to_str().unwrap()], "", &[]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(
+        out.trim_end()
+            .ends_with("9 accepted, 0 ignored, 0 rejected"),
+        "{out}"
+    );
+}
