@@ -134,36 +134,26 @@ impl<'de> Deserialize<'de> for Usage {
 /// An RFC 6902 JSON Patch (state, UI and graph deltas).
 pub type Patch = json_patch::Patch;
 
-// ------------------------------------------------------------ core: runs
+// ---------------------------------------------- core: runs (and terminals)
 
 /// `run.started` (§7.1): the run enters `running`. Exactly once per runId.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct RunStarted {
     /// The parent of a nested run; absent on a top-level run.
-    #[serde(
-        default,
-        deserialize_with = "some",
-        skip_serializing_if = "Option::is_none"
-    )]
+    #[serde(default, deserialize_with = "some")]
     pub parent_run_id: Option<RunId>,
     /// The effective client executor binding; absent means none (§3.3).
-    #[serde(
-        default,
-        deserialize_with = "some",
-        skip_serializing_if = "Option::is_none"
-    )]
+    #[serde(default, deserialize_with = "some")]
     pub client_executor_id: Option<ClientExecutorId>,
     /// The input the run was started with.
-    #[serde(
-        default,
-        deserialize_with = "some",
-        skip_serializing_if = "Option::is_none"
-    )]
+    #[serde(default, deserialize_with = "some")]
     pub input: Option<Value>,
 }
 
 /// `run.paused` (§7.2): a durable suspension; one pause cycle per run.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct RunPaused {
@@ -174,118 +164,84 @@ pub struct RunPaused {
     /// How the pause ends.
     pub resume_mode: ResumeMode,
     /// The interrupt this pause waits on.
-    #[serde(
-        default,
-        deserialize_with = "some",
-        skip_serializing_if = "Option::is_none"
-    )]
+    #[serde(default, deserialize_with = "some")]
     pub interrupt_id: Option<InterruptId>,
     /// When an automatic resume will be tried.
-    #[serde(
-        default,
-        deserialize_with = "some",
-        skip_serializing_if = "Option::is_none"
-    )]
+    #[serde(default, deserialize_with = "some")]
     pub retry_at: Option<Timestamp>,
     /// A user-safe explanation.
-    #[serde(
-        default,
-        deserialize_with = "some",
-        skip_serializing_if = "Option::is_none"
-    )]
+    #[serde(default, deserialize_with = "some")]
     pub message: Option<String>,
 }
 
-/// `run.resumed` (§7.3): closes the open pause cycle.
+/// `run.resumed` and `workflow.resumed` (§7.3): closes the open pause cycle.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct RunResumed {
+pub struct Resumed {
     /// Matches the open pause's waitId.
     pub wait_id: WaitId,
 }
 
 /// `run.stop.requested` (§7.4): sets stopRequested on the target run.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct RunStopRequested {
     /// The run being stopped; equal to runId for a direct stop.
     pub target_run_id: RunId,
     /// Why, as an open string.
-    #[serde(
-        default,
-        deserialize_with = "some",
-        skip_serializing_if = "Option::is_none"
-    )]
+    #[serde(default, deserialize_with = "some")]
     pub reason: Option<String>,
 }
 
-/// `run.finished` (§7.5): the run completed.
+/// `run.finished` and `workflow.finished` (§7.5, §6.5): completed. A
+/// terminal obeys the open-work invariant (§6.2).
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct RunFinished {
+pub struct Finished {
     /// Artifacts the run produced.
-    #[serde(
-        default,
-        deserialize_with = "some",
-        skip_serializing_if = "Option::is_none"
-    )]
+    #[serde(default, deserialize_with = "some")]
     pub artifact_ids: Option<Vec<ArtifactId>>,
     /// What the run consumed.
-    #[serde(
-        default,
-        deserialize_with = "some",
-        skip_serializing_if = "Option::is_none"
-    )]
+    #[serde(default, deserialize_with = "some")]
     pub usage: Option<Usage>,
 }
 
-/// `run.error` (§7.5): the run failed.
+/// `run.error` and `workflow.error` (§7.5, §6.5): failed.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct RunError {
+pub struct Failed {
     /// An opaque machine string.
     pub code: NonEmptyString,
     /// Sanitised, user-safe text.
     pub message: NonEmptyString,
     /// Partial usage.
-    #[serde(
-        default,
-        deserialize_with = "some",
-        skip_serializing_if = "Option::is_none"
-    )]
+    #[serde(default, deserialize_with = "some")]
     pub usage: Option<Usage>,
 }
 
-/// `run.cancelled` (§7.5): the run was cancelled.
+/// `run.cancelled` and `workflow.cancelled` (§7.5, §6.5): cancelled.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct RunCancelled {
+pub struct Cancelled {
     /// An opaque machine string.
-    #[serde(
-        default,
-        deserialize_with = "some",
-        skip_serializing_if = "Option::is_none"
-    )]
+    #[serde(default, deserialize_with = "some")]
     pub code: Option<NonEmptyString>,
     /// User-safe text.
-    #[serde(
-        default,
-        deserialize_with = "some",
-        skip_serializing_if = "Option::is_none"
-    )]
+    #[serde(default, deserialize_with = "some")]
     pub message: Option<String>,
     /// Partial usage.
-    #[serde(
-        default,
-        deserialize_with = "some",
-        skip_serializing_if = "Option::is_none"
-    )]
+    #[serde(default, deserialize_with = "some")]
     pub usage: Option<Usage>,
 }
 
 // ------------------------------------------------------ core: interrupts
 
 /// `interrupt.requested` (§7.6): an external decision or input request.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct InterruptRequested {
@@ -298,46 +254,22 @@ pub struct InterruptRequested {
     /// The decisions a resolution may choose from.
     pub actions: NonEmptyVec<NonEmptyString>,
     /// `run` (default) or `workflow`.
-    #[serde(
-        default,
-        deserialize_with = "some",
-        skip_serializing_if = "Option::is_none"
-    )]
+    #[serde(default, deserialize_with = "some")]
     pub scope: Option<InterruptScope>,
     /// Whether it blocks (default true; only a blocking one pauses).
-    #[serde(
-        default,
-        deserialize_with = "some",
-        skip_serializing_if = "Option::is_none"
-    )]
+    #[serde(default, deserialize_with = "some")]
     pub blocking: Option<bool>,
     /// When the backend may resolve it as `expired`.
-    #[serde(
-        default,
-        deserialize_with = "some",
-        skip_serializing_if = "Option::is_none"
-    )]
+    #[serde(default, deserialize_with = "some")]
     pub expires_at: Option<Timestamp>,
     /// A short title.
-    #[serde(
-        default,
-        deserialize_with = "some",
-        skip_serializing_if = "Option::is_none"
-    )]
+    #[serde(default, deserialize_with = "some")]
     pub title: Option<String>,
     /// A user-safe message.
-    #[serde(
-        default,
-        deserialize_with = "some",
-        skip_serializing_if = "Option::is_none"
-    )]
+    #[serde(default, deserialize_with = "some")]
     pub message: Option<String>,
     /// Kind-specific structured input (e.g. `members` of a HITL pack).
-    #[serde(
-        default,
-        deserialize_with = "some",
-        skip_serializing_if = "Option::is_none"
-    )]
+    #[serde(default, deserialize_with = "some")]
     pub input: Option<Value>,
 }
 
@@ -349,37 +281,27 @@ impl InterruptRequested {
 }
 
 /// One member decision of a resolved HITL pack (§7.7).
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct MemberDecision {
     /// The member request.
     pub request_id: NonEmptyString,
     /// The tool call the member was about.
-    #[serde(
-        default,
-        deserialize_with = "some",
-        skip_serializing_if = "Option::is_none"
-    )]
+    #[serde(default, deserialize_with = "some")]
     pub tool_call_id: Option<ToolCallId>,
     /// The tool's name.
-    #[serde(
-        default,
-        deserialize_with = "some",
-        skip_serializing_if = "Option::is_none"
-    )]
+    #[serde(default, deserialize_with = "some")]
     pub tool_name: Option<String>,
     /// The tool's type.
-    #[serde(
-        default,
-        deserialize_with = "some",
-        skip_serializing_if = "Option::is_none"
-    )]
+    #[serde(default, deserialize_with = "some")]
     pub tool_type: Option<String>,
     /// One of the request's actions, or `expired`.
     pub decision: NonEmptyString,
 }
 
 /// `interrupt.resolved` (§7.7): closes the interrupt; does not itself resume.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct InterruptResolved {
@@ -390,32 +312,16 @@ pub struct InterruptResolved {
     /// One of the request's actions, or `expired`.
     pub decision: NonEmptyString,
     /// `run` (default) or `workflow`, as on the request.
-    #[serde(
-        default,
-        deserialize_with = "some",
-        skip_serializing_if = "Option::is_none"
-    )]
+    #[serde(default, deserialize_with = "some")]
     pub scope: Option<InterruptScope>,
     /// Why.
-    #[serde(
-        default,
-        deserialize_with = "some",
-        skip_serializing_if = "Option::is_none"
-    )]
+    #[serde(default, deserialize_with = "some")]
     pub reason: Option<String>,
     /// Protected provenance of who decided.
-    #[serde(
-        default,
-        deserialize_with = "some",
-        skip_serializing_if = "Option::is_none"
-    )]
+    #[serde(default, deserialize_with = "some")]
     pub actor: Option<JsonObject>,
     /// Per-member decisions of a multi-member pack.
-    #[serde(
-        default,
-        deserialize_with = "some",
-        skip_serializing_if = "Option::is_none"
-    )]
+    #[serde(default, deserialize_with = "some")]
     pub members: Option<Vec<MemberDecision>>,
 }
 
@@ -436,6 +342,7 @@ pub struct ToolCallStarted {
 }
 
 /// `tool.call.finished` (§7.9): exactly one per start.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ToolCallFinished {
@@ -446,44 +353,30 @@ pub struct ToolCallFinished {
     /// Any JSON value, including null.
     pub response: Value,
     /// A machine code summarising an error or cancellation.
-    #[serde(
-        default,
-        deserialize_with = "some",
-        skip_serializing_if = "Option::is_none"
-    )]
+    #[serde(default, deserialize_with = "some")]
     pub code: Option<NonEmptyString>,
     /// User-safe text.
-    #[serde(
-        default,
-        deserialize_with = "some",
-        skip_serializing_if = "Option::is_none"
-    )]
+    #[serde(default, deserialize_with = "some")]
     pub message: Option<String>,
 }
 
 // -------------------------------------------------------------- workflow
 
 /// `workflow.started` (§6.5).
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct WorkflowStarted {
     /// The executor runs default to; each run still records its own.
-    #[serde(
-        default,
-        deserialize_with = "some",
-        skip_serializing_if = "Option::is_none"
-    )]
+    #[serde(default, deserialize_with = "some")]
     pub default_client_executor_id: Option<ClientExecutorId>,
     /// The input the workflow was started with.
-    #[serde(
-        default,
-        deserialize_with = "some",
-        skip_serializing_if = "Option::is_none"
-    )]
+    #[serde(default, deserialize_with = "some")]
     pub input: Option<Value>,
 }
 
 /// `workflow.paused` (§7.6): a workflow pause cycle.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct WorkflowPaused {
@@ -492,101 +385,18 @@ pub struct WorkflowPaused {
     /// The interrupt it waits on.
     pub interrupt_id: InterruptId,
     /// Why.
-    #[serde(
-        default,
-        deserialize_with = "some",
-        skip_serializing_if = "Option::is_none"
-    )]
+    #[serde(default, deserialize_with = "some")]
     pub reason: Option<NonEmptyString>,
     /// How the pause ends.
-    #[serde(
-        default,
-        deserialize_with = "some",
-        skip_serializing_if = "Option::is_none"
-    )]
+    #[serde(default, deserialize_with = "some")]
     pub resume_mode: Option<ResumeMode>,
     /// A user-safe explanation.
-    #[serde(
-        default,
-        deserialize_with = "some",
-        skip_serializing_if = "Option::is_none"
-    )]
+    #[serde(default, deserialize_with = "some")]
     pub message: Option<String>,
-}
-
-/// `workflow.resumed`: closes the workflow's open pause cycle.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct WorkflowResumed {
-    /// Matches the open pause's waitId.
-    pub wait_id: WaitId,
-}
-
-/// `workflow.finished` (§6.5).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct WorkflowFinished {
-    /// Artifacts the workflow produced.
-    #[serde(
-        default,
-        deserialize_with = "some",
-        skip_serializing_if = "Option::is_none"
-    )]
-    pub artifact_ids: Option<Vec<ArtifactId>>,
-    /// What the workflow consumed.
-    #[serde(
-        default,
-        deserialize_with = "some",
-        skip_serializing_if = "Option::is_none"
-    )]
-    pub usage: Option<Usage>,
-}
-
-/// `workflow.error` (§6.5).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct WorkflowError {
-    /// An opaque machine string.
-    pub code: NonEmptyString,
-    /// Sanitised, user-safe text.
-    pub message: NonEmptyString,
-    /// Partial usage.
-    #[serde(
-        default,
-        deserialize_with = "some",
-        skip_serializing_if = "Option::is_none"
-    )]
-    pub usage: Option<Usage>,
-}
-
-/// `workflow.cancelled` (§6.5).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct WorkflowCancelled {
-    /// An opaque machine string.
-    #[serde(
-        default,
-        deserialize_with = "some",
-        skip_serializing_if = "Option::is_none"
-    )]
-    pub code: Option<NonEmptyString>,
-    /// User-safe text.
-    #[serde(
-        default,
-        deserialize_with = "some",
-        skip_serializing_if = "Option::is_none"
-    )]
-    pub message: Option<String>,
-    /// Partial usage.
-    #[serde(
-        default,
-        deserialize_with = "some",
-        skip_serializing_if = "Option::is_none"
-    )]
-    pub usage: Option<Usage>,
 }
 
 /// `workflow.edge.taken` (§6.6): an exclusive choice selected a path.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct WorkflowEdgeTaken {
@@ -595,46 +405,32 @@ pub struct WorkflowEdgeTaken {
     /// The selected target node.
     pub to: NodeId,
     /// The matching condition's index; one past the last for the default.
-    #[serde(
-        default,
-        deserialize_with = "some",
-        skip_serializing_if = "Option::is_none"
-    )]
+    #[serde(default, deserialize_with = "some")]
     pub case_index: Option<UInt>,
     /// The field the condition read; empty for the default path.
-    #[serde(
-        default,
-        deserialize_with = "some",
-        skip_serializing_if = "Option::is_none"
-    )]
+    #[serde(default, deserialize_with = "some")]
     pub pointer: Option<String>,
     /// The comparison that matched, or `default`.
-    #[serde(
-        default,
-        deserialize_with = "some",
-        skip_serializing_if = "Option::is_none"
-    )]
+    #[serde(default, deserialize_with = "some")]
     pub op: Option<String>,
 }
 
 /// `workflow.step.started`: linear succession onto a node.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct WorkflowStepStarted {
     /// The node the workflow moved onto.
     pub node_id: NodeId,
     /// A display title.
-    #[serde(
-        default,
-        deserialize_with = "some",
-        skip_serializing_if = "Option::is_none"
-    )]
+    #[serde(default, deserialize_with = "some")]
     pub title: Option<String>,
 }
 
 // ---------------------------------------------------------- conversation
 
 /// `message.user.recorded` (§9.2).
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct MessageUserRecorded {
@@ -645,11 +441,7 @@ pub struct MessageUserRecorded {
     /// The content: text or structured parts.
     pub content: Value,
     /// Admitted inputs it refers to.
-    #[serde(
-        default,
-        deserialize_with = "some",
-        skip_serializing_if = "Option::is_none"
-    )]
+    #[serde(default, deserialize_with = "some")]
     pub attachment_ids: Option<Vec<AttachmentId>>,
 }
 
@@ -684,21 +476,19 @@ pub struct MessageTextCompleted {
 }
 
 /// `reasoning.started` (§9.2).
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ReasoningStarted {
     /// The reasoning stream, e.g. `reasoning:{assistantMessageId}`.
     pub reasoning_id: ReasoningId,
     /// The assistant message it belongs to.
-    #[serde(
-        default,
-        deserialize_with = "some",
-        skip_serializing_if = "Option::is_none"
-    )]
+    #[serde(default, deserialize_with = "some")]
     pub message_id: Option<MessageId>,
 }
 
 /// `reasoning.delta` (§9.2).
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ReasoningDelta {
@@ -707,26 +497,19 @@ pub struct ReasoningDelta {
     /// The text to append.
     pub delta: String,
     /// The assistant message it belongs to.
-    #[serde(
-        default,
-        deserialize_with = "some",
-        skip_serializing_if = "Option::is_none"
-    )]
+    #[serde(default, deserialize_with = "some")]
     pub message_id: Option<MessageId>,
 }
 
 /// `reasoning.completed` (§9.2).
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ReasoningCompleted {
     /// The reasoning stream.
     pub reasoning_id: ReasoningId,
     /// The assistant message it belongs to.
-    #[serde(
-        default,
-        deserialize_with = "some",
-        skip_serializing_if = "Option::is_none"
-    )]
+    #[serde(default, deserialize_with = "some")]
     pub message_id: Option<MessageId>,
 }
 
@@ -746,6 +529,7 @@ pub struct MessageRedacted {
 // ----------------------------------------------- attachments, artifacts
 
 /// `attachment.added` (§9.5): metadata and a reference; never raw bytes.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct AttachmentAdded {
@@ -756,44 +540,30 @@ pub struct AttachmentAdded {
     /// The media type, e.g. `image/png`.
     pub media_type: NonEmptyString,
     /// The size in bytes.
-    #[serde(
-        default,
-        deserialize_with = "some",
-        skip_serializing_if = "Option::is_none"
-    )]
+    #[serde(default, deserialize_with = "some")]
     pub size_bytes: Option<UInt>,
     /// An authorised reference to the bytes.
-    #[serde(
-        default,
-        deserialize_with = "some",
-        skip_serializing_if = "Option::is_none"
-    )]
+    #[serde(default, deserialize_with = "some")]
     pub uri: Option<Reference>,
     /// The hex SHA-256 of the bytes.
-    #[serde(
-        default,
-        deserialize_with = "some",
-        skip_serializing_if = "Option::is_none"
-    )]
+    #[serde(default, deserialize_with = "some")]
     pub sha256: Option<String>,
 }
 
 /// `attachment.ready` (§9.5).
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct AttachmentReady {
     /// The attachment.
     pub attachment_id: AttachmentId,
     /// An authorised reference to the bytes.
-    #[serde(
-        default,
-        deserialize_with = "some",
-        skip_serializing_if = "Option::is_none"
-    )]
+    #[serde(default, deserialize_with = "some")]
     pub uri: Option<Reference>,
 }
 
 /// `attachment.failed` (§9.5).
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct AttachmentFailed {
@@ -802,30 +572,24 @@ pub struct AttachmentFailed {
     /// A machine code.
     pub code: NonEmptyString,
     /// User-safe text.
-    #[serde(
-        default,
-        deserialize_with = "some",
-        skip_serializing_if = "Option::is_none"
-    )]
+    #[serde(default, deserialize_with = "some")]
     pub message: Option<String>,
 }
 
 /// `attachment.removed` (§9.5).
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct AttachmentRemoved {
     /// The attachment.
     pub attachment_id: AttachmentId,
     /// Why.
-    #[serde(
-        default,
-        deserialize_with = "some",
-        skip_serializing_if = "Option::is_none"
-    )]
+    #[serde(default, deserialize_with = "some")]
     pub reason: Option<String>,
 }
 
 /// `artifact.added` (§9.5): a produced output's metadata and reference.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ArtifactAdded {
@@ -836,44 +600,30 @@ pub struct ArtifactAdded {
     /// The media type.
     pub media_type: NonEmptyString,
     /// The size in bytes.
-    #[serde(
-        default,
-        deserialize_with = "some",
-        skip_serializing_if = "Option::is_none"
-    )]
+    #[serde(default, deserialize_with = "some")]
     pub size_bytes: Option<UInt>,
     /// An authorised reference to the bytes.
-    #[serde(
-        default,
-        deserialize_with = "some",
-        skip_serializing_if = "Option::is_none"
-    )]
+    #[serde(default, deserialize_with = "some")]
     pub uri: Option<Reference>,
     /// The hex SHA-256 of the bytes.
-    #[serde(
-        default,
-        deserialize_with = "some",
-        skip_serializing_if = "Option::is_none"
-    )]
+    #[serde(default, deserialize_with = "some")]
     pub sha256: Option<String>,
 }
 
 /// `artifact.ready` (§9.5).
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ArtifactReady {
     /// The artifact.
     pub artifact_id: ArtifactId,
     /// An authorised reference to the bytes.
-    #[serde(
-        default,
-        deserialize_with = "some",
-        skip_serializing_if = "Option::is_none"
-    )]
+    #[serde(default, deserialize_with = "some")]
     pub uri: Option<Reference>,
 }
 
 /// `artifact.failed` (§9.5).
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ArtifactFailed {
@@ -882,11 +632,7 @@ pub struct ArtifactFailed {
     /// A machine code.
     pub code: NonEmptyString,
     /// User-safe text.
-    #[serde(
-        default,
-        deserialize_with = "some",
-        skip_serializing_if = "Option::is_none"
-    )]
+    #[serde(default, deserialize_with = "some")]
     pub message: Option<String>,
 }
 
@@ -966,24 +712,17 @@ pub struct StateCompacted {
 }
 
 /// `view.opened` (§9.6).
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ViewOpened {
     /// The view.
     pub view_id: ViewId,
     /// What kind of view, e.g. `acme.diff`.
-    #[serde(
-        default,
-        deserialize_with = "some",
-        skip_serializing_if = "Option::is_none"
-    )]
+    #[serde(default, deserialize_with = "some")]
     pub view: Option<NonEmptyString>,
     /// Its initial state.
-    #[serde(
-        default,
-        deserialize_with = "some",
-        skip_serializing_if = "Option::is_none"
-    )]
+    #[serde(default, deserialize_with = "some")]
     pub state: Option<Value>,
 }
 
@@ -1015,17 +754,14 @@ pub struct ViewUpdated {
 }
 
 /// `view.closed` (§9.6).
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ViewClosed {
     /// The view.
     pub view_id: ViewId,
     /// Why.
-    #[serde(
-        default,
-        deserialize_with = "some",
-        skip_serializing_if = "Option::is_none"
-    )]
+    #[serde(default, deserialize_with = "some")]
     pub reason: Option<String>,
 }
 
@@ -1058,6 +794,7 @@ pub enum Privacy {
 }
 
 /// `progress.recorded` (§9.8): an activity fact with no lifecycle authority.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ProgressRecorded {
@@ -1068,11 +805,7 @@ pub struct ProgressRecorded {
     /// A user-visible summary.
     pub label: NonEmptyString,
     /// More detail.
-    #[serde(
-        default,
-        deserialize_with = "some",
-        skip_serializing_if = "Option::is_none"
-    )]
+    #[serde(default, deserialize_with = "some")]
     pub detail: Option<String>,
     /// Where it stands.
     pub status: ProgressStatus,

@@ -29,72 +29,47 @@ pub enum OnConflict {
 }
 
 /// `start-run`: start a top-level or nested run.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct StartRun {
     /// The session.
     pub session_id: SessionId,
     /// The new run's id; the server issues one when absent.
-    #[serde(
-        default,
-        deserialize_with = "some",
-        skip_serializing_if = "Option::is_none"
-    )]
+    #[serde(default, deserialize_with = "some")]
     pub run_id: Option<RunId>,
     /// The parent, for a nested run.
-    #[serde(
-        default,
-        deserialize_with = "some",
-        skip_serializing_if = "Option::is_none"
-    )]
+    #[serde(default, deserialize_with = "some")]
     pub parent_run_id: Option<RunId>,
     /// The owning workflow.
-    #[serde(
-        default,
-        deserialize_with = "some",
-        skip_serializing_if = "Option::is_none"
-    )]
+    #[serde(default, deserialize_with = "some")]
     pub workflow_id: Option<WorkflowId>,
     /// The client executor to bind.
-    #[serde(
-        default,
-        deserialize_with = "some",
-        skip_serializing_if = "Option::is_none"
-    )]
+    #[serde(default, deserialize_with = "some")]
     pub client_executor_id: Option<ClientExecutorId>,
     /// The run's input.
-    #[serde(
-        default,
-        deserialize_with = "some",
-        skip_serializing_if = "Option::is_none"
-    )]
+    #[serde(default, deserialize_with = "some")]
     pub input: Option<Value>,
     /// What to do when the slot is taken (default `reject`).
-    #[serde(
-        default,
-        deserialize_with = "some",
-        skip_serializing_if = "Option::is_none"
-    )]
+    #[serde(default, deserialize_with = "some")]
     pub on_conflict: Option<OnConflict>,
 }
 
 /// `stop-run`: request that a run stop.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct StopRun {
     /// The run to stop.
     pub run_id: RunId,
     /// Why.
-    #[serde(
-        default,
-        deserialize_with = "some",
-        skip_serializing_if = "Option::is_none"
-    )]
+    #[serde(default, deserialize_with = "some")]
     pub reason: Option<String>,
 }
 
 /// `resolve-interrupt`: decide an open interrupt. The interrupt id alone
 /// locates its owning journal (§2.2).
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ResolveInterrupt {
@@ -103,22 +78,15 @@ pub struct ResolveInterrupt {
     /// One of the request's actions.
     pub decision: NonEmptyString,
     /// Why.
-    #[serde(
-        default,
-        deserialize_with = "some",
-        skip_serializing_if = "Option::is_none"
-    )]
+    #[serde(default, deserialize_with = "some")]
     pub reason: Option<String>,
     /// Per-member decisions of a multi-member pack.
-    #[serde(
-        default,
-        deserialize_with = "some",
-        skip_serializing_if = "Option::is_none"
-    )]
+    #[serde(default, deserialize_with = "some")]
     pub members: Option<Vec<MemberDecision>>,
 }
 
 /// `record-user-message`: record what a person said.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct RecordUserMessage {
@@ -129,76 +97,46 @@ pub struct RecordUserMessage {
     /// Text or structured parts.
     pub content: Value,
     /// The message id; the server issues one when absent.
-    #[serde(
-        default,
-        deserialize_with = "some",
-        skip_serializing_if = "Option::is_none"
-    )]
+    #[serde(default, deserialize_with = "some")]
     pub message_id: Option<MessageId>,
     /// Admitted inputs it refers to.
-    #[serde(
-        default,
-        deserialize_with = "some",
-        skip_serializing_if = "Option::is_none"
-    )]
+    #[serde(default, deserialize_with = "some")]
     pub attachment_ids: Option<Vec<AttachmentId>>,
     /// The run, for `messageScope = run`.
-    #[serde(
-        default,
-        deserialize_with = "some",
-        skip_serializing_if = "Option::is_none"
-    )]
+    #[serde(default, deserialize_with = "some")]
     pub run_id: Option<RunId>,
     /// The workflow, for `messageScope = workflow`.
-    #[serde(
-        default,
-        deserialize_with = "some",
-        skip_serializing_if = "Option::is_none"
-    )]
+    #[serde(default, deserialize_with = "some")]
     pub workflow_id: Option<WorkflowId>,
 }
 
 /// `start-workflow`: start a workflow in a session's top-level slot.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct StartWorkflow {
     /// The session.
     pub session_id: SessionId,
     /// The workflow id; the server issues one when absent.
-    #[serde(
-        default,
-        deserialize_with = "some",
-        skip_serializing_if = "Option::is_none"
-    )]
+    #[serde(default, deserialize_with = "some")]
     pub workflow_id: Option<WorkflowId>,
     /// The executor its runs default to.
-    #[serde(
-        default,
-        deserialize_with = "some",
-        skip_serializing_if = "Option::is_none"
-    )]
+    #[serde(default, deserialize_with = "some")]
     pub default_client_executor_id: Option<ClientExecutorId>,
     /// The workflow's input.
-    #[serde(
-        default,
-        deserialize_with = "some",
-        skip_serializing_if = "Option::is_none"
-    )]
+    #[serde(default, deserialize_with = "some")]
     pub input: Option<Value>,
 }
 
 /// `cancel-workflow`: cancel a workflow's runs, then the workflow.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct CancelWorkflow {
     /// The workflow.
     pub workflow_id: WorkflowId,
     /// Why.
-    #[serde(
-        default,
-        deserialize_with = "some",
-        skip_serializing_if = "Option::is_none"
-    )]
+    #[serde(default, deserialize_with = "some")]
     pub reason: Option<String>,
 }
 
@@ -218,29 +156,18 @@ pub struct RedactMessage {
 }
 
 /// `create-session`: open a new session.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct CreateSession {
     /// The session id; the server issues one when absent.
-    #[serde(
-        default,
-        deserialize_with = "some",
-        skip_serializing_if = "Option::is_none"
-    )]
+    #[serde(default, deserialize_with = "some")]
     pub session_id: Option<SessionId>,
     /// A title.
-    #[serde(
-        default,
-        deserialize_with = "some",
-        skip_serializing_if = "Option::is_none"
-    )]
+    #[serde(default, deserialize_with = "some")]
     pub title: Option<String>,
     /// Metadata.
-    #[serde(
-        default,
-        deserialize_with = "some",
-        skip_serializing_if = "Option::is_none"
-    )]
+    #[serde(default, deserialize_with = "some")]
     pub metadata: Option<JsonObject>,
 }
 

@@ -11,17 +11,14 @@ use crate::primitives::{
 };
 
 /// `client.attach`: an executor asks to attach to a logical endpoint.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ClientAttach {
     /// The endpoint to attach as.
     pub client_executor_id: ClientExecutorId,
     /// Profiles the client negotiates (e.g. `narad.client-executor/v1`).
-    #[serde(
-        default,
-        deserialize_with = "some",
-        skip_serializing_if = "Option::is_none"
-    )]
+    #[serde(default, deserialize_with = "some")]
     pub profiles: Option<Vec<NonEmptyString>>,
 }
 
@@ -40,36 +37,21 @@ pub struct ClientAttached {
 }
 
 /// `server.heartbeat` (§11.2): backend-to-client liveness.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ServerHeartbeat {
     /// The endpoint, on an executor channel.
-    #[serde(
-        default,
-        deserialize_with = "some",
-        skip_serializing_if = "Option::is_none"
-    )]
+    #[serde(default, deserialize_with = "some")]
     pub client_executor_id: Option<ClientExecutorId>,
     /// The current lease, on an executor channel.
-    #[serde(
-        default,
-        deserialize_with = "some",
-        skip_serializing_if = "Option::is_none"
-    )]
+    #[serde(default, deserialize_with = "some")]
     pub lease_id: Option<LeaseId>,
     /// The lease's current expiry.
-    #[serde(
-        default,
-        deserialize_with = "some",
-        skip_serializing_if = "Option::is_none"
-    )]
+    #[serde(default, deserialize_with = "some")]
     pub lease_expires_at: Option<Timestamp>,
     /// When it was sent.
-    #[serde(
-        default,
-        deserialize_with = "some",
-        skip_serializing_if = "Option::is_none"
-    )]
+    #[serde(default, deserialize_with = "some")]
     pub timestamp: Option<Timestamp>,
 }
 
@@ -104,6 +86,7 @@ pub struct ClientToolExecute {
 }
 
 /// `client.tool.finish` (§11.3): the outcome of one execution token.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ClientToolFinish {
@@ -114,39 +97,19 @@ pub struct ClientToolFinish {
     /// Any JSON value, including null.
     pub response: Value,
     /// A machine code for an error or cancellation.
-    #[serde(
-        default,
-        deserialize_with = "some",
-        skip_serializing_if = "Option::is_none"
-    )]
+    #[serde(default, deserialize_with = "some")]
     pub code: Option<NonEmptyString>,
     /// User-safe text.
-    #[serde(
-        default,
-        deserialize_with = "some",
-        skip_serializing_if = "Option::is_none"
-    )]
+    #[serde(default, deserialize_with = "some")]
     pub message: Option<String>,
     /// The endpoint, for the log.
-    #[serde(
-        default,
-        deserialize_with = "some",
-        skip_serializing_if = "Option::is_none"
-    )]
+    #[serde(default, deserialize_with = "some")]
     pub client_executor_id: Option<ClientExecutorId>,
     /// The lease the finish is sent under.
-    #[serde(
-        default,
-        deserialize_with = "some",
-        skip_serializing_if = "Option::is_none"
-    )]
+    #[serde(default, deserialize_with = "some")]
     pub lease_id: Option<LeaseId>,
     /// The tool call, for the log.
-    #[serde(
-        default,
-        deserialize_with = "some",
-        skip_serializing_if = "Option::is_none"
-    )]
+    #[serde(default, deserialize_with = "some")]
     pub tool_call_id: Option<ToolCallId>,
 }
 
@@ -171,6 +134,7 @@ pub struct HeartbeatLimits {
 }
 
 /// The session's active top-level execution (§3.1).
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "lowercase")]
 pub enum ActiveExecution {
@@ -186,16 +150,13 @@ pub enum ActiveExecution {
         /// The workflow.
         workflow_id: WorkflowId,
         /// Its active top-level run.
-        #[serde(
-            default,
-            deserialize_with = "some",
-            skip_serializing_if = "Option::is_none"
-        )]
+        #[serde(default, deserialize_with = "some")]
         run_id: Option<RunId>,
     },
 }
 
 /// `capabilities` (§10.4): sent before any authority delivery.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Capabilities {
@@ -206,25 +167,13 @@ pub struct Capabilities {
     /// Heartbeat limits.
     pub heartbeat: HeartbeatLimits,
     /// The session the document describes, when it describes one.
-    #[serde(
-        default,
-        deserialize_with = "some",
-        skip_serializing_if = "Option::is_none"
-    )]
+    #[serde(default, deserialize_with = "some")]
     pub session_id: Option<SessionId>,
     /// The session's current sequence (0: no authority yet); named apart from
     /// `sessionSequence`, which control messages never carry.
-    #[serde(
-        default,
-        deserialize_with = "some",
-        skip_serializing_if = "Option::is_none"
-    )]
+    #[serde(default, deserialize_with = "some")]
     pub current_session_sequence: Option<UInt>,
     /// The active top-level execution, if any.
-    #[serde(
-        default,
-        deserialize_with = "some",
-        skip_serializing_if = "Option::is_none"
-    )]
+    #[serde(default, deserialize_with = "some")]
     pub active_execution: Option<ActiveExecution>,
 }

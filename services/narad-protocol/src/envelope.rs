@@ -131,6 +131,7 @@ pub struct AuthorityEnvelope {
 
 /// The flat form in which envelope fields arrive; turned into an
 /// [`AuthorityEnvelope`] once the positions are checked as wholes.
+#[serde_with::skip_serializing_none]
 #[derive(Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub(crate) struct RawAuthorityEnvelope {
@@ -236,6 +237,7 @@ fn whole<const N: usize>(
 }
 
 /// The fields of every watch event besides its body (§8).
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct WatchEnvelope {
@@ -248,15 +250,12 @@ pub struct WatchEnvelope {
     /// Monotonic within the scope; may skip values, never regresses.
     pub revision: UInt,
     /// The authority advance this notification covers, when given.
-    #[serde(
-        default,
-        deserialize_with = "some",
-        skip_serializing_if = "Option::is_none"
-    )]
+    #[serde(default, deserialize_with = "some")]
     pub cursor: Option<Cursor>,
 }
 
 /// A typed authority cursor carried by watch events (§8).
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "lowercase")]
 pub enum Cursor {
@@ -264,11 +263,7 @@ pub enum Cursor {
     #[serde(rename_all = "camelCase")]
     Session {
         /// The session, when not implied by the event.
-        #[serde(
-            default,
-            deserialize_with = "some",
-            skip_serializing_if = "Option::is_none"
-        )]
+        #[serde(default, deserialize_with = "some")]
         session_id: Option<SessionId>,
         /// The greatest session sequence covered.
         session_sequence: Sequence,

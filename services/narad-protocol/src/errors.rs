@@ -86,6 +86,7 @@ error_codes! {
 }
 
 /// The error envelope of every API answer that is not a success.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ErrorBody {
@@ -97,18 +98,10 @@ pub struct ErrorBody {
     /// What went wrong and what to do next; never internal detail.
     pub message: String,
     /// Per-field problems: JSON pointer → what is wrong there.
-    #[serde(
-        default,
-        deserialize_with = "some",
-        skip_serializing_if = "Option::is_none"
-    )]
+    #[serde(default, deserialize_with = "some")]
     pub fields: Option<BTreeMap<String, String>>,
     /// The protocol rule id, when a rule of narad/v1 was broken.
-    #[serde(
-        default,
-        deserialize_with = "some",
-        skip_serializing_if = "Option::is_none"
-    )]
+    #[serde(default, deserialize_with = "some")]
     pub rule: Option<String>,
 }
 

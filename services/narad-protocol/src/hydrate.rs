@@ -46,6 +46,7 @@ pub struct TranscriptRedaction {
 }
 
 /// One message of a transcript snapshot.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct TranscriptMessage {
@@ -60,46 +61,22 @@ pub struct TranscriptMessage {
     /// Whether the message is whole.
     pub completed: bool,
     /// The run journal, for run-scoped messages.
-    #[serde(
-        default,
-        deserialize_with = "some",
-        skip_serializing_if = "Option::is_none"
-    )]
+    #[serde(default, deserialize_with = "some")]
     pub root_run_id: Option<RunId>,
     /// The run, for run-scoped messages.
-    #[serde(
-        default,
-        deserialize_with = "some",
-        skip_serializing_if = "Option::is_none"
-    )]
+    #[serde(default, deserialize_with = "some")]
     pub run_id: Option<RunId>,
     /// The workflow, for workflow-scoped messages.
-    #[serde(
-        default,
-        deserialize_with = "some",
-        skip_serializing_if = "Option::is_none"
-    )]
+    #[serde(default, deserialize_with = "some")]
     pub workflow_id: Option<WorkflowId>,
     /// Admitted inputs it refers to.
-    #[serde(
-        default,
-        deserialize_with = "some",
-        skip_serializing_if = "Option::is_none"
-    )]
+    #[serde(default, deserialize_with = "some")]
     pub attachment_ids: Option<Vec<AttachmentId>>,
     /// Reasoning joined to this message.
-    #[serde(
-        default,
-        deserialize_with = "some",
-        skip_serializing_if = "Option::is_none"
-    )]
+    #[serde(default, deserialize_with = "some")]
     pub reasoning: Option<Vec<TranscriptReasoning>>,
     /// A display redaction, when one was recorded.
-    #[serde(
-        default,
-        deserialize_with = "some",
-        skip_serializing_if = "Option::is_none"
-    )]
+    #[serde(default, deserialize_with = "some")]
     pub redaction: Option<TranscriptRedaction>,
 }
 
@@ -118,32 +95,26 @@ pub struct MessagesSnapshot {
 }
 
 /// The source cursor of a run-scope graph record (§9.7).
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct SourceRunCursor {
     /// A committed run-tree sequence of the root journal.
     pub sequence: Sequence,
     /// The root journal, when repeated here.
-    #[serde(
-        default,
-        deserialize_with = "some",
-        skip_serializing_if = "Option::is_none"
-    )]
+    #[serde(default, deserialize_with = "some")]
     pub root_run_id: Option<RunId>,
 }
 
 /// The source cursor of a workflow-scope graph record (§9.7).
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct SourceWorkflowCursor {
     /// A committed workflow sequence.
     pub sequence: Sequence,
     /// The workflow, when repeated here.
-    #[serde(
-        default,
-        deserialize_with = "some",
-        skip_serializing_if = "Option::is_none"
-    )]
+    #[serde(default, deserialize_with = "some")]
     pub workflow_id: Option<WorkflowId>,
 }
 

@@ -55,6 +55,7 @@ pub struct WorkspaceRevision {
 }
 
 /// `session.created` and `session.updated`: a session's catalogue entry.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct SessionChanged {
@@ -63,18 +64,10 @@ pub struct SessionChanged {
     /// The affected session.
     pub session_id: SessionId,
     /// Its title.
-    #[serde(
-        default,
-        deserialize_with = "some",
-        skip_serializing_if = "Option::is_none"
-    )]
+    #[serde(default, deserialize_with = "some")]
     pub title: Option<String>,
     /// Its metadata.
-    #[serde(
-        default,
-        deserialize_with = "some",
-        skip_serializing_if = "Option::is_none"
-    )]
+    #[serde(default, deserialize_with = "some")]
     pub metadata: Option<JsonObject>,
 }
 

@@ -176,11 +176,11 @@ wire_types! {
     authority {
         RunStarted(RunStarted) = "run.started", Core, RUN_TREE;
         RunPaused(RunPaused) = "run.paused", Core, RUN_TREE;
-        RunResumed(RunResumed) = "run.resumed", Core, RUN_TREE;
+        RunResumed(Resumed) = "run.resumed", Core, RUN_TREE;
         RunStopRequested(RunStopRequested) = "run.stop.requested", Core, RUN_TREE;
-        RunFinished(RunFinished) = "run.finished", Core, RUN_TREE;
-        RunError(RunError) = "run.error", Core, RUN_TREE;
-        RunCancelled(RunCancelled) = "run.cancelled", Core, RUN_TREE;
+        RunFinished(Finished) = "run.finished", Core, RUN_TREE;
+        RunError(Failed) = "run.error", Core, RUN_TREE;
+        RunCancelled(Cancelled) = "run.cancelled", Core, RUN_TREE;
         InterruptRequested(InterruptRequested) = "interrupt.requested", Core, SCOPED;
         InterruptResolved(InterruptResolved) = "interrupt.resolved", Core, SCOPED;
         ToolCallStarted(ToolCallStarted) = "tool.call.started", Core, RUN_TREE;
@@ -188,10 +188,10 @@ wire_types! {
 
         WorkflowStarted(WorkflowStarted) = "workflow.started", Workflow, WORKFLOW;
         WorkflowPaused(WorkflowPaused) = "workflow.paused", Workflow, WORKFLOW;
-        WorkflowResumed(WorkflowResumed) = "workflow.resumed", Workflow, WORKFLOW;
-        WorkflowFinished(WorkflowFinished) = "workflow.finished", Workflow, WORKFLOW;
-        WorkflowError(WorkflowError) = "workflow.error", Workflow, WORKFLOW;
-        WorkflowCancelled(WorkflowCancelled) = "workflow.cancelled", Workflow, WORKFLOW;
+        WorkflowResumed(Resumed) = "workflow.resumed", Workflow, WORKFLOW;
+        WorkflowFinished(Finished) = "workflow.finished", Workflow, WORKFLOW;
+        WorkflowError(Failed) = "workflow.error", Workflow, WORKFLOW;
+        WorkflowCancelled(Cancelled) = "workflow.cancelled", Workflow, WORKFLOW;
         WorkflowEdgeTaken(WorkflowEdgeTaken) = "workflow.edge.taken", Workflow, WORKFLOW;
         WorkflowStepStarted(WorkflowStepStarted) = "workflow.step.started", Workflow, WORKFLOW;
 
