@@ -15,17 +15,25 @@
 //! - [`wire`]: the registry of wire types and the typed wire objects;
 //! - [`classify`]: the entry point for raw JSON;
 //! - [`commands`]: the inbound command bodies;
-//! - [`errors`]: error codes and the error envelope.
+//! - [`errors`]: error codes and the error envelope;
+//! - [`rules`]: the rule registry and [`rules::Violation`];
+//! - [`engine`]: the rule engine, [`engine::SessionState`];
+//! - [`reducer`]: the client reducer of delivered objects;
+//! - [`conformance`]: the golden-trace runner.
 
 pub mod authority;
 pub mod classify;
 pub mod commands;
+pub mod conformance;
 pub mod control;
+pub mod engine;
 pub mod envelope;
 pub mod errors;
 pub mod hydrate;
 pub mod primitives;
 pub mod profile;
+pub mod reducer;
+pub mod rules;
 pub mod watch;
 pub mod wire;
 
