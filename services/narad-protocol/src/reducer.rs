@@ -498,3 +498,60 @@ pub fn wire_violation(e: &WireError) -> Violation {
     };
     Violation::new(rule, e.to_string())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::primitives::RunId;
+
+    fn event(seq: u64, ty: &str, run: Option<(&str, &str, u64)>, body: Value) -> Value {
+        let mut e = json!({"protocolVersion": "narad/v1", "type": ty, "eventId": format!("e{seq}"),
+            "timestamp": "2026-08-05T04:00:00Z", "sessionId": "s", "sessionSequence": seq});
+        if let Some((root, run, n)) = run {
+            e["rootRunId"] = json!(root);
+            e["runId"] = json!(run);
+            e["sequence"] = json!(n);
+        }
+        for (k, v) in body.as_object().unwrap() {
+            e[k] = v.clone();
+        }
+        e
+    }
+
+    #[test]
+    fn nested_run_messages_show_only_when_the_run_is_opened() {
+        let mut r = Reducer::new(ProfileSet::all());
+        let lines = [
+            event(1, "run.started", Some(("r1", "r1", 1)), json!({})),
+            event(
+                2,
+                "run.started",
+                Some(("r1", "r2", 2)),
+                json!({"parentRunId": "r1"}),
+            ),
+            event(
+                3,
+                "message.user.recorded",
+                Some(("r1", "r2", 3)),
+                json!({"messageId": "m", "messageScope": "run", "content": "nested"}),
+            ),
+        ];
+        for l in &lines {
+            r.deliver_json(l).unwrap();
+        }
+        assert!(r.transcript(&[]).is_empty());
+        let opened = r.transcript(&[RunId::new("r2").unwrap()]);
+        assert_eq!(opened.len(), 1);
+    }
+
+    #[test]
+    fn control_messages_are_ignored_never_acted_on() {
+        let mut r = Reducer::new(ProfileSet::all());
+        let before = r.to_json();
+        let execute = json!({"protocolVersion": "narad/v1", "type": "client.tool.execute",
+            "clientExecutorId": "d", "leaseId": "l", "executionToken": "t",
+            "executionTokenExpiresAt": "2026-08-05T04:01:00Z", "toolCallId": "tc", "toolName": "x", "args": {}});
+        assert_eq!(r.deliver_json(&execute).unwrap(), Delivered::Ignored);
+        assert_eq!(r.to_json(), before);
+    }
+}

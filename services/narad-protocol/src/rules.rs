@@ -275,6 +275,31 @@ mod tests {
     use super::*;
 
     #[test]
+    fn rules_doc_matches_the_registry() {
+        let doc = include_str!("../../../docs/rules.md");
+        let rows: Vec<(String, String, String)> = doc
+            .lines()
+            .filter(|l| l.starts_with("| `"))
+            .map(|l| {
+                let cells: Vec<&str> = l.split(" | ").collect();
+                (
+                    cells[0]
+                        .trim_start_matches("| ")
+                        .trim_matches('`')
+                        .to_owned(),
+                    cells[1].to_owned(),
+                    cells[2].trim_end_matches(" |").to_owned(),
+                )
+            })
+            .collect();
+        let registry: Vec<(String, String, String)> = ALL
+            .iter()
+            .map(|r| (r.id.to_owned(), r.section.to_owned(), r.summary.to_owned()))
+            .collect();
+        assert_eq!(rows, registry, "docs/rules.md and rules::ALL disagree");
+    }
+
+    #[test]
     fn rule_ids_are_unique_and_dotted() {
         let mut seen = std::collections::HashSet::new();
         for r in ALL {

@@ -28,6 +28,23 @@ enum Command {
     /// rejected with an error code and the JSON pointer of the problem.
     /// Exits 1 when any line is rejected.
     Check(CheckArgs),
+    /// Golden conformance traces (conformance/README.md).
+    #[command(subcommand)]
+    Conformance(ConformanceCommand),
+}
+
+#[derive(Subcommand)]
+enum ConformanceCommand {
+    /// Run every trace of a directory (NAME.jsonl beside NAME.expect.json)
+    /// against the rule engine and the reducer. Ends with the line
+    /// "N passed, M failed"; exits 1 when any trace fails.
+    Check {
+        /// The directory of traces, e.g. conformance/traces.
+        dir: PathBuf,
+        /// Print only failures and the summary.
+        #[arg(long, short)]
+        quiet: bool,
+    },
 }
 
 #[derive(clap::Args)]
@@ -47,6 +64,9 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Config(config) => print_config(&config),
         Command::Check(args) => check(&args),
+        Command::Conformance(ConformanceCommand::Check { dir, quiet }) => {
+            conformance_check(&dir, quiet)
+        }
     };
     match result {
         Ok(code) => code,
@@ -60,6 +80,37 @@ fn main() -> ExitCode {
 fn print_config(config: &Config) -> anyhow::Result<ExitCode> {
     println!("{}", serde_json::to_string_pretty(config)?);
     Ok(ExitCode::SUCCESS)
+}
+
+fn conformance_check(dir: &std::path::Path, quiet: bool) -> anyhow::Result<ExitCode> {
+    let traces = narad_protocol::conformance::load_dir(dir).map_err(anyhow::Error::msg)?;
+    if traces.is_empty() {
+        anyhow::bail!(
+            "no traces (NAME.jsonl with NAME.expect.json) in {}",
+            dir.display()
+        );
+    }
+    let (mut passed, mut failed) = (0u64, 0u64);
+    for trace in &traces {
+        match narad_protocol::conformance::check(trace) {
+            Ok(()) => {
+                passed += 1;
+                if !quiet {
+                    println!("PASS {}", trace.name);
+                }
+            }
+            Err(why) => {
+                failed += 1;
+                println!("FAIL {}: {why}", trace.name);
+            }
+        }
+    }
+    println!("{passed} passed, {failed} failed");
+    Ok(if failed > 0 {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    })
 }
 
 fn check(args: &CheckArgs) -> anyhow::Result<ExitCode> {

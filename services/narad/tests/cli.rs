@@ -136,3 +136,58 @@ fn the_readme_run_command_accepts_the_example_file() {
         "{out}"
     );
 }
+
+#[test]
+fn conformance_check_passes_the_shipped_traces() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../conformance/traces");
+    let (code, out, err) = narad(&["conformance", "check", dir.to_str().unwrap()], "", &[]);
+    assert_eq!(code, 0, "{out}{err}");
+    let last = out.lines().last().unwrap();
+    assert!(last.ends_with(" passed, 0 failed"), "{last}");
+    assert!(
+        out.contains("PASS run-terminal-with-open-tool-call"),
+        "{out}"
+    );
+}
+
+#[test]
+fn conformance_check_reports_a_wrong_expectation_and_exits_1() {
+    let dir = std::env::temp_dir().join(format!("narad-conformance-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let started = r#"{"protocolVersion":"narad/v1","type":"run.started","eventId":"e1","timestamp":"2026-08-05T04:00:00Z","sessionId":"s","sessionSequence":1,"rootRunId":"r","runId":"r","sequence":1}"#;
+    let tool = r#"{"protocolVersion":"narad/v1","type":"tool.call.started","eventId":"e2","timestamp":"2026-08-05T04:00:01Z","sessionId":"s","sessionSequence":2,"rootRunId":"r","runId":"r","sequence":2,"toolCallId":"t","toolName":"x","executor":"backend","args":{}}"#;
+    let finished = r#"{"protocolVersion":"narad/v1","type":"run.finished","eventId":"e3","timestamp":"2026-08-05T04:00:02Z","sessionId":"s","sessionSequence":3,"rootRunId":"r","runId":"r","sequence":3}"#;
+    std::fs::write(
+        dir.join("claims-accept.jsonl"),
+        format!("{started}\n{tool}\n{finished}\n"),
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("claims-accept.expect.json"),
+        r#"{"spec":"§6.2","description":"wrongly expects acceptance","profiles":[],"mode":"journal","outcome":"accept"}"#,
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("right-rule.jsonl"),
+        format!("{started}\n{tool}\n{finished}\n"),
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("right-rule.expect.json"),
+        r#"{"spec":"§6.2","description":"open work","profiles":[],"mode":"journal","outcome":"reject","rejectAt":3,"rule":"run.terminal.open-work"}"#,
+    )
+    .unwrap();
+    let (code, out, _) = narad(
+        &["conformance", "check", "--quiet", dir.to_str().unwrap()],
+        "",
+        &[],
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.contains("FAIL claims-accept: line 3 was rejected: [run.terminal.open-work]"),
+        "{out}"
+    );
+    assert!(!out.contains("PASS"), "--quiet prints failures only: {out}");
+    assert_eq!(out.lines().last(), Some("1 passed, 1 failed"));
+}
