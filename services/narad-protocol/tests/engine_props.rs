@@ -446,3 +446,132 @@ proptest! {
         }
     }
 }
+
+/// An emulated journal store: the session core and entities as rows.
+#[derive(Default)]
+struct Rows {
+    core: narad_protocol::engine::SessionCore,
+    entities: std::collections::BTreeMap<narad_protocol::engine::EntityKey, Value>,
+    /// Event ids, as the journal's unique index keeps them.
+    event_ids: std::collections::BTreeSet<String>,
+}
+
+impl Rows {
+    /// Loads what the contract says one event needs: the core, the keys the
+    /// event references, and the open runs of every run journal named.
+    fn load_for(
+        &self,
+        event: &narad_protocol::AuthorityEvent,
+    ) -> narad_protocol::engine::SessionState {
+        use narad_protocol::engine::{EntityKey, SessionState, referenced_keys};
+        let mut state = SessionState::from_core(self.core.clone());
+        let keys = referenced_keys(event);
+        let roots: Vec<String> = keys
+            .iter()
+            .filter_map(|k| match k {
+                EntityKey::RunJournal(r) => Some(r.as_str().to_owned()),
+                _ => None,
+            })
+            .collect();
+        for (k, v) in &self.entities {
+            let open_run_of_root = matches!(k, EntityKey::Run(_))
+                && roots.iter().any(|r| v["rootRunId"] == json!(r))
+                && matches!(v["state"].as_str(), Some("running" | "paused"));
+            if keys.contains(k) || open_run_of_root {
+                state.load_entity(k.clone(), v.clone()).unwrap();
+            }
+        }
+        state
+    }
+
+    fn store(&mut self, state: &narad_protocol::engine::SessionState) {
+        self.core = state.core();
+        for (k, v) in state.entities() {
+            self.entities.insert(k, v);
+        }
+    }
+}
+
+fn parse(line: &Value) -> Option<narad_protocol::AuthorityEvent> {
+    match narad_protocol::Reader::all_profiles().classify(line) {
+        Ok(narad_protocol::Classified::Accepted(o)) => match *o {
+            narad_protocol::WireObject::Authority(e) => Some(e),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+/// Applies `lines` to the whole state and, event by event, to states
+/// loaded from rows as the journal will; both must agree throughout.
+fn assert_partial_loading_agrees(lines: &[Value]) {
+    let mut full = narad_protocol::engine::SessionState::new();
+    let mut rows = Rows::default();
+    for line in lines {
+        let Some(event) = parse(line) else { return };
+        let mut partial = rows.load_for(&event);
+        let verdict_full = full.apply(&event);
+        if rows.event_ids.contains(event.envelope.event_id.as_str()) {
+            // The journal's deduplication refuses it before the engine runs.
+            assert_eq!(verdict_full.unwrap_err().rule, rules::EVENT_ID_UNIQUE.id);
+            return;
+        }
+        rows.event_ids
+            .insert(event.envelope.event_id.as_str().to_owned());
+        let verdict_partial = partial.apply(&event);
+        assert_eq!(verdict_full, verdict_partial, "verdicts differ on {line}");
+        if verdict_full.is_err() {
+            return;
+        }
+        rows.store(&partial);
+        let stored: std::collections::BTreeMap<_, _> = rows.entities.clone();
+        let whole: std::collections::BTreeMap<_, _> = full.entities().into_iter().collect();
+        assert_eq!(
+            stored, whole,
+            "stored entities differ from the whole state after {line}"
+        );
+        assert_eq!(rows.core, full.core());
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 200, failure_persistence: None, ..ProptestConfig::default() })]
+
+    /// The journal loads, per append, only the core, the referenced
+    /// entities and the open runs of the referenced journals: on valid and
+    /// on mutated sessions that gives the verdicts and the state of the
+    /// whole in-memory engine.
+    #[test]
+    fn loading_only_what_an_event_references_gives_the_same_verdicts(
+        choices in prop::collection::vec(any::<u8>(), 1..60),
+        mutate in any::<bool>(),
+        which in any::<prop::sample::Index>(),
+        field in any::<prop::sample::Index>(),
+    ) {
+        let mut lines = session(&choices);
+        if mutate {
+            let at = which.index(lines.len());
+            let obj = lines[at].as_object_mut().unwrap();
+            let keys: Vec<String> = obj.keys().cloned().collect();
+            let key = keys[field.index(keys.len())].clone();
+            obj.insert(key, json!("run-1"));
+        }
+        assert_partial_loading_agrees(&lines);
+    }
+}
+
+#[test]
+fn loading_only_what_an_event_references_agrees_on_every_journal_trace() {
+    let dir = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../conformance/traces");
+    for t in conformance::load_dir(&dir).unwrap() {
+        if t.manifest.mode != Mode::Journal {
+            continue;
+        }
+        let lines: Vec<Value> = t
+            .lines
+            .iter()
+            .map(|(_, l)| serde_json::from_str(l).unwrap())
+            .collect();
+        assert_partial_loading_agrees(&lines);
+    }
+}

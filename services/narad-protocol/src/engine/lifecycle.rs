@@ -3,7 +3,7 @@
 //! Every handler checks first and mutates last, so that a refused event
 //! leaves the state unchanged.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use super::{
     Applied, InterruptState, Owner, PendingPause, RunState, SessionState, Slot, Status,
@@ -91,7 +91,7 @@ impl SessionState {
                 stop_requested: false,
                 open_children: BTreeSet::new(),
                 open_tool_calls: BTreeSet::new(),
-                open_interrupts: BTreeSet::new(),
+                open_interrupts: BTreeMap::new(),
             },
         );
         if let Some(parent_id) = &b.parent_run_id {
@@ -224,7 +224,7 @@ impl SessionState {
             ));
         }
         if let Some(i) = interrupt_id
-            && self.interrupts[i].decision.is_none()
+            && run.open_interrupts.contains_key(i)
         {
             return Err(violation(
                 rules::RUN_RESUME_INTERRUPT_OPEN,
@@ -287,7 +287,7 @@ impl SessionState {
         let mut open = Vec::new();
         open.extend(run.open_children.iter().map(|c| format!("child run {c}")));
         open.extend(run.open_tool_calls.iter().map(|t| format!("tool call {t}")));
-        open.extend(run.open_interrupts.iter().map(|i| format!("interrupt {i}")));
+        open.extend(run.open_interrupts.keys().map(|i| format!("interrupt {i}")));
         if !open.is_empty() {
             return Err(violation(
                 rules::RUN_TERMINAL_OPEN_WORK,
@@ -391,7 +391,9 @@ impl SessionState {
         match &owner {
             Owner::Run { run_id } => {
                 let root = self.runs[run_id].root_run_id.clone();
-                self.run_mut(run_id).open_interrupts.insert(id.clone());
+                self.run_mut(run_id)
+                    .open_interrupts
+                    .insert(id.clone(), blocking);
                 if pending.is_some() {
                     self.run_journals
                         .get_mut(&root)
@@ -401,7 +403,7 @@ impl SessionState {
             }
             Owner::Workflow { workflow_id } => {
                 let wf = self.workflows.get_mut(workflow_id).expect("exists");
-                wf.open_interrupts.insert(id.clone());
+                wf.open_interrupts.insert(id.clone(), blocking);
                 if pending.is_some() {
                     wf.pending_pause = pending;
                 }
@@ -421,8 +423,12 @@ impl SessionState {
         Ok(())
     }
 
-    fn no_open_blocking(&self, open: &BTreeSet<InterruptId>, who: &str) -> Result<(), Violation> {
-        match open.iter().find(|i| self.interrupts[*i].blocking) {
+    fn no_open_blocking(
+        &self,
+        open: &BTreeMap<InterruptId, bool>,
+        who: &str,
+    ) -> Result<(), Violation> {
+        match open.iter().find(|(_, blocking)| **blocking).map(|(i, _)| i) {
             Some(i) => Err(violation(
                 rules::INTERRUPT_SINGLE_OPEN,
                 format!("{who} already has open blocking interrupt {i}"),
@@ -632,7 +638,7 @@ impl SessionState {
                 status: Status::Running,
                 active_top_level_run: None,
                 open_runs: BTreeSet::new(),
-                open_interrupts: BTreeSet::new(),
+                open_interrupts: BTreeMap::new(),
                 pending_pause: None,
             },
         );
@@ -710,7 +716,7 @@ impl SessionState {
         };
         let interrupt_open = interrupt_id
             .as_ref()
-            .is_some_and(|i| self.interrupts[i].decision.is_none());
+            .is_some_and(|i| wf.open_interrupts.contains_key(i));
         if wait_id != &b.wait_id || interrupt_open {
             return Err(violation(
                 rules::WORKFLOW_RESUME_WAIT,
@@ -757,7 +763,7 @@ impl SessionState {
         }
         let mut open = Vec::new();
         open.extend(wf.open_runs.iter().map(|r| format!("run {r}")));
-        open.extend(wf.open_interrupts.iter().map(|i| format!("interrupt {i}")));
+        open.extend(wf.open_interrupts.keys().map(|i| format!("interrupt {i}")));
         if !open.is_empty() {
             return Err(violation(
                 rules::WORKFLOW_TERMINAL_OPEN_WORK,

@@ -11,7 +11,11 @@
 //! alone (§4.2).
 
 mod content;
+mod entities;
 mod lifecycle;
+
+pub use entities::{EntityKey, SessionCore, referenced_keys};
+pub use lifecycle::{EXPIRED, fold_members};
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -89,9 +93,9 @@ pub struct RunState {
     /// Open tool calls.
     #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
     pub open_tool_calls: BTreeSet<ToolCallId>,
-    /// Open interrupts.
-    #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
-    pub open_interrupts: BTreeSet<InterruptId>,
+    /// Open interrupts, each with whether it blocks.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub open_interrupts: BTreeMap<InterruptId, bool>,
 }
 
 impl RunState {
@@ -140,9 +144,9 @@ pub struct WorkflowState {
     /// Its open runs, at any depth.
     #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
     pub open_runs: BTreeSet<RunId>,
-    /// Its open workflow-scope interrupts.
-    #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
-    pub open_interrupts: BTreeSet<InterruptId>,
+    /// Its open workflow-scope interrupts, each with whether it blocks.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub open_interrupts: BTreeMap<InterruptId, bool>,
     /// A blocking interrupt awaiting its consecutive pause.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pending_pause: Option<PendingPause>,
