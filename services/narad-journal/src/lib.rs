@@ -1,6 +1,141 @@
-//! The narad journal: Postgres migrations, the append transaction (tenant
-//! scoping, session lock, deduplication, the rule engine, sequence
-//! assignment, projections and outbox in one transaction), history reads,
-//! executor leases and execution tokens.
+//! The narad journal: the durable memory of narad/v1 sessions on Postgres.
 //!
-//! Empty for now: the wire model it stores lives in `narad-protocol`.
+//! One transaction per append batch does everything — tenant scoping, the
+//! session lock, deduplication, the rule engine, sequence assignment, the
+//! events, the engine's state and the outbox — or nothing. It takes two
+//! pipelined round trips: one that begins, scopes, locks and reads what the
+//! batch can touch; one that writes and commits.
+//!
+//! Modules:
+//! - [`append`]: the append transaction;
+//! - [`history`]: history reads with every cursor form of §10.2;
+//! - [`sessions`]: creating, reading and listing sessions;
+//! - [`rebuild`]: deriving the engine's state from the events alone;
+//! - [`error`]: failures and their client-facing envelopes.
+
+pub mod append;
+pub mod error;
+pub mod history;
+pub mod rebuild;
+pub mod sessions;
+
+use std::fmt;
+use std::str::FromStr;
+
+use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
+use tokio_postgres::NoTls;
+
+pub use append::{AppendOptions, Appended, AppendedEvent};
+pub use error::JournalError;
+pub use history::{HistoryPage, HistoryQuery};
+pub use sessions::{NewSession, SessionRecord};
+
+/// The migrations of `migrations/`, embedded.
+pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations");
+
+/// Applies the migrations to the database at `url`; applying them to a
+/// migrated database changes nothing.
+pub async fn migrate(url: &str) -> Result<(), sqlx::migrate::MigrateError> {
+    use sqlx::Connection;
+    let mut conn = sqlx::PgConnection::connect(url).await?;
+    MIGRATOR.run(&mut conn).await?;
+    conn.close()
+        .await
+        .map_err(sqlx::migrate::MigrateError::from)
+}
+
+/// A tenant (an organisation): every row narad stores belongs to one.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct TenantId(String);
+
+impl TenantId {
+    /// Wraps a tenant id: 1 to 256 characters.
+    pub fn new(s: impl Into<String>) -> Result<Self, String> {
+        let s = s.into();
+        if s.is_empty() || s.chars().count() > 256 {
+            return Err("a tenant id has 1 to 256 characters".to_owned());
+        }
+        Ok(Self(s))
+    }
+
+    /// The id.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for TenantId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// The journal: a pool of connections to its database.
+#[derive(Clone)]
+pub struct Journal {
+    pool: Pool,
+}
+
+impl Journal {
+    /// Connects to the database at `url` with a pool of at most
+    /// `max_connections`.
+    pub fn connect(url: &str, max_connections: usize) -> Result<Journal, JournalError> {
+        let config = tokio_postgres::Config::from_str(url)?;
+        let manager = Manager::from_config(
+            config,
+            NoTls,
+            ManagerConfig {
+                recycling_method: RecyclingMethod::Fast,
+            },
+        );
+        let pool = Pool::builder(manager)
+            .max_size(max_connections)
+            .build()
+            .map_err(|e| JournalError::Corrupt(format!("cannot build the pool: {e}")))?;
+        Ok(Journal { pool })
+    }
+
+    /// The connection pool, for the server's own queries.
+    pub fn pool(&self) -> &Pool {
+        &self.pool
+    }
+}
+
+/// Statements that open a tenant-scoped transaction: run as the role that
+/// owns nothing, so that row-level security applies even to a superuser's
+/// connection, with the tenant set for this transaction only.
+const BEGIN_SCOPED: &str = "begin; set local role narad_app";
+const SET_TENANT: &str = "select set_config('narad.tenant_id', $1, true)";
+
+/// Runs `body` in a tenant-scoped transaction: commits when it returns
+/// `Ok`, rolls back otherwise.
+pub(crate) async fn in_tenant<T, F>(
+    client: &deadpool_postgres::Client,
+    tenant: &TenantId,
+    body: F,
+) -> Result<T, JournalError>
+where
+    F: AsyncFnOnce(&deadpool_postgres::Client) -> Result<T, JournalError>,
+{
+    let set = client.prepare_cached(SET_TENANT).await?;
+    let t = tenant.as_str();
+    let params: [&(dyn tokio_postgres::types::ToSql + Sync); 1] = [&t];
+    let begun = futures::try_join!(
+        client.batch_execute(BEGIN_SCOPED),
+        client.query(&set, &params)
+    );
+    if let Err(e) = begun {
+        let _ = client.batch_execute("rollback").await;
+        return Err(e.into());
+    }
+    match body(client).await {
+        Ok(v) => {
+            client.batch_execute("commit").await?;
+            Ok(v)
+        }
+        Err(e) => {
+            let _ = client.batch_execute("rollback").await;
+            Err(e)
+        }
+    }
+}

@@ -79,6 +79,8 @@ error_codes! {
     SessionSlotTaken = "NRD-0204", 409, "Session busy";
     /// The interrupt has already been resolved.
     InterruptAlreadyResolved = "NRD-0205", 409, "Interrupt already resolved";
+    /// A session with the requested id already exists.
+    SessionExists = "NRD-0206", 409, "Session exists";
     /// History cursors that identify different positions.
     CursorConflict = "NRD-0301", 400, "Cursor conflict";
     /// The database cannot be reached.

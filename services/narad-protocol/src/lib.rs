@@ -19,7 +19,8 @@
 //! - [`rules`]: the rule registry and [`rules::Violation`];
 //! - [`engine`]: the rule engine, [`engine::SessionState`];
 //! - [`reducer`]: the client reducer of delivered objects;
-//! - [`conformance`]: the golden-trace runner.
+//! - [`conformance`]: the golden-trace runner;
+//! - [`testing`]: a generator of valid sessions for tests and benchmarks.
 
 pub mod authority;
 pub mod classify;
@@ -34,6 +35,7 @@ pub mod primitives;
 pub mod profile;
 pub mod reducer;
 pub mod rules;
+pub mod testing;
 pub mod watch;
 pub mod wire;
 

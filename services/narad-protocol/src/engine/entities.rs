@@ -110,6 +110,7 @@ pub struct SessionCore {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session_id: Option<SessionId>,
     /// The last sessionSequence.
+    #[serde(default)]
     pub session_sequence: u64,
     /// The active top-level execution.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -1,0 +1,146 @@
+//! Sessions: create, read, list.
+
+use narad_protocol::engine::SessionCore;
+use narad_protocol::primitives::{JsonObject, SessionId};
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::{Journal, JournalError, TenantId, in_tenant};
+
+/// What a new session is created with.
+#[derive(Debug, Clone, Default)]
+pub struct NewSession {
+    /// The id; narad issues a UUIDv7 when absent.
+    pub session_id: Option<SessionId>,
+    /// A title.
+    pub title: Option<String>,
+    /// Metadata.
+    pub metadata: Option<JsonObject>,
+}
+
+/// A session as stored.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SessionRecord {
+    /// The session.
+    pub session_id: String,
+    /// Its title.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub title: Option<String>,
+    /// Its metadata.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub metadata: Option<Value>,
+    /// When it was created (RFC 3339).
+    pub created_at: String,
+    /// When it was archived, if it was.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub archived_at: Option<String>,
+    /// The last sessionSequence (0: no authority yet).
+    pub session_sequence: u64,
+    /// The active top-level execution.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub active_execution: Option<Value>,
+}
+
+const SESSION_COLUMNS: &str = "session_id, title, metadata, \
+    to_char(created_at at time zone 'utc', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"'), \
+    to_char(archived_at at time zone 'utc', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"'), \
+    session_sequence, core";
+
+fn record(row: &tokio_postgres::Row) -> Result<SessionRecord, JournalError> {
+    let core: Value = row.get(6);
+    let core: SessionCore = serde_json::from_value(core)
+        .map_err(|e| JournalError::Corrupt(format!("session core: {e}")))?;
+    Ok(SessionRecord {
+        session_id: row.get(0),
+        title: row.get(1),
+        metadata: row.get(2),
+        created_at: row.get(3),
+        archived_at: row.get(4),
+        session_sequence: row.get::<_, i64>(5) as u64,
+        active_execution: core
+            .slot
+            .map(|s| serde_json::to_value(s).expect("serialises")),
+    })
+}
+
+impl Journal {
+    /// Creates a session. An id that exists already is refused
+    /// ([`JournalError::SessionExists`]).
+    pub async fn create_session(
+        &self,
+        tenant: &TenantId,
+        new: NewSession,
+    ) -> Result<SessionRecord, JournalError> {
+        let id = new
+            .session_id
+            .map(|s| s.as_str().to_owned())
+            .unwrap_or_else(|| narad_protocol::primitives::EventId::new_v7().to_string());
+        let metadata = new.metadata.map(Value::Object);
+        let client = self.pool.get().await?;
+        in_tenant(&client, tenant, async |c| {
+            let stmt = c
+                .prepare_cached(&format!(
+                    "insert into sessions (tenant_id, session_id, title, metadata) \
+                     values ($1, $2, $3, $4) on conflict do nothing returning {SESSION_COLUMNS}"
+                ))
+                .await?;
+            match c
+                .query_opt(&stmt, &[&tenant.as_str(), &id, &new.title, &metadata])
+                .await?
+            {
+                Some(row) => record(&row),
+                None => Err(JournalError::SessionExists(id.clone())),
+            }
+        })
+        .await
+    }
+
+    /// Reads a session.
+    pub async fn session(
+        &self,
+        tenant: &TenantId,
+        session_id: &str,
+    ) -> Result<SessionRecord, JournalError> {
+        let client = self.pool.get().await?;
+        in_tenant(&client, tenant, async |c| {
+            let stmt = c
+                .prepare_cached(&format!(
+                    "select {SESSION_COLUMNS} from sessions where tenant_id = $1 and session_id = $2"
+                ))
+                .await?;
+            match c.query_opt(&stmt, &[&tenant.as_str(), &session_id]).await? {
+                Some(row) => record(&row),
+                None => Err(JournalError::SessionNotFound(session_id.to_owned())),
+            }
+        })
+        .await
+    }
+
+    /// Lists a tenant's sessions oldest first, `limit` at a time, after the
+    /// session id `after` (a cursor from the previous page).
+    pub async fn sessions(
+        &self,
+        tenant: &TenantId,
+        after: Option<&str>,
+        limit: u32,
+    ) -> Result<Vec<SessionRecord>, JournalError> {
+        let client = self.pool.get().await?;
+        in_tenant(&client, tenant, async |c| {
+            let stmt = c
+                .prepare_cached(&format!(
+                    "select {SESSION_COLUMNS} from sessions \
+                     where tenant_id = $1 and ($2::text is null or (created_at, session_id) > \
+                       (select created_at, session_id from sessions where tenant_id = $1 and session_id = $2)) \
+                     order by created_at, session_id limit $3"
+                ))
+                .await?;
+            c.query(&stmt, &[&tenant.as_str(), &after, &i64::from(limit)])
+                .await?
+                .iter()
+                .map(record)
+                .collect()
+        })
+        .await
+    }
+}

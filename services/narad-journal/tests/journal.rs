@@ -1,0 +1,899 @@
+//! The journal against a real Postgres: each test has a fresh database
+//! (narad-testkit).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use narad_journal::{
+    AppendOptions, HistoryQuery, Journal, JournalError, MIGRATOR, NewSession, TenantId,
+};
+use narad_protocol::primitives::SessionId;
+use narad_testkit::TestDatabase;
+use serde_json::{Value, json};
+
+struct Fixture {
+    db: TestDatabase,
+    journal: Journal,
+    tenant: TenantId,
+}
+
+async fn fixture() -> Fixture {
+    let db = TestDatabase::new(&MIGRATOR).await;
+    let journal = Journal::connect(db.url(), 40).unwrap();
+    Fixture {
+        db,
+        journal,
+        tenant: TenantId::new("org-a").unwrap(),
+    }
+}
+
+impl Fixture {
+    async fn session(&self, id: &str) -> SessionId {
+        let sid = SessionId::new(id).unwrap();
+        self.journal
+            .create_session(
+                &self.tenant,
+                NewSession {
+                    session_id: Some(sid.clone()),
+                    ..NewSession::default()
+                },
+            )
+            .await
+            .unwrap();
+        sid
+    }
+
+    async fn append(
+        &self,
+        session: &SessionId,
+        events: &[Value],
+    ) -> Result<narad_journal::Appended, JournalError> {
+        self.journal
+            .append(&self.tenant, session, events, AppendOptions::default())
+            .await
+    }
+
+    async fn history(
+        &self,
+        session: &str,
+        q: HistoryQuery,
+    ) -> Result<narad_journal::HistoryPage, JournalError> {
+        self.journal.history(&self.tenant, session, &q).await
+    }
+}
+
+fn ev(id: &str, ty: &str, run: Option<(&str, &str)>, body: Value) -> Value {
+    let mut e = json!({"protocolVersion": "narad/v1", "type": ty, "eventId": id});
+    if let Some((root, run)) = run {
+        e["rootRunId"] = json!(root);
+        e["runId"] = json!(run);
+    }
+    for (k, v) in body.as_object().unwrap() {
+        e[k] = v.clone();
+    }
+    e
+}
+
+fn user_message(id: &str) -> Value {
+    ev(
+        id,
+        "message.user.recorded",
+        None,
+        json!({"messageId": id, "messageScope": "session", "content": "hi"}),
+    )
+}
+
+/// A generated valid session as proposals: sequences stripped.
+fn proposals(session: &str, choices: &[u8]) -> Vec<Value> {
+    narad_protocol::testing::session_with_id(session, choices)
+        .into_iter()
+        .map(|mut e| {
+            let o = e.as_object_mut().unwrap();
+            for f in ["sessionSequence", "sequence", "workflowSequence"] {
+                o.remove(f);
+            }
+            e
+        })
+        .collect()
+}
+
+// ---------------------------------------------------------------- migrations
+
+#[tokio::test]
+async fn migrations_apply_to_an_empty_database_and_again_to_a_migrated_one() {
+    let db = TestDatabase::empty().await;
+    narad_journal::migrate(db.url()).await.expect("first run");
+    narad_journal::migrate(db.url())
+        .await
+        .expect("second run changes nothing");
+    let (client, conn) = tokio_postgres::connect(db.url(), tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(conn);
+    let applied: i64 = client
+        .query_one("select count(*) from _sqlx_migrations where success", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(applied as usize, MIGRATOR.iter().count());
+    let tables: i64 = client
+        .query_one(
+            "select count(*) from pg_tables where schemaname = 'public' \
+             and tablename in ('sessions', 'events', 'entities', 'outbox') and rowsecurity",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(tables, 4, "every table exists with row-level security");
+}
+
+// ---------------------------------------------------------------- appends
+
+#[tokio::test]
+async fn append_assigns_contiguous_sequences_in_every_domain() {
+    let f = fixture().await;
+    let s = f.session("s1").await;
+    let a = f
+        .append(
+            &s,
+            &[
+                user_message("m1"),
+                ev("e1", "run.started", Some(("r1", "r1")), json!({})),
+                ev(
+                    "e2",
+                    "tool.call.started",
+                    Some(("r1", "r1")),
+                    json!({"toolCallId": "t1", "toolName": "x", "executor": "backend", "args": {}}),
+                ),
+                ev(
+                    "e3",
+                    "run.started",
+                    Some(("r1", "r2")),
+                    json!({"parentRunId": "r1"}),
+                ),
+            ],
+        )
+        .await
+        .unwrap();
+    let seqs: Vec<(u64, Option<u64>)> = a
+        .events
+        .iter()
+        .map(|e| (e.session_sequence, e.sequence))
+        .collect();
+    assert_eq!(seqs, [(1, None), (2, Some(1)), (3, Some(2)), (4, Some(3))]);
+    let b = f
+        .append(
+            &s,
+            &[ev("e4", "run.finished", Some(("r1", "r2")), json!({}))],
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        (b.events[0].session_sequence, b.events[0].sequence),
+        (5, Some(4))
+    );
+    let page = f.history("s1", HistoryQuery::default()).await.unwrap();
+    let stored: Vec<u64> = page
+        .events
+        .iter()
+        .map(|e| e["sessionSequence"].as_u64().unwrap())
+        .collect();
+    assert_eq!(stored, [1, 2, 3, 4, 5]);
+    assert_eq!(
+        page.events[1]["sessionId"], "s1",
+        "the journal fills sessionId"
+    );
+    assert!(
+        page.events[1]["timestamp"].is_string(),
+        "and a missing timestamp"
+    );
+    assert_eq!(page.next_session_sequence, None);
+}
+
+#[tokio::test]
+async fn workflow_positions_are_assigned_and_filled_for_workflow_owned_runs() {
+    let f = fixture().await;
+    let s = f.session("s1").await;
+    let a = f
+        .append(
+            &s,
+            &[
+                ev("w1", "workflow.started", None, json!({"workflowId": "wf"})),
+                ev(
+                    "w2",
+                    "run.started",
+                    Some(("r1", "r1")),
+                    json!({"workflowId": "wf"}),
+                ),
+                // The backend may leave out the workflowId of its run's events.
+                ev("w3", "run.finished", Some(("r1", "r1")), json!({})),
+                ev("w4", "workflow.finished", None, json!({"workflowId": "wf"})),
+            ],
+        )
+        .await
+        .unwrap();
+    let wseq: Vec<Option<u64>> = a.events.iter().map(|e| e.workflow_sequence).collect();
+    assert_eq!(wseq, [Some(1), Some(2), Some(3), Some(4)]);
+    let page = f.history("s1", HistoryQuery::default()).await.unwrap();
+    assert_eq!(page.events[2]["workflowId"], "wf");
+}
+
+#[tokio::test]
+async fn a_rejected_batch_writes_nothing_and_names_the_rule_and_the_event() {
+    let f = fixture().await;
+    let s = f.session("s1").await;
+    let err = f
+        .append(
+            &s,
+            &[
+                ev("e1", "run.started", Some(("r1", "r1")), json!({})),
+                ev(
+                    "e2",
+                    "tool.call.started",
+                    Some(("r1", "r1")),
+                    json!({"toolCallId": "t1", "toolName": "x", "executor": "backend", "args": {}}),
+                ),
+                ev("e3", "run.finished", Some(("r1", "r1")), json!({})),
+            ],
+        )
+        .await
+        .unwrap_err();
+    match &err {
+        JournalError::Rejected { index, violation } => {
+            assert_eq!(*index, 2);
+            assert_eq!(violation.rule, "run.terminal.open-work");
+        }
+        other => panic!("expected a rejection, got {other:?}"),
+    }
+    let body = err.to_body();
+    assert_eq!(body.code, "NRD-0201");
+    assert_eq!(body.rule.as_deref(), Some("run.terminal.open-work"));
+    assert!(body.fields.unwrap().contains_key("/events/2"));
+    assert!(
+        f.history("s1", HistoryQuery::default())
+            .await
+            .unwrap()
+            .events
+            .is_empty()
+    );
+    assert_eq!(
+        f.journal
+            .session(&f.tenant, "s1")
+            .await
+            .unwrap()
+            .session_sequence,
+        0
+    );
+    // The same ids are free to use in a valid batch.
+    f.append(
+        &s,
+        &[ev("e1", "run.started", Some(("r1", "r1")), json!({}))],
+    )
+    .await
+    .unwrap();
+}
+
+#[tokio::test]
+async fn invalid_proposals_are_refused_with_the_pointer_of_the_problem() {
+    let f = fixture().await;
+    let s = f.session("s1").await;
+    let cases = [
+        (
+            json!({"protocolVersion": "narad/v1", "type": "run.started", "eventId": "x", "rootRunId": "r", "runId": "r", "sequence": 4}),
+            "/events/0/sequence",
+        ),
+        (
+            json!({"protocolVersion": "narad/v1", "type": "run.started", "rootRunId": "r", "runId": "r"}),
+            "/events/0/eventId",
+        ),
+        (
+            json!({"protocolVersion": "narad/v1", "type": "run.paused", "eventId": "x", "rootRunId": "r", "runId": "r", "waitId": "w"}),
+            "/events/0/reason",
+        ),
+        (
+            json!({"protocolVersion": "narad/v1", "type": "run.started", "eventId": "x", "sessionId": "other", "rootRunId": "r", "runId": "r"}),
+            "/events/0/sessionId",
+        ),
+    ];
+    for (proposal, pointer) in cases {
+        let err = f
+            .append(&s, std::slice::from_ref(&proposal))
+            .await
+            .unwrap_err();
+        let body = err.to_body();
+        assert!(
+            body.fields
+                .as_ref()
+                .is_some_and(|f| f.contains_key(pointer)),
+            "{proposal}: {body:?}"
+        );
+        assert!(body.code == "NRD-0003", "{body:?}");
+    }
+    let err = f.append(&s, &[]).await.unwrap_err();
+    assert!(matches!(err, JournalError::InvalidParameter { .. }));
+}
+
+#[tokio::test]
+async fn a_retried_batch_is_idempotent_and_a_reused_id_with_another_body_conflicts() {
+    let f = fixture().await;
+    let s = f.session("s1").await;
+    let batch = [
+        ev("e1", "run.started", Some(("r1", "r1")), json!({})),
+        user_message("m1"),
+    ];
+    let first = f.append(&s, &batch).await.unwrap();
+    assert!(!first.duplicate);
+    let again = f.append(&s, &batch).await.unwrap();
+    assert!(again.duplicate);
+    assert_eq!(again.events, first.events, "the stored sequences come back");
+    assert_eq!(
+        f.history("s1", HistoryQuery::default())
+            .await
+            .unwrap()
+            .events
+            .len(),
+        2
+    );
+
+    let changed = [ev(
+        "e1",
+        "run.started",
+        Some(("r1", "r1")),
+        json!({"input": "other"}),
+    )];
+    let err = f.append(&s, &changed).await.unwrap_err();
+    assert!(
+        matches!(&err, JournalError::EventIdConflict { event_id } if event_id == "e1"),
+        "{err:?}"
+    );
+    assert_eq!(err.to_body().code, "NRD-0202");
+
+    // Part retry, part new: a conflict, and nothing of it written.
+    let mixed = [user_message("m1"), user_message("m2")];
+    assert!(matches!(
+        f.append(&s, &mixed).await,
+        Err(JournalError::EventIdConflict { .. })
+    ));
+    // The same id in another session of the tenant conflicts too.
+    let s2 = f.session("s2").await;
+    assert!(matches!(
+        f.append(&s2, &[user_message("m1")]).await,
+        Err(JournalError::EventIdConflict { .. })
+    ));
+    assert_eq!(
+        f.history("s1", HistoryQuery::default())
+            .await
+            .unwrap()
+            .events
+            .len(),
+        2
+    );
+}
+
+#[tokio::test]
+async fn expected_session_sequence_guards_against_concurrent_writers() {
+    let f = fixture().await;
+    let s = f.session("s1").await;
+    f.append(&s, &[user_message("m1")]).await.unwrap();
+    let stale = AppendOptions {
+        expected_session_sequence: Some(0),
+    };
+    let err = f
+        .journal
+        .append(&f.tenant, &s, &[user_message("m2")], stale)
+        .await
+        .unwrap_err();
+    assert!(matches!(
+        err,
+        JournalError::SequenceMismatch {
+            expected: 0,
+            actual: 1
+        }
+    ));
+    let fresh = AppendOptions {
+        expected_session_sequence: Some(1),
+    };
+    f.journal
+        .append(&f.tenant, &s, &[user_message("m2")], fresh)
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn appending_to_a_missing_session_is_not_found() {
+    let f = fixture().await;
+    let missing = SessionId::new("nope").unwrap();
+    let err = f.append(&missing, &[user_message("m1")]).await.unwrap_err();
+    assert!(matches!(err, JournalError::SessionNotFound(_)));
+    assert_eq!(err.to_body().code, "NRD-0007");
+}
+
+// ---------------------------------------------------------------- history
+
+#[tokio::test]
+async fn history_pages_with_every_cursor_form() {
+    let f = fixture().await;
+    let s = f.session("s1").await;
+    f.append(
+        &s,
+        &[
+            user_message("m1"),                                     // 1
+            ev("a1", "run.started", Some(("r1", "r1")), json!({})), // 2, r1:1
+            user_message("m2"),                                     // 3
+            ev(
+                "a2",
+                "run.started",
+                Some(("r1", "r2")),
+                json!({"parentRunId": "r1"}),
+            ), // 4, r1:2
+            ev("a3", "run.finished", Some(("r1", "r2")), json!({})), // 5, r1:3
+            ev("a4", "run.finished", Some(("r1", "r1")), json!({})), // 6, r1:4
+            ev("b1", "workflow.started", None, json!({"workflowId": "wf"})), // 7, wf:1
+            ev(
+                "b2",
+                "workflow.step.started",
+                None,
+                json!({"workflowId": "wf", "nodeId": "n"}),
+            ), // 8, wf:2
+        ],
+    )
+    .await
+    .unwrap();
+    let seqs = |p: &narad_journal::HistoryPage| -> Vec<u64> {
+        p.events
+            .iter()
+            .map(|e| e["sessionSequence"].as_u64().unwrap())
+            .collect()
+    };
+    // Plain paging.
+    let p1 = f
+        .history(
+            "s1",
+            HistoryQuery {
+                limit: Some(3),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(seqs(&p1), [1, 2, 3]);
+    assert_eq!(p1.next_session_sequence, Some(3));
+    let p2 = f
+        .history(
+            "s1",
+            HistoryQuery {
+                after_session_sequence: Some(3),
+                limit: Some(10),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(seqs(&p2), [4, 5, 6, 7, 8]);
+    assert_eq!(p2.next_session_sequence, None);
+    // By run journal.
+    let r = f
+        .history(
+            "s1",
+            HistoryQuery {
+                root_run_id: Some("r1".into()),
+                after_sequence: Some(1),
+                limit: Some(2),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(seqs(&r), [4, 5]);
+    assert_eq!(
+        (r.next_sequence, r.next_session_sequence),
+        (Some(3), Some(5))
+    );
+    // By workflow.
+    let w = f
+        .history(
+            "s1",
+            HistoryQuery {
+                workflow_id: Some("wf".into()),
+                after_workflow_sequence: Some(1),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(seqs(&w), [8]);
+    // Consistent cursors: run sequence 1 is session sequence 2; 2 and 3 both
+    // lie between it and the next run event (at 4).
+    for s in [2, 3] {
+        let ok = f
+            .history(
+                "s1",
+                HistoryQuery {
+                    root_run_id: Some("r1".into()),
+                    after_sequence: Some(1),
+                    after_session_sequence: Some(s),
+                    ..Default::default()
+                },
+            )
+            .await
+            .unwrap();
+        assert_eq!(seqs(&ok), [4, 5, 6]);
+    }
+    // Inconsistent cursors.
+    let conflict = f
+        .history(
+            "s1",
+            HistoryQuery {
+                root_run_id: Some("r1".into()),
+                after_sequence: Some(1),
+                after_session_sequence: Some(5),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(conflict, JournalError::CursorConflict(_)),
+        "{conflict:?}"
+    );
+    assert_eq!(conflict.to_body().code, "NRD-0301");
+    // Malformed queries.
+    for q in [
+        HistoryQuery {
+            limit: Some(0),
+            ..Default::default()
+        },
+        HistoryQuery {
+            limit: Some(1001),
+            ..Default::default()
+        },
+        HistoryQuery {
+            after_sequence: Some(1),
+            ..Default::default()
+        },
+    ] {
+        assert!(matches!(
+            f.history("s1", q).await,
+            Err(JournalError::InvalidParameter { .. })
+        ));
+    }
+    assert!(matches!(
+        f.history("nope", HistoryQuery::default()).await,
+        Err(JournalError::SessionNotFound(_))
+    ));
+}
+
+// ---------------------------------------------------------------- derived state
+
+#[tokio::test]
+async fn the_stored_state_equals_the_state_rebuilt_from_events_after_a_long_random_workload() {
+    let f = fixture().await;
+    let mut rng = 0x5eed_u64;
+    let mut next = move || {
+        rng = rng
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        (rng >> 33) as u8
+    };
+    for n in 0..6 {
+        let id = format!("s{n}");
+        let s = f.session(&id).await;
+        let choices: Vec<u8> = (0..120).map(|_| next()).collect();
+        let events = proposals(&id, &choices);
+        let mut i = 0;
+        while i < events.len() {
+            let size = 1 + next() as usize % 7;
+            let batch = &events[i..(i + size).min(events.len())];
+            f.append(&s, batch)
+                .await
+                .unwrap_or_else(|e| panic!("{id}: batch at {i}: {e}"));
+            i += size;
+        }
+        let stored = f.journal.stored_state(&f.tenant, &id).await.unwrap();
+        let derived = f.journal.derived_state(&f.tenant, &id).await.unwrap();
+        assert_eq!(
+            stored, derived,
+            "{id}: the stored state differs from the derived one"
+        );
+        assert!(stored.core.session_sequence > 100, "{id}: a long session");
+        assert!(
+            !f.journal.repair_state(&f.tenant, &id).await.unwrap(),
+            "nothing to repair"
+        );
+    }
+}
+
+#[tokio::test]
+async fn repair_restores_a_damaged_state() {
+    let f = fixture().await;
+    let s = f.session("s1").await;
+    f.append(&s, &proposals("s1", &[1, 2, 3, 4, 5, 6, 7, 8]))
+        .await
+        .unwrap();
+    let (client, conn) = tokio_postgres::connect(f.db.url(), tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(conn);
+    client
+        .execute("delete from entities where kind = 'run'", &[])
+        .await
+        .unwrap();
+    assert!(f.journal.repair_state(&f.tenant, "s1").await.unwrap());
+    let stored = f.journal.stored_state(&f.tenant, "s1").await.unwrap();
+    assert_eq!(
+        stored,
+        f.journal.derived_state(&f.tenant, "s1").await.unwrap()
+    );
+}
+
+// ---------------------------------------------------------------- isolation
+
+#[tokio::test]
+async fn row_level_security_hides_other_tenants_even_from_a_query_without_a_tenant_filter() {
+    let f = fixture().await;
+    let s = f.session("s1").await;
+    f.append(&s, &[user_message("m1"), user_message("m2")])
+        .await
+        .unwrap();
+    let client = f.journal.pool().get().await.unwrap();
+    let count = async |tenant: Option<&str>| -> i64 {
+        client
+            .batch_execute("begin; set local role narad_app")
+            .await
+            .unwrap();
+        if let Some(t) = tenant {
+            client
+                .execute("select set_config('narad.tenant_id', $1, true)", &[&t])
+                .await
+                .unwrap();
+        }
+        // No tenant filter at all: only row-level security stands between.
+        let n: i64 = client
+            .query_one(
+                "select (select count(*) from events) + (select count(*) from sessions) \
+                 + (select count(*) from entities) + (select count(*) from outbox)",
+                &[],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        client.batch_execute("rollback").await.unwrap();
+        n
+    };
+    assert!(count(Some("org-a")).await > 0);
+    assert_eq!(count(Some("org-b")).await, 0, "another tenant sees nothing");
+    assert_eq!(count(None).await, 0, "no tenant set: nothing at all");
+    // Another tenant's session does not exist for it.
+    let b = TenantId::new("org-b").unwrap();
+    assert!(matches!(
+        f.journal.session(&b, "s1").await,
+        Err(JournalError::SessionNotFound(_))
+    ));
+    assert!(matches!(
+        f.journal
+            .append(&b, &s, &[user_message("m3")], AppendOptions::default())
+            .await,
+        Err(JournalError::SessionNotFound(_))
+    ));
+    // And it cannot write rows for another tenant either.
+    client
+        .batch_execute("begin; set local role narad_app")
+        .await
+        .unwrap();
+    client
+        .execute("select set_config('narad.tenant_id', 'org-b', true)", &[])
+        .await
+        .unwrap();
+    let forged = client
+        .execute(
+            "insert into sessions (tenant_id, session_id) values ('org-a', 'forged')",
+            &[],
+        )
+        .await;
+    client.batch_execute("rollback").await.unwrap();
+    assert!(
+        forged.is_err(),
+        "row-level security refuses a write for another tenant"
+    );
+}
+
+// ---------------------------------------------------------------- concurrency
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn thirty_two_writers_on_one_session_get_contiguous_sequences() {
+    let f = Arc::new(fixture().await);
+    let s = f.session("s1").await;
+    let mut tasks = Vec::new();
+    for w in 0..32 {
+        let (f, s) = (f.clone(), s.clone());
+        tasks.push(tokio::spawn(async move {
+            for i in 0..10 {
+                f.append(&s, &[user_message(&format!("w{w}-{i}"))])
+                    .await
+                    .unwrap();
+            }
+        }));
+    }
+    for t in tasks {
+        tokio::time::timeout(Duration::from_secs(120), t)
+            .await
+            .expect("no deadlock")
+            .unwrap();
+    }
+    let page = f
+        .history(
+            "s1",
+            HistoryQuery {
+                limit: Some(1000),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    let seqs: Vec<u64> = page
+        .events
+        .iter()
+        .map(|e| e["sessionSequence"].as_u64().unwrap())
+        .collect();
+    assert_eq!(
+        seqs,
+        (1..=320).collect::<Vec<_>>(),
+        "contiguous, nothing lost or doubled"
+    );
+    let ids: std::collections::BTreeSet<&str> = page
+        .events
+        .iter()
+        .map(|e| e["eventId"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids.len(), 320);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_hundred_sessions_append_concurrently_without_blocking_each_other() {
+    let f = Arc::new(fixture().await);
+    // Hold one session's lock open: appends to the others must not wait on it.
+    let held = f.session("held").await;
+    let (client, conn) = tokio_postgres::connect(f.db.url(), tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(conn);
+    client
+        .batch_execute("begin; select * from sessions where session_id = 'held' for update")
+        .await
+        .unwrap();
+
+    let mut tasks = Vec::new();
+    for n in 0..200 {
+        let f = f.clone();
+        tasks.push(tokio::spawn(async move {
+            let id = format!("s{n}");
+            let s = f.session(&id).await;
+            let events = proposals(&id, &[n as u8, 7, 3, 9, 1]);
+            f.append(&s, &events).await.unwrap();
+            events.len()
+        }));
+    }
+    for t in tasks {
+        tokio::time::timeout(Duration::from_secs(120), t)
+            .await
+            .expect("an append waited on another session's lock")
+            .unwrap();
+    }
+    let blocked = f.clone();
+    let waiting = tokio::spawn(async move { blocked.append(&held, &[user_message("late")]).await });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        !waiting.is_finished(),
+        "the held session's append waits for its lock"
+    );
+    client.batch_execute("commit").await.unwrap();
+    waiting.await.unwrap().unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_racing_top_level_starts_give_exactly_one_run() {
+    for round in 0..10 {
+        let f = Arc::new(fixture().await);
+        let s = f.session("s1").await;
+        let start = |run: &'static str| {
+            let (f, s) = (f.clone(), s.clone());
+            tokio::spawn(async move {
+                f.append(
+                    &s,
+                    &[ev(
+                        &format!("{run}-start"),
+                        "run.started",
+                        Some((run, run)),
+                        json!({}),
+                    )],
+                )
+                .await
+            })
+        };
+        let (a, b) = (start("ra"), start("rb"));
+        let results = [a.await.unwrap(), b.await.unwrap()];
+        let ok = results.iter().filter(|r| r.is_ok()).count();
+        assert_eq!(ok, 1, "round {round}: {results:?}");
+        let refused = results.iter().find_map(|r| r.as_ref().err()).unwrap();
+        assert!(
+            matches!(refused, JournalError::Rejected { violation, .. } if violation.rule == "session.slot.single"),
+            "{refused:?}"
+        );
+    }
+}
+
+// ---------------------------------------------------------------- faults
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_killed_mid_transaction_leaves_nothing_and_the_retry_succeeds_once() {
+    let f = Arc::new(fixture().await);
+    let s = f.session("s1").await;
+    // Hold the session's lock so that the append stops inside its transaction.
+    let (admin, conn) = tokio_postgres::connect(f.db.admin_url(), tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(conn);
+    let (holder, conn) = tokio_postgres::connect(f.db.url(), tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(conn);
+    holder
+        .batch_execute("begin; select * from sessions where session_id = 's1' for update")
+        .await
+        .unwrap();
+
+    let batch = vec![
+        ev("e1", "run.started", Some(("r1", "r1")), json!({})),
+        user_message("m1"),
+    ];
+    let (f2, s2, b2) = (f.clone(), s.clone(), batch.clone());
+    let append = tokio::spawn(async move { f2.append(&s2, &b2).await });
+    // Find the append's backend, waiting on the lock inside its transaction, and kill it.
+    let pid = loop {
+        let row = admin
+            .query_opt(
+                "select pid from pg_stat_activity where datname = $1 and wait_event_type = 'Lock' \
+                 and state = 'active' and query like '%for update%' and pid <> pg_backend_pid()",
+                &[&f.db.name()],
+            )
+            .await
+            .unwrap();
+        if let Some(r) = row {
+            break r.get::<_, i32>(0);
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    admin
+        .execute("select pg_terminate_backend($1)", &[&pid])
+        .await
+        .unwrap();
+    let killed = append.await.unwrap();
+    assert!(
+        matches!(killed, Err(JournalError::Database(_))),
+        "{killed:?}"
+    );
+    holder.batch_execute("commit").await.unwrap();
+
+    assert!(
+        f.history("s1", HistoryQuery::default())
+            .await
+            .unwrap()
+            .events
+            .is_empty(),
+        "nothing partial"
+    );
+    let retried = f.append(&s, &batch).await.unwrap();
+    assert!(!retried.duplicate);
+    assert_eq!(retried.events[1].session_sequence, 2);
+    let again = f.append(&s, &batch).await.unwrap();
+    assert!(again.duplicate, "exactly once");
+    assert_eq!(
+        f.history("s1", HistoryQuery::default())
+            .await
+            .unwrap()
+            .events
+            .len(),
+        2
+    );
+}

@@ -1,0 +1,425 @@
+//! Test support for narad: every test gets its own fresh, migrated Postgres
+//! database.
+//!
+//! Postgres is found, in this order:
+//! 1. `NARAD_TEST_DATABASE_URL`: a server the tests may create databases on
+//!    (its user needs `CREATEDB`);
+//! 2. local Postgres binaries (`pg_config --bindir`, or
+//!    `/usr/lib/postgresql/*/bin`): a throwaway cluster under the temporary
+//!    directory, Unix socket only, `fsync` off, shared by every test
+//!    process of this user and left running for the next run (stop it with
+//!    `pg_ctl -D <dir>/data stop`);
+//! 3. Docker, through testcontainers (feature `docker`, on by default).
+//!
+//! Migrations run once per server into a template database named after
+//! their checksums; each test database is a copy of it, which takes
+//! milliseconds. A [`TestDatabase`] drops its database when it goes away.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use sha2::{Digest, Sha256};
+use sqlx::Connection;
+use sqlx::migrate::Migrator;
+use tokio::sync::OnceCell;
+
+/// A fresh database for one test, dropped when this value is.
+pub struct TestDatabase {
+    url: String,
+    admin_url: String,
+    name: String,
+}
+
+impl TestDatabase {
+    /// Creates a database with `migrator`'s migrations applied.
+    ///
+    /// Panics with a message saying how to provide Postgres when none can
+    /// be found: a test that needs a database cannot run without one.
+    pub async fn new(migrator: &Migrator) -> TestDatabase {
+        let admin_url = admin_url().await;
+        let template = template(&admin_url, migrator)
+            .await
+            .unwrap_or_else(|e| panic!("narad-testkit: cannot prepare the template database: {e}"));
+        Self::create(admin_url, &template).await
+    }
+
+    /// Creates an empty database, with no migrations applied.
+    pub async fn empty() -> TestDatabase {
+        Self::create(admin_url().await, "template0").await
+    }
+
+    async fn create(admin_url: String, template: &str) -> TestDatabase {
+        let name = format!("narad_test_{}", uuid::Uuid::now_v7().simple());
+        let (client, conn) = tokio_postgres::connect(&admin_url, tokio_postgres::NoTls)
+            .await
+            .unwrap_or_else(|e| panic!("narad-testkit: cannot connect to {admin_url}: {e}"));
+        let conn = tokio::spawn(conn);
+        client
+            .batch_execute(&format!("create database {name} template {template}"))
+            .await
+            .unwrap_or_else(|e| panic!("narad-testkit: cannot create {name}: {}", pg(e)));
+        drop(client);
+        let _ = conn.await;
+        TestDatabase {
+            url: with_database(&admin_url, &name),
+            admin_url,
+            name,
+        }
+    }
+
+    /// The database's connection URL.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// A URL of the same server for administrative statements
+    /// (`pg_terminate_backend`, …).
+    pub fn admin_url(&self) -> &str {
+        &self.admin_url
+    }
+
+    /// The database's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+}
+
+impl Drop for TestDatabase {
+    fn drop(&mut self) {
+        let (admin, name) = (self.admin_url.clone(), self.name.clone());
+        // Drop may run inside a runtime: do the work on a thread of its own.
+        let _ = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("a runtime");
+            rt.block_on(async {
+                if let Ok((client, conn)) =
+                    tokio_postgres::connect(&admin, tokio_postgres::NoTls).await
+                {
+                    tokio::spawn(conn);
+                    let _ = client
+                        .batch_execute(&format!("drop database if exists {name} with (force)"))
+                        .await;
+                }
+            });
+        })
+        .join();
+    }
+}
+
+async fn admin_url() -> String {
+    server()
+        .await
+        .unwrap_or_else(|e| panic!("narad-testkit: no Postgres for tests: {e}"))
+}
+
+/// The admin URL of the server tests use, found once per process.
+async fn server() -> Result<String, String> {
+    static SERVER: OnceCell<Result<String, String>> = OnceCell::const_new();
+    SERVER.get_or_init(find_server).await.clone()
+}
+
+async fn find_server() -> Result<String, String> {
+    if let Ok(url) = std::env::var("NARAD_TEST_DATABASE_URL") {
+        return Ok(url);
+    }
+    let local = match postgres_bindir() {
+        Some(bin) => match local_cluster(&bin).await {
+            Ok(url) => return Ok(url),
+            Err(e) => format!("local Postgres binaries in {} failed: {e}", bin.display()),
+        },
+        None => "no local Postgres binaries".to_owned(),
+    };
+    #[cfg(feature = "docker")]
+    {
+        match container().await {
+            Ok(url) => Ok(url),
+            Err(e) => Err(format!(
+                "NARAD_TEST_DATABASE_URL is not set; {local}; Docker failed: {e}. \
+                 Set NARAD_TEST_DATABASE_URL, install PostgreSQL, or start Docker."
+            )),
+        }
+    }
+    #[cfg(not(feature = "docker"))]
+    Err(format!(
+        "NARAD_TEST_DATABASE_URL is not set and {local}. \
+         Set NARAD_TEST_DATABASE_URL or install PostgreSQL."
+    ))
+}
+
+/// The directory holding `initdb`, `pg_ctl` and `postgres`.
+fn postgres_bindir() -> Option<PathBuf> {
+    if let Ok(out) = Command::new("pg_config").arg("--bindir").output()
+        && out.status.success()
+    {
+        let dir = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+        if dir.join("initdb").exists() {
+            return Some(dir);
+        }
+    }
+    let mut found: Vec<PathBuf> = std::fs::read_dir("/usr/lib/postgresql")
+        .ok()?
+        .filter_map(|e| e.ok().map(|e| e.path().join("bin")))
+        .filter(|b| b.join("initdb").exists())
+        .collect();
+    found.sort_by_key(|p| {
+        p.parent()
+            .and_then(|v| v.file_name())
+            .and_then(|v| v.to_str())
+            .and_then(|v| v.parse::<u32>().ok())
+            .unwrap_or(0)
+    });
+    found.pop()
+}
+
+fn is_root() -> bool {
+    Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
+}
+
+/// Runs a Postgres program, as the `postgres` user when we are root
+/// (`initdb` and `postgres` refuse to run as root).
+fn pg_command(bin: &Path, program: &str, as_postgres: bool) -> Command {
+    let path = bin.join(program);
+    if as_postgres {
+        let mut c = Command::new("runuser");
+        c.args(["-u", "postgres", "--"]).arg(path);
+        c
+    } else {
+        Command::new(path)
+    }
+}
+
+/// Starts (or finds running) this user's throwaway cluster; returns its
+/// admin URL.
+async fn local_cluster(bin: &Path) -> Result<String, String> {
+    let as_postgres = is_root();
+    let version = bin
+        .parent()
+        .and_then(|p| p.file_name())
+        .and_then(|v| v.to_str())
+        .unwrap_or("pg")
+        .to_owned();
+    let user = std::env::var("USER").unwrap_or_else(|_| "user".to_owned());
+    let dir = std::env::temp_dir().join(format!("narad-testkit-{user}-{version}"));
+    let data = dir.join("data");
+    // The socket directory alone is the host (percent-encoded), so that no
+    // driver falls back to another server on localhost.
+    let url = format!(
+        "postgres://postgres@{}/postgres",
+        dir.display().to_string().replace('/', "%2F")
+    );
+    std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    // One process sets the cluster up; the others wait for it.
+    let lock = std::fs::File::create(dir.join(".lock"))
+        .map_err(|e| format!("cannot create the lock file: {e}"))?;
+    lock.lock()
+        .map_err(|e| format!("cannot lock {}: {e}", dir.display()))?;
+    if tokio_postgres::connect(&url, tokio_postgres::NoTls)
+        .await
+        .is_ok()
+    {
+        return Ok(url);
+    }
+    if as_postgres {
+        let status = Command::new("chown")
+            .args(["-R", "postgres:postgres"])
+            .arg(&dir)
+            .status()
+            .map_err(|e| format!("chown: {e}"))?;
+        if !status.success() {
+            return Err(format!(
+                "cannot give {} to the postgres user",
+                dir.display()
+            ));
+        }
+    }
+    if !data.join("PG_VERSION").exists() {
+        let out = pg_command(bin, "initdb", as_postgres)
+            .arg("-D")
+            .arg(&data)
+            .args(["-U", "postgres", "--auth=trust", "--no-sync", "-E", "UTF8"])
+            .output()
+            .map_err(|e| format!("initdb: {e}"))?;
+        if !out.status.success() {
+            return Err(format!(
+                "initdb failed: {}",
+                String::from_utf8_lossy(&out.stderr)
+            ));
+        }
+    }
+    let options = format!(
+        "-k {} -c listen_addresses='' -c fsync=off -c synchronous_commit=off \
+         -c full_page_writes=off -c max_connections=300",
+        dir.display()
+    );
+    let out = pg_command(bin, "pg_ctl", as_postgres)
+        .arg("-D")
+        .arg(&data)
+        .args(["-o", &options, "-l"])
+        .arg(dir.join("postgres.log"))
+        .args(["-w", "start"])
+        .output()
+        .map_err(|e| format!("pg_ctl: {e}"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "pg_ctl start failed: {}{}; see {}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr),
+            dir.join("postgres.log").display()
+        ));
+    }
+    Ok(url)
+}
+
+#[cfg(feature = "docker")]
+async fn container() -> Result<String, String> {
+    use testcontainers::runners::AsyncRunner;
+    use testcontainers_modules::postgres::Postgres;
+    let node = Postgres::default()
+        .start()
+        .await
+        .map_err(|e| e.to_string())?;
+    let port = node
+        .get_host_port_ipv4(5432)
+        .await
+        .map_err(|e| e.to_string())?;
+    // The container lives as long as the test process.
+    std::mem::forget(node);
+    Ok(format!(
+        "postgres://postgres:postgres@127.0.0.1:{port}/postgres"
+    ))
+}
+
+/// The template database holding `migrator`'s migrations, created once per
+/// server and set of migrations.
+async fn template(admin_url: &str, migrator: &Migrator) -> Result<String, String> {
+    let mut hash = Sha256::new();
+    for m in migrator.iter() {
+        hash.update(m.version.to_be_bytes());
+        hash.update(&m.checksum);
+    }
+    let name = format!("narad_template_{}", &hex::encode(hash.finalize())[..16]);
+    let (client, conn) = tokio_postgres::connect(admin_url, tokio_postgres::NoTls)
+        .await
+        .map_err(|e| format!("cannot connect to {admin_url}: {e}"))?;
+    let conn = tokio::spawn(conn);
+    // Serialise template creation across test processes.
+    client
+        .execute("select pg_advisory_lock(7061726164)", &[])
+        .await
+        .map_err(pg)?;
+    let exists = client
+        .query_opt("select 1 from pg_database where datname = $1", &[&name])
+        .await
+        .map_err(|e| e.to_string())?
+        .is_some();
+    let result = if exists {
+        Ok(())
+    } else {
+        create_template(&client, admin_url, &name, migrator).await
+    };
+    let _ = client
+        .execute("select pg_advisory_unlock(7061726164)", &[])
+        .await;
+    drop(client);
+    let _ = conn.await;
+    result.map(|()| name)
+}
+
+async fn create_template(
+    client: &tokio_postgres::Client,
+    admin_url: &str,
+    name: &str,
+    migrator: &Migrator,
+) -> Result<(), String> {
+    let building = format!("{name}_building");
+    // One statement each: neither may run inside a transaction block.
+    for sql in [
+        format!("drop database if exists {building} with (force)"),
+        format!("create database {building}"),
+    ] {
+        client.batch_execute(&sql).await.map_err(pg)?;
+    }
+    let mut conn = sqlx::PgConnection::connect(&with_database(admin_url, &building))
+        .await
+        .map_err(|e| format!("cannot connect to {building}: {e}"))?;
+    migrator
+        .run(&mut conn)
+        .await
+        .map_err(|e| format!("migrations failed: {e}"))?;
+    conn.close().await.map_err(|e| e.to_string())?;
+    client
+        .batch_execute(&format!("alter database {building} rename to {name}"))
+        .await
+        .map_err(pg)
+}
+
+/// A Postgres error with the server's own message, not just "db error".
+fn pg(e: tokio_postgres::Error) -> String {
+    match e.as_db_error() {
+        Some(db) => format!("{}: {}", db.code().code(), db.message()),
+        None => e.to_string(),
+    }
+}
+
+/// `url` with its database name replaced by `database`.
+pub fn with_database(url: &str, database: &str) -> String {
+    let (head, query) = match url.split_once('?') {
+        Some((h, q)) => (h, format!("?{q}")),
+        None => (url, String::new()),
+    };
+    let authority_start = head.find("://").map_or(0, |i| i + 3);
+    let base = match head[authority_start..].find('/') {
+        Some(slash) => &head[..authority_start + slash],
+        None => head,
+    };
+    format!("{base}/{database}{query}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The local-binaries path, exercised even where CI sets
+    /// NARAD_TEST_DATABASE_URL: a cluster of our own, reachable through its
+    /// socket by both drivers, and by nothing else.
+    #[tokio::test]
+    async fn a_throwaway_cluster_starts_from_local_postgres_binaries() {
+        let bin = postgres_bindir().expect("Postgres binaries are installed on this machine");
+        let url = local_cluster(&bin).await.unwrap();
+        assert!(
+            !url.contains("localhost") && !url.contains("127.0.0.1"),
+            "{url}"
+        );
+        let (client, conn) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+            .await
+            .unwrap();
+        tokio::spawn(conn);
+        let dir: String = client
+            .query_one("select current_setting('unix_socket_directories')", &[])
+            .await
+            .unwrap()
+            .get(0);
+        assert!(
+            url.contains(&dir.replace('/', "%2F")),
+            "connected to the cluster at {dir}"
+        );
+        let sqlx_conn = sqlx::PgConnection::connect(&url)
+            .await
+            .expect("sqlx reaches it too");
+        sqlx_conn.close().await.unwrap();
+    }
+
+    #[test]
+    fn replaces_the_database_and_keeps_the_query() {
+        assert_eq!(
+            with_database("postgres://u:p@h:5432/postgres?host=/tmp/x", "t1"),
+            "postgres://u:p@h:5432/t1?host=/tmp/x"
+        );
+        assert_eq!(with_database("postgres://h", "t2"), "postgres://h/t2");
+    }
+}
