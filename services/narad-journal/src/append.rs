@@ -184,24 +184,24 @@ const LOCK_SESSION: &str = "select core, session_sequence from sessions \
 const FIND_EVENT_IDS: &str = "select event_id, session_id, session_sequence, run_sequence, \
     workflow_sequence, proposal_sha256 from events where tenant_id = $1 and event_id = any($2::text[])";
 
-const INSERT_EVENTS: &str = "
+/// Round trip 2 in one statement: the events, their outbox rows, the
+/// changed entities and the session's core.
+const WRITE: &str = "
 with inserted as (
   insert into events (tenant_id, session_id, session_sequence, event_id, type, root_run_id, run_id,
                       run_sequence, workflow_id, workflow_sequence, body, proposal_sha256)
   select $1, $2, * from unnest($3::bigint[], $4::text[], $5::text[], $6::text[], $7::text[],
                                $8::bigint[], $9::text[], $10::bigint[], $11::jsonb[], $12::bytea[])
   returning session_sequence, event_id
+), outboxed as (
+  insert into outbox (tenant_id, session_id, session_sequence, event_id)
+  select $1, $2, session_sequence, event_id from inserted
+), upserted as (
+  insert into entities (tenant_id, session_id, kind, id, state)
+  select $1, $2, * from unnest($13::text[], $14::text[], $15::jsonb[])
+  on conflict (tenant_id, session_id, kind, id) do update set state = excluded.state
 )
-insert into outbox (tenant_id, session_id, session_sequence, event_id)
-select $1, $2, session_sequence, event_id from inserted";
-
-const UPSERT_ENTITIES: &str = "
-insert into entities (tenant_id, session_id, kind, id, state)
-select $1, $2, * from unnest($3::text[], $4::text[], $5::jsonb[])
-on conflict (tenant_id, session_id, kind, id) do update set state = excluded.state";
-
-const UPDATE_SESSION: &str =
-    "update sessions set session_sequence = $3, core = $4 where tenant_id = $1 and session_id = $2";
+update sessions set session_sequence = $16, core = $17 where tenant_id = $1 and session_id = $2";
 
 impl Journal {
     /// Appends a batch of proposed authority events to a session: all of
@@ -260,11 +260,7 @@ impl Journal {
             client.prepare_cached(LOAD_ENTITIES),
             client.prepare_cached(FIND_EVENT_IDS),
         )?;
-        let (insert, upsert, update) = futures::try_join!(
-            client.prepare_cached(INSERT_EVENTS),
-            client.prepare_cached(UPSERT_ENTITIES),
-            client.prepare_cached(UPDATE_SESSION),
-        )?;
+        let write = client.prepare_cached(WRITE).await?;
         let t = tenant.as_str();
         let s = session_id.as_str();
 
@@ -333,7 +329,7 @@ impl Journal {
             );
             let core = serde_json::to_value(state.core()).expect("serialises");
             let last = state.session_sequence as i64;
-            let insert_params: [&Param<'_>; 12] = [
+            let write_params: [&Param<'_>; 17] = [
                 &t,
                 &s,
                 &rows.session_sequence,
@@ -346,13 +342,14 @@ impl Journal {
                 &rows.workflow_sequence,
                 &rows.body,
                 &rows.sha256,
+                &ekinds,
+                &eids,
+                &estates,
+                &last,
+                &core,
             ];
-            let upsert_params: [&Param<'_>; 5] = [&t, &s, &ekinds, &eids, &estates];
-            let update_params: [&Param<'_>; 4] = [&t, &s, &last, &core];
             futures::try_join!(
-                client.execute(&insert, &insert_params),
-                client.execute(&upsert, &upsert_params),
-                client.execute(&update, &update_params),
+                client.execute(&write, &write_params),
                 client.batch_execute("commit"),
             )
             .map_err(|e| event_id_conflict(e, &prepared))?;

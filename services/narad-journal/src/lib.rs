@@ -22,7 +22,7 @@ pub mod sessions;
 use std::fmt;
 use std::str::FromStr;
 
-use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
+use deadpool_postgres::{Hook, HookError, Manager, ManagerConfig, Pool, RecyclingMethod};
 use tokio_postgres::NoTls;
 
 pub use append::{AppendOptions, Appended, AppendedEvent};
@@ -90,6 +90,14 @@ impl Journal {
         );
         let pool = Pool::builder(manager)
             .max_size(max_connections)
+            .post_create(Hook::async_fn(|client, _| {
+                Box::pin(async move {
+                    client
+                        .batch_execute(CONNECTION_SETUP)
+                        .await
+                        .map_err(HookError::Backend)
+                })
+            }))
             .build()
             .map_err(|e| JournalError::Corrupt(format!("cannot build the pool: {e}")))?;
         Ok(Journal { pool })
@@ -101,10 +109,19 @@ impl Journal {
     }
 }
 
-/// Statements that open a tenant-scoped transaction: run as the role that
-/// owns nothing, so that row-level security applies even to a superuser's
-/// connection, with the tenant set for this transaction only.
-const BEGIN_SCOPED: &str = "begin; set local role narad_app";
+/// Run once on every new connection of the pool:
+/// - as the role `narad_app`, which owns nothing, so that row-level
+///   security applies even when narad connects as a superuser;
+/// - with generic plans for prepared statements: the journal's statements
+///   take arrays, and re-planning them on every execution (Postgres's
+///   default for the first executions and whenever it looks cheaper) cost
+///   about half of each append's time (BENCHMARKS.md).
+pub const CONNECTION_SETUP: &str = "set role narad_app; set plan_cache_mode = force_generic_plan";
+
+/// Statements that open a tenant-scoped transaction: the tenant is set for
+/// that transaction only. (Every pooled connection already runs as the
+/// role `narad_app`: see [`CONNECTION_SETUP`].)
+const BEGIN_SCOPED: &str = "begin";
 const SET_TENANT: &str = "select set_config('narad.tenant_id', $1, true)";
 
 /// Runs `body` in a tenant-scoped transaction: commits when it returns

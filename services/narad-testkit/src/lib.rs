@@ -43,6 +43,13 @@ impl TestDatabase {
         Self::create(admin_url, &template).await
     }
 
+    /// Creates a database with `migrator`'s migrations applied on the
+    /// server at `admin_url` (a user that may create databases).
+    pub async fn on_server(admin_url: &str, migrator: &Migrator) -> Result<TestDatabase, String> {
+        let template = template(admin_url, migrator).await?;
+        Ok(Self::create(admin_url.to_owned(), &template).await)
+    }
+
     /// Creates an empty database, with no migrations applied.
     pub async fn empty() -> TestDatabase {
         Self::create(admin_url().await, "template0").await

@@ -6,6 +6,8 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+
+mod bench;
 use narad_protocol::{Classified, ErrorBody, IgnoreReason, ProfileSet, Reader};
 use narad_server::config::Config;
 
@@ -31,6 +33,23 @@ enum Command {
     /// Golden conformance traces (conformance/README.md).
     #[command(subcommand)]
     Conformance(ConformanceCommand),
+    /// Apply the database migrations (idempotent).
+    Migrate {
+        /// The database to migrate.
+        #[arg(long, env = "NARAD_DATABASE_URL")]
+        database_url: narad_server::config::Secret,
+    },
+    /// Benchmarks, as ratios to a baseline measured in the same run
+    /// (BENCHMARKS.md).
+    #[command(subcommand)]
+    Bench(BenchCommand),
+}
+
+#[derive(Subcommand)]
+enum BenchCommand {
+    /// Appends per second and latency at 1, 8 and 32 writers, beside a
+    /// plain INSERT of the same rows.
+    Append(bench::AppendBench),
 }
 
 #[derive(Subcommand)]
@@ -61,7 +80,23 @@ struct CheckArgs {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    let runtime = || {
+        tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()
+            .expect("a tokio runtime")
+    };
     let result = match cli.command {
+        Command::Migrate { database_url } => runtime().block_on(async {
+            narad_journal::migrate(database_url.expose())
+                .await
+                .map_err(|e| anyhow::anyhow!("migrating {database_url}: {e}"))?;
+            println!("migrations applied to {database_url}");
+            Ok(ExitCode::SUCCESS)
+        }),
+        Command::Bench(BenchCommand::Append(args)) => runtime()
+            .block_on(bench::append(&args))
+            .map(|()| ExitCode::SUCCESS),
         Command::Config(config) => print_config(&config),
         Command::Check(args) => check(&args),
         Command::Conformance(ConformanceCommand::Check { dir, quiet }) => {

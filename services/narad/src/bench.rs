@@ -1,0 +1,256 @@
+//! `narad bench`: throughput and latency of the journal, each scenario
+//! beside a baseline measured in the same run on the same database, pool
+//! and concurrency. Results are ratios; absolute numbers vary with the
+//! machine.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use narad_journal::{AppendOptions, Journal, NewSession, TenantId};
+use narad_protocol::primitives::SessionId;
+use serde_json::{Value, json};
+
+/// Options of `narad bench append`.
+#[derive(clap::Args)]
+pub struct AppendBench {
+    /// A Postgres server the bench may create a scratch database on
+    /// (default: as the tests find one: NARAD_TEST_DATABASE_URL, else
+    /// local binaries).
+    #[arg(long, env = "NARAD_BENCH_SERVER_URL")]
+    server_url: Option<String>,
+    /// Seconds each measurement runs.
+    #[arg(long, default_value_t = 5)]
+    seconds: u64,
+    /// Connections in the pool (shared by baseline and journal).
+    #[arg(long, default_value_t = 40)]
+    pool: usize,
+}
+
+struct Stats {
+    ops: u64,
+    events: u64,
+    elapsed: Duration,
+    latencies: Vec<Duration>,
+}
+
+impl Stats {
+    fn per_second(&self, n: u64) -> f64 {
+        n as f64 / self.elapsed.as_secs_f64()
+    }
+
+    fn percentile(&mut self, p: f64) -> Duration {
+        self.latencies.sort_unstable();
+        let i = ((self.latencies.len() as f64 - 1.0) * p).round() as usize;
+        self.latencies.get(i).copied().unwrap_or_default()
+    }
+}
+
+/// Runs `writers` tasks, each calling `op(writer, n)` back to back until
+/// `duration` has passed; `op` returns the number of events it wrote.
+async fn measure<F, Fut>(writers: usize, duration: Duration, op: F) -> Stats
+where
+    F: Fn(usize, u64) -> Fut + Send + Sync + 'static,
+    Fut: std::future::Future<Output = u64> + Send,
+{
+    let op = Arc::new(op);
+    let start = Instant::now();
+    let deadline = start + duration;
+    let mut tasks = Vec::new();
+    for w in 0..writers {
+        let op = op.clone();
+        tasks.push(tokio::spawn(async move {
+            let (mut lat, mut events, mut n) = (Vec::new(), 0u64, 0u64);
+            while Instant::now() < deadline {
+                let t = Instant::now();
+                events += op(w, n).await;
+                lat.push(t.elapsed());
+                n += 1;
+            }
+            (lat, events)
+        }));
+    }
+    let mut stats = Stats {
+        ops: 0,
+        events: 0,
+        elapsed: Duration::ZERO,
+        latencies: Vec::new(),
+    };
+    for t in tasks {
+        let (lat, events) = t.await.expect("a writer task");
+        stats.ops += lat.len() as u64;
+        stats.events += events;
+        stats.latencies.extend(lat);
+    }
+    stats.elapsed = start.elapsed();
+    stats
+}
+
+fn delta(id: &str, run: &str, message: &str) -> Value {
+    json!({
+        "protocolVersion": "narad/v1", "type": "message.text.delta", "eventId": id,
+        "rootRunId": run, "runId": run, "messageId": message,
+        "delta": "the quick brown fox jumps over the lazy dog ",
+    })
+}
+
+/// One scenario: `writers` writers over `sessions` sessions, `batch`
+/// events per append.
+struct Scenario {
+    name: &'static str,
+    writers: usize,
+    one_session: bool,
+    batch: usize,
+}
+
+const SCENARIOS: &[Scenario] = &[
+    Scenario {
+        name: "1 writer",
+        writers: 1,
+        one_session: false,
+        batch: 1,
+    },
+    Scenario {
+        name: "8 writers, 8 sessions",
+        writers: 8,
+        one_session: false,
+        batch: 1,
+    },
+    Scenario {
+        name: "32 writers, 32 sessions",
+        writers: 32,
+        one_session: false,
+        batch: 1,
+    },
+    Scenario {
+        name: "32 writers, 1 session",
+        writers: 32,
+        one_session: true,
+        batch: 1,
+    },
+    Scenario {
+        name: "32 writers, 32 sessions, batches of 16",
+        writers: 32,
+        one_session: false,
+        batch: 16,
+    },
+];
+
+/// `narad bench append`.
+pub async fn append(args: &AppendBench) -> anyhow::Result<()> {
+    let duration = Duration::from_secs(args.seconds);
+    println!(
+        "| scenario | baseline ops/s | narad ops/s | narad events/s | ops ratio | events ratio | baseline p50 / p99 ms | narad p50 / p99 ms |"
+    );
+    println!("|---|---|---|---|---|---|---|---|");
+    for s in SCENARIOS {
+        let db = match &args.server_url {
+            Some(url) => narad_testkit::TestDatabase::on_server(url, &narad_journal::MIGRATOR)
+                .await
+                .map_err(anyhow::Error::msg)?,
+            None => narad_testkit::TestDatabase::new(&narad_journal::MIGRATOR).await,
+        };
+        let journal = Journal::connect(db.url(), args.pool)?;
+        let tenant = TenantId::new("bench").expect("valid");
+        let sessions = if s.one_session { 1 } else { s.writers };
+        for n in 0..sessions {
+            let sid = SessionId::new(format!("s{n}")).expect("valid");
+            journal
+                .create_session(
+                    &tenant,
+                    NewSession {
+                        session_id: Some(sid.clone()),
+                        ..NewSession::default()
+                    },
+                )
+                .await?;
+            let run = format!("r{n}");
+            let open = [
+                json!({"protocolVersion": "narad/v1", "type": "run.started", "eventId": format!("start-{n}"), "rootRunId": run, "runId": run}),
+                json!({"protocolVersion": "narad/v1", "type": "message.text.started", "eventId": format!("msg-{n}"), "rootRunId": run, "runId": run, "messageId": format!("m{n}"), "role": "assistant", "messageScope": "run"}),
+            ];
+            journal
+                .append(&tenant, &sid, &open, AppendOptions::default())
+                .await?;
+        }
+        // The baseline: a plain INSERT of the same JSON row, committed, on
+        // the same pool.
+        {
+            // Created by the database's owner; written as narad_app, like
+            // the journal's tables.
+            let (admin, conn) = tokio_postgres::connect(db.url(), tokio_postgres::NoTls).await?;
+            tokio::spawn(conn);
+            admin
+                .batch_execute(
+                    "create table bench_baseline (id bigint generated always as identity primary key, \
+                     tenant_id text not null, session_id text not null, body jsonb not null); \
+                     grant insert on bench_baseline to narad_app",
+                )
+                .await?;
+        }
+        let sample = {
+            let mut e = delta("w0-0-0", "r0", "m0");
+            e["sessionId"] = json!("s0");
+            e["timestamp"] = json!("2026-08-05T04:00:00.000Z");
+            e["sessionSequence"] = json!(3);
+            e["sequence"] = json!(3);
+            e
+        };
+        let batch = s.batch;
+        let pool = journal.pool().clone();
+        let mut base = measure(s.writers, duration, move |w, _| {
+            let (pool, body) = (pool.clone(), sample.clone());
+            async move {
+                let client = pool.get().await.expect("a connection");
+                let stmt = client
+                    .prepare_cached(
+                        "insert into bench_baseline (tenant_id, session_id, body) \
+                         select 'bench', $1, b from unnest($2::jsonb[]) as b",
+                    )
+                    .await
+                    .expect("prepares");
+                let bodies = vec![body; batch];
+                client
+                    .execute(&stmt, &[&format!("s{w}"), &bodies])
+                    .await
+                    .expect("inserts");
+                batch as u64
+            }
+        })
+        .await;
+        let j = journal.clone();
+        let t = tenant.clone();
+        let one = s.one_session;
+        let mut ours = measure(s.writers, duration, move |w, n| {
+            let (j, t) = (j.clone(), t.clone());
+            async move {
+                let k = if one { 0 } else { w };
+                let sid = SessionId::new(format!("s{k}")).expect("valid");
+                let events: Vec<Value> = (0..batch)
+                    .map(|b| delta(&format!("w{w}-{n}-{b}"), &format!("r{k}"), &format!("m{k}")))
+                    .collect();
+                j.append(&t, &sid, &events, AppendOptions::default())
+                    .await
+                    .expect("appends");
+                batch as u64
+            }
+        })
+        .await;
+        let ms = |d: Duration| d.as_secs_f64() * 1000.0;
+        println!(
+            "| {} | {:.0} | {:.0} | {:.0} | {:.2} | {:.2} | {:.2} / {:.2} | {:.2} / {:.2} |",
+            s.name,
+            base.per_second(base.ops),
+            ours.per_second(ours.ops),
+            ours.per_second(ours.events),
+            ours.per_second(ours.ops) / base.per_second(base.ops),
+            ours.per_second(ours.events) / base.per_second(base.events),
+            ms(base.percentile(0.5)),
+            ms(base.percentile(0.99)),
+            ms(ours.percentile(0.5)),
+            ms(ours.percentile(0.99)),
+        );
+        drop(journal);
+        drop(db);
+    }
+    Ok(())
+}
