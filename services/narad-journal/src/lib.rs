@@ -109,14 +109,11 @@ impl Journal {
     }
 }
 
-/// Run once on every new connection of the pool:
-/// - as the role `narad_app`, which owns nothing, so that row-level
-///   security applies even when narad connects as a superuser;
-/// - with generic plans for prepared statements: the journal's statements
-///   take arrays, and re-planning them on every execution (Postgres's
-///   default for the first executions and whenever it looks cheaper) cost
-///   about half of each append's time (BENCHMARKS.md).
-pub const CONNECTION_SETUP: &str = "set role narad_app; set plan_cache_mode = force_generic_plan";
+/// Run once on every new connection of the pool: every query on it runs
+/// as the role `narad_app`, which owns nothing, so that row-level security
+/// applies even when narad connects as a superuser, and even to a query
+/// that forgot to scope itself (it then sees no tenant's rows at all).
+pub const CONNECTION_SETUP: &str = "set role narad_app";
 
 /// Statements that open a tenant-scoped transaction: the tenant is set for
 /// that transaction only. (Every pooled connection already runs as the

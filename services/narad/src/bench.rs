@@ -24,6 +24,9 @@ pub struct AppendBench {
     /// Connections in the pool (shared by baseline and journal).
     #[arg(long, default_value_t = 40)]
     pool: usize,
+    /// Run only the scenarios whose name contains this text.
+    #[arg(long)]
+    only: Option<String>,
 }
 
 struct Stats {
@@ -143,6 +146,13 @@ pub async fn append(args: &AppendBench) -> anyhow::Result<()> {
     );
     println!("|---|---|---|---|---|---|---|---|");
     for s in SCENARIOS {
+        if args
+            .only
+            .as_ref()
+            .is_some_and(|o| !s.name.contains(o.as_str()))
+        {
+            continue;
+        }
         let db = match &args.server_url {
             Some(url) => narad_testkit::TestDatabase::on_server(url, &narad_journal::MIGRATOR)
                 .await

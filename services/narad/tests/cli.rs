@@ -191,3 +191,16 @@ fn conformance_check_reports_a_wrong_expectation_and_exits_1() {
     assert!(!out.contains("PASS"), "--quiet prints failures only: {out}");
     assert_eq!(out.lines().last(), Some("1 passed, 1 failed"));
 }
+
+#[tokio::test]
+async fn migrate_applies_the_migrations_and_applying_them_again_changes_nothing() {
+    let db = narad_testkit::TestDatabase::empty().await;
+    for _ in 0..2 {
+        let (code, out, err) = narad(&["migrate", "--database-url", db.url()], "", &[]);
+        assert_eq!(code, 0, "{out}{err}");
+        assert!(out.starts_with("migrations applied to "), "{out}");
+    }
+    let (code, _, err) = narad(&["migrate"], "", &[]);
+    assert_ne!(code, 0);
+    assert!(err.contains("--database-url"), "{err}");
+}
