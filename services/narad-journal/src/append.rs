@@ -58,6 +58,10 @@ pub struct Appended {
     /// The session's top-level slot became free.
     #[serde(skip)]
     pub slot_freed: bool,
+    /// A queued start that became run.started in this transaction (its
+    /// event is the last of `events`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dequeued: Option<String>,
 }
 
 /// A proposal made ready for the engine.
@@ -184,6 +188,23 @@ const LOCK_SESSION: &str = "select core, session_sequence from sessions \
 const FIND_EVENT_IDS: &str = "select event_id, session_id, session_sequence, run_sequence, \
     workflow_sequence, proposal_sha256 from events where tenant_id = $1 and event_id = any($2::text[])";
 
+/// The first queued start of the session, with the entities its run.started
+/// names (the run and its journal, should they exist, and its workflow).
+const QUEUE_HEAD: &str = "
+with head as (
+  select queue_id, proposal from queued_starts
+  where tenant_id = $1 and session_id = $2 order by priority, position limit 1
+)
+select head.queue_id, head.proposal,
+  (select coalesce(jsonb_agg(jsonb_build_array(e.kind, e.id, e.state)), '[]') from entities e
+   where e.tenant_id = $1 and e.session_id = $2
+     and ((e.kind in ('run', 'run_journal') and e.id = head.proposal ->> 'runId')
+       or (e.kind = 'workflow' and e.id = head.proposal ->> 'workflowId')))
+from head";
+
+const DELETE_QUEUED: &str =
+    "delete from queued_starts where tenant_id = $1 and session_id = $2 and queue_id = $3";
+
 /// Round trip 2 in one statement: the events, their outbox rows, the
 /// changed entities and the session's core.
 const WRITE: &str = "
@@ -305,7 +326,7 @@ impl Journal {
                     actual: state.session_sequence,
                 });
             }
-            let before: BTreeMap<EntityKey, Value> = state.entities().into_iter().collect();
+            let mut before: BTreeMap<EntityKey, Value> = state.entities().into_iter().collect();
             let mut slot_freed = false;
             for (index, p) in prepared.iter_mut().enumerate() {
                 assign(&state, p);
@@ -313,6 +334,46 @@ impl Journal {
                     .apply(&p.event)
                     .map_err(|violation| JournalError::Rejected { index, violation })?;
                 slot_freed |= applied.slot_freed;
+            }
+            // The slot freed: the first queued start becomes run.started in
+            // this same transaction.
+            let mut dequeued = None;
+            if slot_freed && state.slot.is_none() {
+                let head = client.prepare_cached(QUEUE_HEAD).await?;
+                if let Some(row) = client.query_opt(&head, &[&t, &s]).await? {
+                    let queue_id: String = row.get(0);
+                    let proposal: Value = row.get(1);
+                    let entities: Value = row.get(2);
+                    for e in entities.as_array().into_iter().flatten() {
+                        let (kind, id) = (e[0].as_str().unwrap_or(""), e[1].as_str().unwrap_or(""));
+                        if let Some(key) = EntityKey::from_parts(kind, id) {
+                            if !before.contains_key(&key) {
+                                before.insert(key.clone(), e[2].clone());
+                            }
+                            state.load_entity(key, e[2].clone()).map_err(|err| {
+                                JournalError::Corrupt(format!("entity {kind} {id}: {err}"))
+                            })?;
+                        }
+                    }
+                    match prepare(prepared.len(), &proposal, session_id) {
+                        Ok(mut p) => {
+                            assign(&state, &mut p);
+                            match state.apply(&p.event) {
+                                Ok(_) => prepared.push(p),
+                                Err(v) => tracing::warn!(
+                                    queue_id,
+                                    rule = v.rule,
+                                    "a queued start can no longer start and is dropped: {v}"
+                                ),
+                            }
+                        }
+                        Err(e) => tracing::warn!(
+                            queue_id,
+                            "a queued start is invalid and is dropped: {e}"
+                        ),
+                    }
+                    dequeued = Some(queue_id);
+                }
             }
             let changed: Vec<(EntityKey, Value)> = state
                 .entities()
@@ -348,8 +409,18 @@ impl Journal {
                 &last,
                 &core,
             ];
+            let delete = client.prepare_cached(DELETE_QUEUED).await?;
+            let dequeued_id = dequeued.clone().unwrap_or_default();
+            let delete_params: [&Param<'_>; 3] = [&t, &s, &dequeued_id];
             futures::try_join!(
                 client.execute(&write, &write_params),
+                async {
+                    if dequeued.is_some() {
+                        client.execute(&delete, &delete_params).await.map(|_| ())
+                    } else {
+                        Ok(())
+                    }
+                },
                 client.batch_execute("commit"),
             )
             .map_err(|e| event_id_conflict(e, &prepared))?;
@@ -357,6 +428,7 @@ impl Journal {
                 events: prepared.iter().map(|p| appended(&p.event)).collect(),
                 duplicate: false,
                 slot_freed,
+                dequeued,
             }))
         }
         .await;
@@ -477,6 +549,7 @@ fn duplicate(
         events,
         duplicate: true,
         slot_freed: false,
+        dequeued: None,
     })
 }
 

@@ -10,6 +10,23 @@ pub enum JournalError {
     /// The session does not exist for this tenant.
     #[error("session {0} does not exist")]
     SessionNotFound(String),
+    /// The thing named does not exist for this tenant.
+    #[error("{0} does not exist")]
+    NotFound(String),
+    /// The session's top-level slot is taken (start-run, onConflict=reject).
+    #[error("the session's top-level slot is taken by {active}")]
+    SlotTaken {
+        /// The active execution.
+        active: serde_json::Value,
+    },
+    /// The interrupt was resolved before.
+    #[error("interrupt {interrupt_id} was already resolved with decision {decision:?}")]
+    InterruptAlreadyResolved {
+        /// The interrupt.
+        interrupt_id: String,
+        /// The decision recorded.
+        decision: String,
+    },
     /// A session with this id already exists.
     #[error("session {0} already exists")]
     SessionExists(String),
@@ -71,7 +88,9 @@ impl JournalError {
     /// The catalogued code of this failure.
     pub fn code(&self) -> ErrorCode {
         match self {
-            JournalError::SessionNotFound(_) => ErrorCode::NotFound,
+            JournalError::SessionNotFound(_) | JournalError::NotFound(_) => ErrorCode::NotFound,
+            JournalError::SlotTaken { .. } => ErrorCode::SessionSlotTaken,
+            JournalError::InterruptAlreadyResolved { .. } => ErrorCode::InterruptAlreadyResolved,
             JournalError::SessionExists(_) => ErrorCode::SessionExists,
             JournalError::Invalid { error, .. } => error.code(),
             JournalError::Rejected { .. } => ErrorCode::RuleViolation,
@@ -108,6 +127,20 @@ impl JournalError {
             )
             .with_rule(violation.rule)
             .with_field(format!("/events/{index}"), violation.message.clone()),
+            JournalError::SlotTaken { active } => ErrorBody::new(
+                self.code(),
+                format!(
+                    "the session's top-level slot is taken by {active}; retry once it has ended, \
+                     or start with onConflict enqueue or interrupt"
+                ),
+            )
+            .with_rule(narad_protocol::rules::SESSION_SLOT.id)
+            .with_details(serde_json::json!({"activeExecution": active})),
+            JournalError::InterruptAlreadyResolved { interrupt_id, decision } => {
+                ErrorBody::new(self.code(), self.to_string()).with_details(
+                    serde_json::json!({"interruptId": interrupt_id, "decision": decision}),
+                )
+            }
             JournalError::Database(_) | JournalError::Pool(_) => ErrorBody::new(
                 self.code(),
                 "the database cannot be reached; retry with backoff",

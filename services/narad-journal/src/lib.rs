@@ -8,12 +8,14 @@
 //!
 //! Modules:
 //! - [`append`]: the append transaction;
+//! - [`commands`]: server-issued events of commands (start-run, resolve-interrupt);
 //! - [`history`]: history reads with every cursor form of §10.2;
 //! - [`sessions`]: creating, reading and listing sessions;
 //! - [`rebuild`]: deriving the engine's state from the events alone;
 //! - [`error`]: failures and their client-facing envelopes.
 
 pub mod append;
+pub mod commands;
 pub mod error;
 pub mod history;
 pub mod rebuild;
@@ -26,6 +28,7 @@ use deadpool_postgres::{Hook, HookError, Manager, ManagerConfig, Pool, Recycling
 use tokio_postgres::NoTls;
 
 pub use append::{AppendOptions, Appended, AppendedEvent};
+pub use commands::{QueuedStart, RunStart};
 pub use error::JournalError;
 pub use history::{HistoryPage, HistoryQuery};
 pub use sessions::{NewSession, SessionRecord};

@@ -897,3 +897,331 @@ async fn a_connection_killed_mid_transaction_leaves_nothing_and_the_retry_succee
         2
     );
 }
+
+// ---------------------------------------------------------------- commands
+
+fn start(
+    session: &str,
+    run: &str,
+    on_conflict: Option<&str>,
+) -> narad_protocol::commands::StartRun {
+    let mut body = json!({"sessionId": session, "runId": run});
+    if let Some(c) = on_conflict {
+        body["onConflict"] = json!(c);
+    }
+    serde_json::from_value(body).unwrap()
+}
+
+fn run_types(page: &narad_journal::HistoryPage) -> Vec<(String, String)> {
+    page.events
+        .iter()
+        .map(|e| {
+            (
+                e["type"].as_str().unwrap().to_owned(),
+                e["runId"].as_str().unwrap_or("").to_owned(),
+            )
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn start_run_rejects_a_taken_slot_naming_the_active_execution() {
+    let f = fixture().await;
+    f.session("s1").await;
+    f.journal
+        .start_run(&f.tenant, &start("s1", "r1", None))
+        .await
+        .unwrap();
+    let err = f
+        .journal
+        .start_run(&f.tenant, &start("s1", "r2", Some("reject")))
+        .await
+        .unwrap_err();
+    let body = err.to_body();
+    assert_eq!(body.code, "NRD-0204");
+    assert_eq!(body.rule.as_deref(), Some("session.slot.single"));
+    assert_eq!(
+        body.details.unwrap()["activeExecution"],
+        json!({"kind": "run", "runId": "r1"})
+    );
+    assert_eq!(
+        f.history("s1", HistoryQuery::default())
+            .await
+            .unwrap()
+            .events
+            .len(),
+        1,
+        "nothing appended"
+    );
+}
+
+#[tokio::test]
+async fn an_enqueued_start_becomes_run_started_in_the_transaction_that_frees_the_slot() {
+    let f = fixture().await;
+    let s = f.session("s1").await;
+    f.journal
+        .start_run(&f.tenant, &start("s1", "r1", None))
+        .await
+        .unwrap();
+    let queued = f
+        .journal
+        .start_run(&f.tenant, &start("s1", "r2", Some("enqueue")))
+        .await
+        .unwrap();
+    let queue_id = queued.queue_id.clone().expect("queued");
+    assert!(queued.appended.is_none());
+    let list = f.journal.queued_starts(&f.tenant, "s1").await.unwrap();
+    assert_eq!(
+        (list.len(), list[0].run_id.as_str(), list[0].on_conflict),
+        (1, "r2", "enqueue")
+    );
+
+    let freed = f
+        .append(
+            &s,
+            &[ev("fin-1", "run.finished", Some(("r1", "r1")), json!({}))],
+        )
+        .await
+        .unwrap();
+    assert_eq!(freed.dequeued.as_deref(), Some(queue_id.as_str()));
+    assert_eq!(
+        freed.events.len(),
+        2,
+        "the finish and the dequeued start, in one transaction"
+    );
+    let page = f.history("s1", HistoryQuery::default()).await.unwrap();
+    assert_eq!(
+        run_types(&page),
+        [
+            ("run.started".into(), "r1".into()),
+            ("run.finished".into(), "r1".into()),
+            ("run.started".into(), "r2".into())
+        ]
+    );
+    assert!(
+        f.journal
+            .queued_starts(&f.tenant, "s1")
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    let record = f.journal.session(&f.tenant, "s1").await.unwrap();
+    assert_eq!(
+        record.active_execution,
+        Some(json!({"kind": "run", "runId": "r2"}))
+    );
+    assert_eq!(
+        f.journal.stored_state(&f.tenant, "s1").await.unwrap(),
+        f.journal.derived_state(&f.tenant, "s1").await.unwrap()
+    );
+}
+
+#[tokio::test]
+async fn a_queued_start_can_be_withdrawn() {
+    let f = fixture().await;
+    let s = f.session("s1").await;
+    f.journal
+        .start_run(&f.tenant, &start("s1", "r1", None))
+        .await
+        .unwrap();
+    let q = f
+        .journal
+        .start_run(&f.tenant, &start("s1", "r2", Some("enqueue")))
+        .await
+        .unwrap()
+        .queue_id
+        .unwrap();
+    f.journal.withdraw_start(&f.tenant, "s1", &q).await.unwrap();
+    assert!(matches!(
+        f.journal.withdraw_start(&f.tenant, "s1", &q).await,
+        Err(JournalError::NotFound(_))
+    ));
+    let freed = f
+        .append(
+            &s,
+            &[ev("fin-1", "run.finished", Some(("r1", "r1")), json!({}))],
+        )
+        .await
+        .unwrap();
+    assert_eq!(freed.dequeued, None);
+    assert_eq!(
+        f.journal
+            .session(&f.tenant, "s1")
+            .await
+            .unwrap()
+            .active_execution,
+        None
+    );
+}
+
+#[tokio::test]
+async fn an_interrupting_start_stops_the_active_run_and_goes_first() {
+    let f = fixture().await;
+    let s = f.session("s1").await;
+    f.journal
+        .start_run(&f.tenant, &start("s1", "r1", None))
+        .await
+        .unwrap();
+    f.journal
+        .start_run(&f.tenant, &start("s1", "r2", Some("enqueue")))
+        .await
+        .unwrap();
+    let urgent = f
+        .journal
+        .start_run(&f.tenant, &start("s1", "r3", Some("interrupt")))
+        .await
+        .unwrap();
+    assert!(
+        urgent.stop_requested.is_some(),
+        "the active run was asked to stop"
+    );
+    let order: Vec<String> = f
+        .journal
+        .queued_starts(&f.tenant, "s1")
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|q| q.run_id)
+        .collect();
+    assert_eq!(order, ["r3", "r2"]);
+    f.append(
+        &s,
+        &[ev("c-1", "run.cancelled", Some(("r1", "r1")), json!({}))],
+    )
+    .await
+    .unwrap();
+    let page = f.history("s1", HistoryQuery::default()).await.unwrap();
+    let types = run_types(&page);
+    assert_eq!(types[1], ("run.stop.requested".into(), "r1".into()));
+    assert_eq!(types.last().unwrap(), &("run.started".into(), "r3".into()));
+    assert_eq!(page.events[1]["targetRunId"], "r1");
+}
+
+#[tokio::test]
+async fn a_nested_start_records_its_parents_executor_explicitly() {
+    let f = fixture().await;
+    f.session("s1").await;
+    let mut top = start("s1", "r1", None);
+    top.client_executor_id =
+        Some(narad_protocol::primitives::ClientExecutorId::new("desktop-1").unwrap());
+    f.journal.start_run(&f.tenant, &top).await.unwrap();
+    let mut nested = start("s1", "r2", None);
+    nested.parent_run_id = Some(narad_protocol::primitives::RunId::new("r1").unwrap());
+    f.journal.start_run(&f.tenant, &nested).await.unwrap();
+    let page = f.history("s1", HistoryQuery::default()).await.unwrap();
+    assert_eq!(page.events[1]["clientExecutorId"], "desktop-1");
+    assert_eq!(page.events[1]["rootRunId"], "r1");
+    assert_eq!(page.events[1]["parentRunId"], "r1");
+}
+
+async fn paused_on_interrupt(f: &Fixture, session: &str) {
+    let s = f.session(session).await;
+    f.append(
+        &s,
+        &[
+            ev(&format!("{session}-a"), "run.started", Some(("r1", "r1")), json!({})),
+            ev(&format!("{session}-b"), "interrupt.requested", Some(("r1", "r1")), json!({"interruptId": "int-1", "waitId": "w-1", "kind": "tool.approval", "actions": ["approve", "deny"]})),
+            ev(&format!("{session}-c"), "run.paused", Some(("r1", "r1")), json!({"waitId": "w-1", "interruptId": "int-1", "reason": "interrupt", "resumeMode": "command"})),
+        ],
+    )
+    .await
+    .unwrap();
+}
+
+fn resolve(decision: &str) -> narad_protocol::commands::ResolveInterrupt {
+    serde_json::from_value(json!({"interruptId": "int-1", "decision": decision})).unwrap()
+}
+
+#[tokio::test]
+async fn resolve_interrupt_resolves_at_most_once_and_reports_the_recorded_decision() {
+    let f = fixture().await;
+    paused_on_interrupt(&f, "s1").await;
+    let (session, appended) = f
+        .journal
+        .resolve_interrupt(&f.tenant, &resolve("approve"))
+        .await
+        .unwrap();
+    assert_eq!(
+        (session.as_str(), appended.events[0].sequence),
+        ("s1", Some(4))
+    );
+    let err = f
+        .journal
+        .resolve_interrupt(&f.tenant, &resolve("deny"))
+        .await
+        .unwrap_err();
+    let body = err.to_body();
+    assert_eq!(body.code, "NRD-0205");
+    assert_eq!(body.details.unwrap()["decision"], "approve");
+    assert_eq!(
+        f.history("s1", HistoryQuery::default())
+            .await
+            .unwrap()
+            .events
+            .len(),
+        4,
+        "nothing appended"
+    );
+    // A decision that is not an action is a rule violation.
+    paused_on_interrupt(&f, "s2").await;
+    let err = f
+        .journal
+        .resolve_interrupt(&f.tenant, &resolve("maybe"))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, JournalError::InvalidParameter { .. }),
+        "int-1 now names two sessions: {err:?}"
+    );
+    let unknown: narad_protocol::commands::ResolveInterrupt =
+        serde_json::from_value(json!({"interruptId": "nope", "decision": "approve"})).unwrap();
+    assert!(matches!(
+        f.journal.resolve_interrupt(&f.tenant, &unknown).await,
+        Err(JournalError::NotFound(_))
+    ));
+}
+
+#[tokio::test]
+async fn resolve_interrupt_rejects_a_decision_outside_the_actions() {
+    let f = fixture().await;
+    paused_on_interrupt(&f, "s1").await;
+    let err = f
+        .journal
+        .resolve_interrupt(&f.tenant, &resolve("maybe"))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, JournalError::Rejected { violation, .. } if violation.rule == "interrupt.decision.allowed"),
+        "{err:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn racing_resolutions_append_exactly_one() {
+    for round in 0..5 {
+        let f = Arc::new(fixture().await);
+        paused_on_interrupt(&f, "s1").await;
+        let go = |d: &'static str| {
+            let f = f.clone();
+            tokio::spawn(async move { f.journal.resolve_interrupt(&f.tenant, &resolve(d)).await })
+        };
+        let (a, b) = (go("approve"), go("deny"));
+        let results = [a.await.unwrap(), b.await.unwrap()];
+        assert_eq!(
+            results.iter().filter(|r| r.is_ok()).count(),
+            1,
+            "round {round}: {results:?}"
+        );
+        let winner = results.iter().find_map(|r| r.as_ref().ok()).unwrap();
+        let page = f.history("s1", HistoryQuery::default()).await.unwrap();
+        assert_eq!(page.events.len(), 4);
+        let recorded = page.events[3]["decision"].as_str().unwrap().to_owned();
+        assert_eq!(winner.1.events[0].session_sequence, 4);
+        match results.iter().find_map(|r| r.as_ref().err()).unwrap() {
+            JournalError::InterruptAlreadyResolved { decision, .. } => {
+                assert_eq!(decision, &recorded)
+            }
+            other => panic!("round {round}: {other:?}"),
+        }
+    }
+}

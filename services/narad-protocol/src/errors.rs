@@ -105,6 +105,10 @@ pub struct ErrorBody {
     /// The protocol rule id, when a rule of narad/v1 was broken.
     #[serde(default, deserialize_with = "some")]
     pub rule: Option<String>,
+    /// Structured context: the active execution a start conflicts with,
+    /// the decision an interrupt was already resolved with, …
+    #[serde(default, deserialize_with = "some")]
+    pub details: Option<serde_json::Map<String, serde_json::Value>>,
 }
 
 impl ErrorBody {
@@ -116,6 +120,7 @@ impl ErrorBody {
             message: message.into(),
             fields: None,
             rule: None,
+            details: None,
         }
     }
 
@@ -130,6 +135,14 @@ impl ErrorBody {
     /// Names the broken protocol rule.
     pub fn with_rule(mut self, rule: impl Into<String>) -> Self {
         self.rule = Some(rule.into());
+        self
+    }
+
+    /// Adds structured context.
+    pub fn with_details(mut self, details: serde_json::Value) -> Self {
+        if let serde_json::Value::Object(map) = details {
+            self.details = Some(map);
+        }
         self
     }
 

@@ -1,0 +1,383 @@
+//! Server-issued events: the authority events of commands (§2.2), built
+//! from current state and appended through the same transaction as any
+//! batch.
+//!
+//! - `start-run` honours the session slot (§3.1) with `onConflict`:
+//!   `reject` (409 naming the active execution), `enqueue` (a durable queued
+//!   start that becomes `run.started` in the transaction that frees the
+//!   slot), or `interrupt` (stop the active run; start once it has ended).
+//! - `resolve-interrupt` resolves at most once: a second resolution, from
+//!   any replica or tab, is refused with the decision already recorded.
+
+use narad_protocol::commands::{OnConflict, ResolveInterrupt, StartRun};
+use narad_protocol::engine::{Owner, SessionCore, Slot};
+use narad_protocol::primitives::{EventId, SessionId};
+use narad_protocol::rules;
+use serde::Serialize;
+use serde_json::{Value, json};
+
+use crate::{AppendOptions, Appended, Journal, JournalError, TenantId, in_tenant};
+
+/// What a start-run command did.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RunStart {
+    /// The run's id.
+    pub run_id: String,
+    /// The appended events, when the run started now.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub appended: Option<Appended>,
+    /// The queued start's id, when it waits for the slot.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub queue_id: Option<String>,
+    /// The stop request appended for the active run (`onConflict=interrupt`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stop_requested: Option<Appended>,
+}
+
+/// A start waiting for its session's slot.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct QueuedStart {
+    /// The queued start.
+    pub queue_id: String,
+    /// The run it will start.
+    pub run_id: String,
+    /// `interrupt` starts go first, then `enqueue` ones, each in order.
+    pub on_conflict: &'static str,
+    /// The run.started it will append.
+    pub proposal: Value,
+}
+
+/// Queue priorities: interrupting starts before enqueued ones.
+const PRIORITY_INTERRUPT: i16 = 0;
+const PRIORITY_ENQUEUE: i16 = 1;
+
+impl Journal {
+    /// Starts a run (command `start-run`).
+    pub async fn start_run(
+        &self,
+        tenant: &TenantId,
+        cmd: &StartRun,
+    ) -> Result<RunStart, JournalError> {
+        let session = &cmd.session_id;
+        let run_id = cmd
+            .run_id
+            .as_ref()
+            .map(|r| r.to_string())
+            .unwrap_or_else(|| EventId::new_v7().to_string());
+        let mut proposal = json!({
+            "protocolVersion": "narad/v1", "type": "run.started",
+            "eventId": EventId::new_v7(), "runId": run_id, "rootRunId": run_id,
+        });
+        if let Some(parent) = &cmd.parent_run_id {
+            // A nested run keeps its parent's journal and, unless told
+            // otherwise, its executor, recorded explicitly (§3.3).
+            let state = self.entity(tenant, session, "run", parent.as_str()).await?;
+            let Some(state) = state else {
+                return Err(JournalError::NotFound(format!(
+                    "run {parent} in session {session}"
+                )));
+            };
+            proposal["rootRunId"] = state["rootRunId"].clone();
+            proposal["parentRunId"] = json!(parent);
+            if cmd.client_executor_id.is_none() && state.get("clientExecutorId").is_some() {
+                proposal["clientExecutorId"] = state["clientExecutorId"].clone();
+            }
+        }
+        if let Some(c) = &cmd.client_executor_id {
+            proposal["clientExecutorId"] = json!(c);
+        }
+        if let Some(w) = &cmd.workflow_id {
+            proposal["workflowId"] = json!(w);
+        }
+        if let Some(input) = &cmd.input {
+            proposal["input"] = input.clone();
+        }
+        let on_conflict = cmd.on_conflict.unwrap_or_default();
+        loop {
+            match self
+                .append(
+                    tenant,
+                    session,
+                    std::slice::from_ref(&proposal),
+                    AppendOptions::default(),
+                )
+                .await
+            {
+                Ok(appended) => {
+                    return Ok(RunStart {
+                        run_id,
+                        appended: Some(appended),
+                        queue_id: None,
+                        stop_requested: None,
+                    });
+                }
+                Err(JournalError::Rejected { violation, .. })
+                    if violation.rule == rules::SESSION_SLOT.id && cmd.parent_run_id.is_none() =>
+                {
+                    let priority = match on_conflict {
+                        OnConflict::Reject => {
+                            let active = self
+                                .session(tenant, session.as_str())
+                                .await?
+                                .active_execution;
+                            return Err(JournalError::SlotTaken {
+                                active: active.unwrap_or(Value::Null),
+                            });
+                        }
+                        OnConflict::Enqueue => PRIORITY_ENQUEUE,
+                        OnConflict::Interrupt => PRIORITY_INTERRUPT,
+                    };
+                    // Queue it only if the slot is still taken, under the
+                    // session lock that every slot change holds.
+                    let Some((queue_id, active)) =
+                        self.enqueue(tenant, session, priority, &proposal).await?
+                    else {
+                        continue; // the slot freed meanwhile: start now
+                    };
+                    let stop_requested = match (on_conflict, active) {
+                        (OnConflict::Interrupt, Some(active_run)) => {
+                            Some(self.stop(tenant, session, &active_run).await?)
+                        }
+                        _ => None,
+                    };
+                    return Ok(RunStart {
+                        run_id,
+                        appended: None,
+                        queue_id: Some(queue_id),
+                        stop_requested,
+                    });
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// Queues a start if the slot is still taken; returns the queue id and
+    /// the active top-level run (to stop, for `interrupt`).
+    async fn enqueue(
+        &self,
+        tenant: &TenantId,
+        session: &SessionId,
+        priority: i16,
+        proposal: &Value,
+    ) -> Result<Option<(String, Option<String>)>, JournalError> {
+        let client = self.pool.get().await?;
+        let queue_id = EventId::new_v7().to_string();
+        in_tenant(&client, tenant, async |c| {
+            let row = c
+                .query_opt(
+                    "select core from sessions where tenant_id = $1 and session_id = $2 for update",
+                    &[&tenant.as_str(), &session.as_str()],
+                )
+                .await?
+                .ok_or_else(|| JournalError::SessionNotFound(session.to_string()))?;
+            let core: SessionCore = serde_json::from_value(row.get(0))
+                .map_err(|e| JournalError::Corrupt(format!("session core: {e}")))?;
+            let active_run = match &core.slot {
+                None => return Ok(None),
+                Some(Slot::Run { run_id }) => Some(run_id.to_string()),
+                Some(Slot::Workflow { workflow_id }) => c
+                    .query_opt(
+                        "select state ->> 'activeTopLevelRun' from entities \
+                         where tenant_id = $1 and session_id = $2 and kind = 'workflow' and id = $3",
+                        &[&tenant.as_str(), &session.as_str(), &workflow_id.as_str()],
+                    )
+                    .await?
+                    .and_then(|r| r.get::<_, Option<String>>(0)),
+            };
+            c.execute(
+                "insert into queued_starts (tenant_id, session_id, queue_id, priority, proposal) \
+                 values ($1, $2, $3, $4, $5)",
+                &[&tenant.as_str(), &session.as_str(), &queue_id, &priority, proposal],
+            )
+            .await?;
+            Ok(Some((queue_id.clone(), active_run)))
+        })
+        .await
+    }
+
+    /// Appends run.stop.requested for a run of the session.
+    async fn stop(
+        &self,
+        tenant: &TenantId,
+        session: &SessionId,
+        run_id: &str,
+    ) -> Result<Appended, JournalError> {
+        let state = self
+            .entity(tenant, session, "run", run_id)
+            .await?
+            .ok_or_else(|| JournalError::NotFound(format!("run {run_id}")))?;
+        let stop = json!({
+            "protocolVersion": "narad/v1", "type": "run.stop.requested", "eventId": EventId::new_v7(),
+            "rootRunId": state["rootRunId"], "runId": run_id, "targetRunId": run_id,
+            "reason": "narad.start-run.interrupt",
+        });
+        self.append(tenant, session, &[stop], AppendOptions::default())
+            .await
+    }
+
+    /// The starts waiting for a session's slot, in the order they will start.
+    pub async fn queued_starts(
+        &self,
+        tenant: &TenantId,
+        session: &str,
+    ) -> Result<Vec<QueuedStart>, JournalError> {
+        let client = self.pool.get().await?;
+        in_tenant(&client, tenant, async |c| {
+            Ok(c.query(
+                "select queue_id, priority, proposal from queued_starts \
+                 where tenant_id = $1 and session_id = $2 order by priority, position",
+                &[&tenant.as_str(), &session],
+            )
+            .await?
+            .iter()
+            .map(|r| {
+                let proposal: Value = r.get(2);
+                QueuedStart {
+                    queue_id: r.get(0),
+                    run_id: proposal["runId"].as_str().unwrap_or_default().to_owned(),
+                    on_conflict: if r.get::<_, i16>(1) == PRIORITY_INTERRUPT {
+                        "interrupt"
+                    } else {
+                        "enqueue"
+                    },
+                    proposal,
+                }
+            })
+            .collect())
+        })
+        .await
+    }
+
+    /// Withdraws a queued start.
+    pub async fn withdraw_start(
+        &self,
+        tenant: &TenantId,
+        session: &str,
+        queue_id: &str,
+    ) -> Result<(), JournalError> {
+        let client = self.pool.get().await?;
+        in_tenant(&client, tenant, async |c| {
+            let n = c
+                .execute(
+                    "delete from queued_starts where tenant_id = $1 and session_id = $2 and queue_id = $3",
+                    &[&tenant.as_str(), &session, &queue_id],
+                )
+                .await?;
+            if n == 0 {
+                return Err(JournalError::NotFound(format!("queued start {queue_id} in session {session}")));
+            }
+            Ok(())
+        })
+        .await
+    }
+
+    /// Resolves an interrupt (command `resolve-interrupt`), at most once.
+    /// The interrupt id alone locates its session and owner (§2.2).
+    pub async fn resolve_interrupt(
+        &self,
+        tenant: &TenantId,
+        cmd: &ResolveInterrupt,
+    ) -> Result<(String, Appended), JournalError> {
+        let id = cmd.interrupt_id.as_str();
+        let (session, interrupt, owner_run) = self.find_interrupt(tenant, id).await?;
+        if let Some(decision) = interrupt.get("decision").and_then(Value::as_str) {
+            return Err(JournalError::InterruptAlreadyResolved {
+                interrupt_id: id.to_owned(),
+                decision: decision.to_owned(),
+            });
+        }
+        let owner: Owner = serde_json::from_value(interrupt.clone())
+            .map_err(|e| JournalError::Corrupt(format!("interrupt {id}: {e}")))?;
+        let mut event = json!({
+            "protocolVersion": "narad/v1", "type": "interrupt.resolved", "eventId": EventId::new_v7(),
+            "interruptId": id, "waitId": interrupt["waitId"], "decision": cmd.decision,
+        });
+        match owner {
+            Owner::Run { run_id } => {
+                event["runId"] = json!(run_id);
+                event["rootRunId"] = owner_run
+                    .map(|r| r["rootRunId"].clone())
+                    .unwrap_or(Value::Null);
+            }
+            Owner::Workflow { workflow_id } => {
+                event["scope"] = json!("workflow");
+                event["workflowId"] = json!(workflow_id);
+            }
+        }
+        if let Some(reason) = &cmd.reason {
+            event["reason"] = json!(reason);
+        }
+        if let Some(members) = &cmd.members {
+            event["members"] = serde_json::to_value(members).expect("serialises");
+        }
+        let sid = SessionId::new(session.clone()).map_err(JournalError::Corrupt)?;
+        match self
+            .append(tenant, &sid, &[event], AppendOptions::default())
+            .await
+        {
+            Ok(appended) => Ok((session, appended)),
+            // Another resolution won the race: report its decision.
+            Err(JournalError::Rejected { violation, .. })
+                if violation.rule == rules::INTERRUPT_RESOLVED_ONCE.id =>
+            {
+                let (_, now, _) = self.find_interrupt(tenant, id).await?;
+                Err(JournalError::InterruptAlreadyResolved {
+                    interrupt_id: id.to_owned(),
+                    decision: now["decision"].as_str().unwrap_or_default().to_owned(),
+                })
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// An interrupt's session, state and owning run's state.
+    async fn find_interrupt(
+        &self,
+        tenant: &TenantId,
+        id: &str,
+    ) -> Result<(String, Value, Option<Value>), JournalError> {
+        let client = self.pool.get().await?;
+        let rows = in_tenant(&client, tenant, async |c| {
+            Ok(c.query(
+                "select i.session_id, i.state, r.state from entities i \
+                 left join entities r on r.tenant_id = i.tenant_id and r.session_id = i.session_id \
+                   and r.kind = 'run' and r.id = i.state ->> 'runId' \
+                 where i.tenant_id = $1 and i.kind = 'interrupt' and i.id = $2",
+                &[&tenant.as_str(), &id],
+            )
+            .await?)
+        })
+        .await?;
+        match rows.as_slice() {
+            [] => Err(JournalError::NotFound(format!("interrupt {id}"))),
+            [row] => Ok((row.get(0), row.get(1), row.get(2))),
+            _ => Err(JournalError::InvalidParameter {
+                parameter: "interruptId",
+                message: format!("{id} names interrupts in several sessions; name the session too"),
+            }),
+        }
+    }
+
+    /// One stored entity's state.
+    async fn entity(
+        &self,
+        tenant: &TenantId,
+        session: &SessionId,
+        kind: &str,
+        id: &str,
+    ) -> Result<Option<Value>, JournalError> {
+        let client = self.pool.get().await?;
+        in_tenant(&client, tenant, async |c| {
+            Ok(c.query_opt(
+                "select state from entities where tenant_id = $1 and session_id = $2 and kind = $3 and id = $4",
+                &[&tenant.as_str(), &session.as_str(), &kind, &id],
+            )
+            .await?
+            .map(|r| r.get(0)))
+        })
+        .await
+    }
+}
