@@ -9,14 +9,18 @@
 //! - `resolve-interrupt` resolves at most once: a second resolution, from
 //!   any replica or tab, is refused with the decision already recorded.
 
-use narad_protocol::commands::{OnConflict, ResolveInterrupt, StartRun};
+use narad_protocol::authority::MessageScope;
+use narad_protocol::commands::{
+    OnConflict, RecordUserMessage, RedactMessage, ResolveInterrupt, StartRun, StartWorkflow,
+    StopRun,
+};
 use narad_protocol::engine::{Owner, SessionCore, Slot};
 use narad_protocol::primitives::{EventId, SessionId};
 use narad_protocol::rules;
 use serde::Serialize;
 use serde_json::{Value, json};
 
-use crate::{AppendOptions, Appended, Journal, JournalError, TenantId, in_tenant};
+use crate::{AppendOptions, Appended, Journal, JournalError, SessionRecord, TenantId, in_tenant};
 
 /// What a start-run command did.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -357,6 +361,187 @@ impl Journal {
             _ => Err(JournalError::InvalidParameter {
                 parameter: "interruptId",
                 message: format!("{id} names interrupts in several sessions; name the session too"),
+            }),
+        }
+    }
+
+    /// Asks a run to stop (command `stop-run`): the run id alone locates
+    /// its session.
+    pub async fn stop_run(
+        &self,
+        tenant: &TenantId,
+        cmd: &StopRun,
+    ) -> Result<(String, Appended), JournalError> {
+        let (session, run) = self.find_by_id(tenant, "run", cmd.run_id.as_str()).await?;
+        let mut stop = json!({
+            "protocolVersion": "narad/v1", "type": "run.stop.requested", "eventId": EventId::new_v7(),
+            "rootRunId": run["rootRunId"], "runId": cmd.run_id, "targetRunId": cmd.run_id,
+        });
+        if let Some(reason) = &cmd.reason {
+            stop["reason"] = json!(reason);
+        }
+        let sid = SessionId::new(session.clone()).map_err(JournalError::Corrupt)?;
+        Ok((
+            session,
+            self.append(tenant, &sid, &[stop], AppendOptions::default())
+                .await?,
+        ))
+    }
+
+    /// Records what a person said (command `record-user-message`).
+    pub async fn record_user_message(
+        &self,
+        tenant: &TenantId,
+        cmd: &RecordUserMessage,
+    ) -> Result<(String, Appended), JournalError> {
+        let message_id = cmd
+            .message_id
+            .as_ref()
+            .map(|m| m.to_string())
+            .unwrap_or_else(|| EventId::new_v7().to_string());
+        let mut event = json!({
+            "protocolVersion": "narad/v1", "type": "message.user.recorded", "eventId": EventId::new_v7(),
+            "messageId": message_id, "messageScope": cmd.message_scope, "content": cmd.content,
+        });
+        if let Some(a) = &cmd.attachment_ids {
+            event["attachmentIds"] = json!(a);
+        }
+        let missing = |what: &'static str| JournalError::InvalidParameter {
+            parameter: what,
+            message: format!("messageScope {:?} needs {what}", cmd.message_scope),
+        };
+        match cmd.message_scope {
+            MessageScope::Session => {}
+            MessageScope::Run => {
+                let run_id = cmd.run_id.as_ref().ok_or_else(|| missing("runId"))?;
+                let run = self
+                    .entity(tenant, &cmd.session_id, "run", run_id.as_str())
+                    .await?
+                    .ok_or_else(|| {
+                        JournalError::NotFound(format!(
+                            "run {run_id} in session {}",
+                            cmd.session_id
+                        ))
+                    })?;
+                event["runId"] = json!(run_id);
+                event["rootRunId"] = run["rootRunId"].clone();
+            }
+            MessageScope::Workflow => {
+                event["workflowId"] = json!(
+                    cmd.workflow_id
+                        .as_ref()
+                        .ok_or_else(|| missing("workflowId"))?
+                );
+            }
+        }
+        let appended = self
+            .append(tenant, &cmd.session_id, &[event], AppendOptions::default())
+            .await?;
+        Ok((message_id, appended))
+    }
+
+    /// Starts a workflow in the session's slot (command `start-workflow`).
+    pub async fn start_workflow(
+        &self,
+        tenant: &TenantId,
+        cmd: &StartWorkflow,
+    ) -> Result<(String, Appended), JournalError> {
+        let workflow_id = cmd
+            .workflow_id
+            .as_ref()
+            .map(|w| w.to_string())
+            .unwrap_or_else(|| EventId::new_v7().to_string());
+        let mut event = json!({
+            "protocolVersion": "narad/v1", "type": "workflow.started", "eventId": EventId::new_v7(),
+            "workflowId": workflow_id,
+        });
+        if let Some(c) = &cmd.default_client_executor_id {
+            event["defaultClientExecutorId"] = json!(c);
+        }
+        if let Some(input) = &cmd.input {
+            event["input"] = input.clone();
+        }
+        match self
+            .append(tenant, &cmd.session_id, &[event], AppendOptions::default())
+            .await
+        {
+            Ok(appended) => Ok((workflow_id, appended)),
+            Err(JournalError::Rejected { violation, .. })
+                if violation.rule == rules::SESSION_SLOT.id =>
+            {
+                let active = self
+                    .session(tenant, cmd.session_id.as_str())
+                    .await?
+                    .active_execution;
+                Err(JournalError::SlotTaken {
+                    active: active.unwrap_or(Value::Null),
+                })
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Changes how a message displays (command `redact-message`, §9.4).
+    pub async fn redact_message(
+        &self,
+        tenant: &TenantId,
+        cmd: &RedactMessage,
+    ) -> Result<Appended, JournalError> {
+        let event = json!({
+            "protocolVersion": "narad/v1", "type": "message.redacted", "eventId": EventId::new_v7(),
+            "messageId": cmd.message_id, "reason": cmd.reason, "displayReplacement": cmd.display_replacement,
+        });
+        self.append(tenant, &cmd.session_id, &[event], AppendOptions::default())
+            .await
+    }
+
+    /// Archives a session (command `archive-session`); archiving an
+    /// archived session changes nothing.
+    pub async fn archive_session(
+        &self,
+        tenant: &TenantId,
+        session: &str,
+    ) -> Result<SessionRecord, JournalError> {
+        let client = self.pool.get().await?;
+        in_tenant(&client, tenant, async |c| {
+            let n = c
+                .execute(
+                    "update sessions set archived_at = coalesce(archived_at, now())                      where tenant_id = $1 and session_id = $2",
+                    &[&tenant.as_str(), &session],
+                )
+                .await?;
+            if n == 0 {
+                return Err(JournalError::SessionNotFound(session.to_owned()));
+            }
+            Ok(())
+        })
+        .await?;
+        self.session(tenant, session).await
+    }
+
+    /// An entity of a kind by its id across the tenant's sessions: its
+    /// session and state.
+    async fn find_by_id(
+        &self,
+        tenant: &TenantId,
+        kind: &str,
+        id: &str,
+    ) -> Result<(String, Value), JournalError> {
+        let client = self.pool.get().await?;
+        let rows = in_tenant(&client, tenant, async |c| {
+            Ok(c.query(
+                "select session_id, state from entities where tenant_id = $1 and kind = $2 and id = $3",
+                &[&tenant.as_str(), &kind, &id],
+            )
+            .await?)
+        })
+        .await?;
+        match rows.as_slice() {
+            [] => Err(JournalError::NotFound(format!("{kind} {id}"))),
+            [row] => Ok((row.get(0), row.get(1))),
+            _ => Err(JournalError::InvalidParameter {
+                parameter: "id",
+                message: format!("{kind} {id} exists in several sessions; name the session too"),
             }),
         }
     }

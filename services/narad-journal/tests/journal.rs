@@ -1225,3 +1225,150 @@ async fn racing_resolutions_append_exactly_one() {
         }
     }
 }
+
+#[tokio::test]
+async fn the_other_commands_build_their_events_from_current_state() {
+    let f = fixture().await;
+    f.session("s1").await;
+    f.journal
+        .start_run(&f.tenant, &start("s1", "r1", None))
+        .await
+        .unwrap();
+    let cmd = |v: Value| v;
+    // record-user-message, session and run scoped.
+    let (m1, _) = f
+        .journal
+        .record_user_message(
+            &f.tenant,
+            &serde_json::from_value(cmd(
+                json!({"sessionId": "s1", "messageScope": "session", "content": "hi"}),
+            ))
+            .unwrap(),
+        )
+        .await
+        .unwrap();
+    f.journal
+        .record_user_message(
+            &f.tenant,
+            &serde_json::from_value(
+                json!({"sessionId": "s1", "messageScope": "run", "runId": "r1", "content": "more"}),
+            )
+            .unwrap(),
+        )
+        .await
+        .unwrap();
+    let missing = f
+        .journal
+        .record_user_message(
+            &f.tenant,
+            &serde_json::from_value(
+                json!({"sessionId": "s1", "messageScope": "run", "content": "?"}),
+            )
+            .unwrap(),
+        )
+        .await;
+    assert!(matches!(
+        missing,
+        Err(JournalError::InvalidParameter {
+            parameter: "runId",
+            ..
+        })
+    ));
+    // redact-message: a known message; an unknown one breaks message.unknown.
+    f.journal
+        .redact_message(&f.tenant, &serde_json::from_value(json!({"sessionId": "s1", "messageId": m1, "reason": "pii", "displayReplacement": null})).unwrap())
+        .await
+        .unwrap();
+    let unknown = f
+        .journal
+        .redact_message(&f.tenant, &serde_json::from_value(json!({"sessionId": "s1", "messageId": "nope", "reason": "pii", "displayReplacement": "x"})).unwrap())
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&unknown, JournalError::Rejected { violation, .. } if violation.rule == "message.unknown")
+    );
+    // start-workflow while a run holds the slot.
+    let busy = f
+        .journal
+        .start_workflow(
+            &f.tenant,
+            &serde_json::from_value(json!({"sessionId": "s1"})).unwrap(),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(busy.to_body().code, "NRD-0204");
+    // stop-run by run id alone.
+    let (session, stopped) = f
+        .journal
+        .stop_run(
+            &f.tenant,
+            &serde_json::from_value(json!({"runId": "r1", "reason": "user.stop"})).unwrap(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        (session.as_str(), stopped.events[0].sequence),
+        ("s1", Some(3))
+    );
+    assert!(matches!(
+        f.journal
+            .stop_run(
+                &f.tenant,
+                &serde_json::from_value(json!({"runId": "nope"})).unwrap()
+            )
+            .await,
+        Err(JournalError::NotFound(_))
+    ));
+    let page = f.history("s1", HistoryQuery::default()).await.unwrap();
+    let types: Vec<&str> = page
+        .events
+        .iter()
+        .map(|e| e["type"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        types,
+        [
+            "run.started",
+            "message.user.recorded",
+            "message.user.recorded",
+            "message.redacted",
+            "run.stop.requested"
+        ]
+    );
+    // Once the run ends, a workflow may take the slot.
+    let s = SessionId::new("s1").unwrap();
+    f.append(
+        &s,
+        &[ev("c-1", "run.cancelled", Some(("r1", "r1")), json!({}))],
+    )
+    .await
+    .unwrap();
+    let (wf, _) = f
+        .journal
+        .start_workflow(
+            &f.tenant,
+            &serde_json::from_value(json!({"sessionId": "s1"})).unwrap(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        f.journal
+            .session(&f.tenant, "s1")
+            .await
+            .unwrap()
+            .active_execution,
+        Some(json!({"kind": "workflow", "workflowId": wf}))
+    );
+    // archive-session, twice.
+    let first = f.journal.archive_session(&f.tenant, "s1").await.unwrap();
+    let again = f.journal.archive_session(&f.tenant, "s1").await.unwrap();
+    assert!(first.archived_at.is_some());
+    assert_eq!(
+        first.archived_at, again.archived_at,
+        "archiving again changes nothing"
+    );
+    assert!(matches!(
+        f.journal.archive_session(&f.tenant, "nope").await,
+        Err(JournalError::SessionNotFound(_))
+    ));
+}
