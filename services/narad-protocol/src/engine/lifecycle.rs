@@ -351,8 +351,7 @@ impl SessionState {
                 }
             }
             None => {
-                let wf = self.workflow_open(event)?.expect("workflow scope");
-                let w = &self.workflow_position(event).expect("checked").workflow_id;
+                let (w, wf) = self.workflow_open(event)?.expect("workflow scope");
                 if blocking {
                     self.no_open_blocking(&wf.open_interrupts, &format!("workflow {w}"))?;
                     if wf.status.is_paused() {
@@ -653,14 +652,7 @@ impl SessionState {
         event: &AuthorityEvent,
         b: &WorkflowPaused,
     ) -> Result<(), Violation> {
-        let wf = self.workflow_open(event)?.expect("workflow authority");
-        let w = event
-            .envelope
-            .workflow
-            .as_ref()
-            .expect("checked")
-            .workflow_id
-            .clone();
+        let (w, wf) = self.workflow_open(event)?.expect("workflow authority");
         if let Status::Paused { wait_id, .. } = &wf.status {
             return Err(violation(
                 rules::WORKFLOW_PAUSE_SINGLE,
@@ -696,14 +688,7 @@ impl SessionState {
         event: &AuthorityEvent,
         b: &Resumed,
     ) -> Result<(), Violation> {
-        let wf = self.workflow_open(event)?.expect("workflow authority");
-        let w = event
-            .envelope
-            .workflow
-            .as_ref()
-            .expect("checked")
-            .workflow_id
-            .clone();
+        let (w, wf) = self.workflow_open(event)?.expect("workflow authority");
         let Status::Paused {
             wait_id,
             interrupt_id,

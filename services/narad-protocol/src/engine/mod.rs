@@ -744,8 +744,11 @@ impl SessionState {
 
     /// Checks the workflow named by an event's workflow position, when it
     /// has no run position to speak for it: started (checked in order) and
-    /// not terminal. Returns the workflow.
-    fn workflow_open(&self, event: &AuthorityEvent) -> Result<Option<&WorkflowState>, Violation> {
+    /// not terminal. Returns the workflow's id and state.
+    fn workflow_open(
+        &self,
+        event: &AuthorityEvent,
+    ) -> Result<Option<(WorkflowId, &WorkflowState)>, Violation> {
         let Some(pos) = self.workflow_position(event) else {
             return Ok(None);
         };
@@ -763,7 +766,7 @@ impl SessionState {
                 ),
             ));
         }
-        Ok(Some(wf))
+        Ok(Some((pos.workflow_id.clone(), wf)))
     }
 }
 
