@@ -8,7 +8,9 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use narad_protocol::engine::{EntityKey, SessionCore, SessionState, referenced_keys};
+use narad_protocol::engine::{
+    EntityKey, SessionCore, SessionState, Status, WorkflowState, referenced_keys,
+};
 use narad_protocol::envelope::WorkflowPosition;
 use narad_protocol::primitives::{Sequence, SessionId, Timestamp};
 use narad_protocol::wire::AuthorityBody;
@@ -202,6 +204,12 @@ select head.queue_id, head.proposal,
        or (e.kind = 'workflow' and e.id = head.proposal ->> 'workflowId')))
 from head";
 
+const PENDING_CANCELLATIONS: &str = "select workflow_id, reason from pending_cancellations \
+    where tenant_id = $1 and session_id = $2 and workflow_id = any($3::text[])";
+
+const DELETE_CANCELLATIONS: &str = "delete from pending_cancellations \
+    where tenant_id = $1 and session_id = $2 and workflow_id = any($3::text[])";
+
 const DELETE_QUEUED: &str =
     "delete from queued_starts where tenant_id = $1 and session_id = $2 and queue_id = $3";
 
@@ -335,6 +343,60 @@ impl Journal {
                     .map_err(|violation| JournalError::Rejected { index, violation })?;
                 slot_freed |= applied.slot_freed;
             }
+            // A workflow asked to cancel that this batch left idle is
+            // cancelled in this same transaction.
+            let idle: Vec<String> = state
+                .workflows
+                .iter()
+                .filter(|(id, w)| {
+                    matches!(w.status, Status::Running)
+                        && w.open_runs.is_empty()
+                        && w.open_interrupts.is_empty()
+                        && before
+                            .get(&EntityKey::Workflow((*id).clone()))
+                            .and_then(|b| serde_json::from_value::<WorkflowState>(b.clone()).ok())
+                            .is_some_and(|b| {
+                                !b.open_runs.is_empty()
+                                    || !b.open_interrupts.is_empty()
+                                    || b.status.is_paused()
+                            })
+                })
+                .map(|(id, _)| id.to_string())
+                .collect();
+            let mut cancelled = Vec::new();
+            if !idle.is_empty() {
+                let pending = client.prepare_cached(PENDING_CANCELLATIONS).await?;
+                for row in client.query(&pending, &[&t, &s, &idle]).await? {
+                    let (workflow_id, reason): (String, Option<String>) = (row.get(0), row.get(1));
+                    let mut proposal = json!({
+                        "protocolVersion": "narad/v1", "type": "workflow.cancelled",
+                        "eventId": narad_protocol::primitives::EventId::new_v7(),
+                        "workflowId": workflow_id, "code": "narad.cancel-workflow",
+                    });
+                    if let Some(r) = reason {
+                        proposal["message"] = json!(r);
+                    }
+                    match prepare(prepared.len(), &proposal, session_id) {
+                        Ok(mut p) => {
+                            assign(&state, &mut p);
+                            match state.apply(&p.event) {
+                                Ok(a) => {
+                                    slot_freed |= a.slot_freed;
+                                    prepared.push(p);
+                                }
+                                Err(v) => tracing::warn!(
+                                    workflow_id,
+                                    "a pending cancellation cannot apply: {v}"
+                                ),
+                            }
+                        }
+                        Err(e) => {
+                            tracing::warn!(workflow_id, "a pending cancellation is invalid: {e}")
+                        }
+                    }
+                    cancelled.push(workflow_id);
+                }
+            }
             // The slot freed: the first queued start becomes run.started in
             // this same transaction.
             let mut dequeued = None;
@@ -412,6 +474,8 @@ impl Journal {
             let delete = client.prepare_cached(DELETE_QUEUED).await?;
             let dequeued_id = dequeued.clone().unwrap_or_default();
             let delete_params: [&Param<'_>; 3] = [&t, &s, &dequeued_id];
+            let uncancel = client.prepare_cached(DELETE_CANCELLATIONS).await?;
+            let uncancel_params: [&Param<'_>; 3] = [&t, &s, &cancelled];
             futures::try_join!(
                 client.execute(&write, &write_params),
                 async {
@@ -419,6 +483,16 @@ impl Journal {
                         client.execute(&delete, &delete_params).await.map(|_| ())
                     } else {
                         Ok(())
+                    }
+                },
+                async {
+                    if cancelled.is_empty() {
+                        Ok(())
+                    } else {
+                        client
+                            .execute(&uncancel, &uncancel_params)
+                            .await
+                            .map(|_| ())
                     }
                 },
                 client.batch_execute("commit"),

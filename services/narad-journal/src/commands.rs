@@ -11,8 +11,8 @@
 
 use narad_protocol::authority::MessageScope;
 use narad_protocol::commands::{
-    OnConflict, RecordUserMessage, RedactMessage, ResolveInterrupt, StartRun, StartWorkflow,
-    StopRun,
+    CancelWorkflow, OnConflict, RecordUserMessage, RedactMessage, ResolveInterrupt, StartRun,
+    StartWorkflow, StopRun,
 };
 use narad_protocol::engine::{Owner, SessionCore, Slot};
 use narad_protocol::primitives::{EventId, SessionId};
@@ -35,6 +35,21 @@ pub struct RunStart {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub queue_id: Option<String>,
     /// The stop request appended for the active run (`onConflict=interrupt`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stop_requested: Option<Appended>,
+}
+
+/// What a cancel-workflow command did.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct WorkflowCancel {
+    /// The workflow's session.
+    pub session_id: String,
+    /// workflow.cancelled, when it could be appended at once.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cancelled: Option<Appended>,
+    /// The stop requests appended for the workflow's open runs; the
+    /// workflow is cancelled in the append that leaves it idle.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub stop_requested: Option<Appended>,
 }
@@ -478,6 +493,106 @@ impl Journal {
                 })
             }
             Err(e) => Err(e),
+        }
+    }
+
+    /// Cancels a workflow (command `cancel-workflow`): its open runs are
+    /// asked to stop, and workflow.cancelled is appended once no run or
+    /// interrupt of it is open — at once if none is. Open workflow
+    /// interrupts are the runtime's to resolve.
+    pub async fn cancel_workflow(
+        &self,
+        tenant: &TenantId,
+        cmd: &CancelWorkflow,
+    ) -> Result<WorkflowCancel, JournalError> {
+        let workflow_id = cmd.workflow_id.as_str();
+        let (session, _) = self.find_by_id(tenant, "workflow", workflow_id).await?;
+        let sid = SessionId::new(session.clone()).map_err(JournalError::Corrupt)?;
+        // Under the session lock: idle now, or record the cancellation.
+        let client = self.pool.get().await?;
+        let open_runs = in_tenant(&client, tenant, async |c| {
+            c.query_opt(
+                "select 1 from sessions where tenant_id = $1 and session_id = $2 for update",
+                &[&tenant.as_str(), &session],
+            )
+            .await?;
+            let state: Value = c
+                .query_one(
+                    "select state from entities where tenant_id = $1 and session_id = $2 \
+                     and kind = 'workflow' and id = $3",
+                    &[&tenant.as_str(), &session, &workflow_id],
+                )
+                .await?
+                .get(0);
+            let runs: Vec<String> = state["openRuns"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|r| r.as_str().map(str::to_owned))
+                .collect();
+            let busy = !runs.is_empty()
+                || state["openInterrupts"].as_object().is_some_and(|i| !i.is_empty())
+                || state["state"] == "paused";
+            let terminal = matches!(state["state"].as_str(), Some("finished" | "error" | "cancelled"));
+            if busy && !terminal {
+                c.execute(
+                    "insert into pending_cancellations (tenant_id, session_id, workflow_id, reason) \
+                     values ($1, $2, $3, $4) on conflict do nothing",
+                    &[&tenant.as_str(), &session, &workflow_id, &cmd.reason],
+                )
+                .await?;
+                Ok(Some(runs))
+            } else {
+                Ok(None)
+            }
+        })
+        .await?;
+        drop(client);
+        match open_runs {
+            None => {
+                let mut event = json!({
+                    "protocolVersion": "narad/v1", "type": "workflow.cancelled",
+                    "eventId": EventId::new_v7(), "workflowId": workflow_id, "code": "narad.cancel-workflow",
+                });
+                if let Some(r) = &cmd.reason {
+                    event["message"] = json!(r);
+                }
+                let cancelled = self
+                    .append(tenant, &sid, &[event], AppendOptions::default())
+                    .await?;
+                Ok(WorkflowCancel {
+                    session_id: session,
+                    cancelled: Some(cancelled),
+                    stop_requested: None,
+                })
+            }
+            Some(runs) => {
+                let mut stops = Vec::new();
+                for run_id in &runs {
+                    if let Some(run) = self.entity(tenant, &sid, "run", run_id).await?
+                        && run["stopRequested"] != json!(true)
+                    {
+                        stops.push(json!({
+                            "protocolVersion": "narad/v1", "type": "run.stop.requested",
+                            "eventId": EventId::new_v7(), "rootRunId": run["rootRunId"], "runId": run_id,
+                            "targetRunId": run_id, "reason": "narad.cancel-workflow",
+                        }));
+                    }
+                }
+                let stop_requested = if stops.is_empty() {
+                    None
+                } else {
+                    Some(
+                        self.append(tenant, &sid, &stops, AppendOptions::default())
+                            .await?,
+                    )
+                };
+                Ok(WorkflowCancel {
+                    session_id: session,
+                    cancelled: None,
+                    stop_requested,
+                })
+            }
         }
     }
 

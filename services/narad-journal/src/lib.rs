@@ -28,7 +28,7 @@ use deadpool_postgres::{Hook, HookError, Manager, ManagerConfig, Pool, Recycling
 use tokio_postgres::NoTls;
 
 pub use append::{AppendOptions, Appended, AppendedEvent};
-pub use commands::{QueuedStart, RunStart};
+pub use commands::{QueuedStart, RunStart, WorkflowCancel};
 pub use error::JournalError;
 pub use history::{HistoryPage, HistoryQuery};
 pub use sessions::{NewSession, SessionRecord};

@@ -1372,3 +1372,131 @@ async fn the_other_commands_build_their_events_from_current_state() {
         Err(JournalError::SessionNotFound(_))
     ));
 }
+
+#[tokio::test]
+async fn cancel_workflow_cancels_an_idle_workflow_at_once() {
+    let f = fixture().await;
+    f.session("s1").await;
+    let (wf, _) = f
+        .journal
+        .start_workflow(
+            &f.tenant,
+            &serde_json::from_value(json!({"sessionId": "s1"})).unwrap(),
+        )
+        .await
+        .unwrap();
+    let done = f
+        .journal
+        .cancel_workflow(
+            &f.tenant,
+            &serde_json::from_value(json!({"workflowId": wf, "reason": "no longer needed"}))
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    assert!(done.cancelled.is_some() && done.stop_requested.is_none());
+    let page = f.history("s1", HistoryQuery::default()).await.unwrap();
+    assert_eq!(page.events[1]["type"], "workflow.cancelled");
+    assert_eq!(page.events[1]["message"], "no longer needed");
+    assert_eq!(
+        f.journal
+            .session(&f.tenant, "s1")
+            .await
+            .unwrap()
+            .active_execution,
+        None
+    );
+}
+
+#[tokio::test]
+async fn cancel_workflow_stops_its_runs_and_cancels_in_the_append_that_leaves_it_idle() {
+    let f = fixture().await;
+    let s = f.session("s1").await;
+    f.append(
+        &s,
+        &[
+            ev("w1", "workflow.started", None, json!({"workflowId": "wf"})),
+            ev(
+                "w2",
+                "run.started",
+                Some(("r1", "r1")),
+                json!({"workflowId": "wf"}),
+            ),
+            ev(
+                "w3",
+                "run.started",
+                Some(("r1", "r2")),
+                json!({"parentRunId": "r1"}),
+            ),
+        ],
+    )
+    .await
+    .unwrap();
+    // A start waits for the workflow's slot meanwhile.
+    f.journal
+        .start_run(&f.tenant, &start("s1", "after", Some("enqueue")))
+        .await
+        .unwrap();
+    let asked = f
+        .journal
+        .cancel_workflow(
+            &f.tenant,
+            &serde_json::from_value(json!({"workflowId": "wf"})).unwrap(),
+        )
+        .await
+        .unwrap();
+    assert!(asked.cancelled.is_none());
+    assert_eq!(
+        asked.stop_requested.unwrap().events.len(),
+        2,
+        "both open runs were asked to stop"
+    );
+    // The runtime ends the runs; the last terminal cancels the workflow and
+    // starts the queued run, in one transaction.
+    f.append(
+        &s,
+        &[ev("w4", "run.cancelled", Some(("r1", "r2")), json!({}))],
+    )
+    .await
+    .unwrap();
+    let last = f
+        .append(
+            &s,
+            &[ev("w5", "run.cancelled", Some(("r1", "r1")), json!({}))],
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        last.events.len(),
+        3,
+        "run.cancelled, workflow.cancelled, run.started"
+    );
+    let page = f.history("s1", HistoryQuery::default()).await.unwrap();
+    let types: Vec<&str> = page
+        .events
+        .iter()
+        .map(|e| e["type"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        &types[types.len() - 3..],
+        ["run.cancelled", "workflow.cancelled", "run.started"]
+    );
+    assert_eq!(page.events.last().unwrap()["runId"], "after");
+    assert_eq!(
+        f.journal.stored_state(&f.tenant, "s1").await.unwrap(),
+        f.journal.derived_state(&f.tenant, "s1").await.unwrap()
+    );
+    // Nothing is left pending: another idle moment cancels nothing.
+    let again = f
+        .journal
+        .cancel_workflow(
+            &f.tenant,
+            &serde_json::from_value(json!({"workflowId": "wf"})).unwrap(),
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&again, JournalError::Rejected { violation, .. } if violation.rule == "workflow.terminal.once"),
+        "{again:?}"
+    );
+}
