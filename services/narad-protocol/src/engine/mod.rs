@@ -26,7 +26,7 @@ use crate::authority::{Executor, Outcome};
 use crate::envelope::{RunPosition, WorkflowPosition};
 use crate::primitives::{
     ArtifactId, AttachmentId, ClientExecutorId, EventId, InterruptId, MessageId, NonEmptyString,
-    ReasoningId, RunId, SessionId, ToolCallId, ViewId, WaitId, WorkflowId,
+    ReasoningId, RunId, Sequence, SessionId, ToolCallId, ViewId, WaitId, WorkflowId,
 };
 use crate::profile::{Profile, ProfileSet};
 use crate::rules::{self, Violation};
@@ -416,42 +416,55 @@ impl SessionState {
     pub fn skip(&mut self, event: &AuthorityEvent) -> Result<(), Violation> {
         let id = &event.envelope.event_id;
         self.check_identity(event).map_err(|v| v.at(id))?;
-        let seq = event.envelope.session_sequence.get();
-        if seq != self.next_session_sequence() {
-            return Err(violation(
-                rules::SEQUENCE_SESSION,
-                format!(
-                    "sessionSequence {seq} where {} comes next",
-                    self.next_session_sequence()
-                ),
-            )
-            .at(id));
+        self.check_session_sequence(event).map_err(|v| v.at(id))?;
+        let run = event.envelope.run.as_ref();
+        if let Some(r) = run.filter(|r| self.run_journals.contains_key(&r.root_run_id)) {
+            self.check_run_sequence(&r.root_run_id, r.sequence)
+                .map_err(|v| v.at(id))?;
         }
-        if let Some(r) = &event.envelope.run
-            && let Some(j) = self.run_journals.get(&r.root_run_id)
-            && r.sequence.get() != j.sequence + 1
-        {
-            return Err(violation(
-                rules::SEQUENCE_RUN,
-                format!(
-                    "sequence {} in run journal {} where {} comes next",
-                    r.sequence,
-                    r.root_run_id,
-                    j.sequence + 1
-                ),
-            )
-            .at(id));
-        }
-        self.session_id
-            .get_or_insert_with(|| event.envelope.session_id.clone());
-        self.event_ids.insert(id.clone());
-        self.session_sequence = seq;
-        if let Some(r) = &event.envelope.run
+        self.record_identity(event);
+        if let Some(r) = run
             && let Some(j) = self.run_journals.get_mut(&r.root_run_id)
         {
             j.sequence = r.sequence.get();
         }
         Ok(())
+    }
+
+    /// `sessionSequence` is the next of the session (§4.2).
+    fn check_session_sequence(&self, event: &AuthorityEvent) -> Result<(), Violation> {
+        let seq = event.envelope.session_sequence;
+        if seq.get() == self.next_session_sequence() {
+            return Ok(());
+        }
+        Err(violation(
+            rules::SEQUENCE_SESSION,
+            format!(
+                "sessionSequence {seq} where {} comes next",
+                self.next_session_sequence()
+            ),
+        ))
+    }
+
+    /// The run-tree `sequence` is the next of its root journal (§4.2).
+    fn check_run_sequence(&self, root_run_id: &RunId, sequence: Sequence) -> Result<(), Violation> {
+        let next = self.next_run_sequence(root_run_id);
+        if sequence.get() == next {
+            return Ok(());
+        }
+        Err(violation(
+            rules::SEQUENCE_RUN,
+            format!("sequence {sequence} in run journal {root_run_id} where {next} comes next"),
+        ))
+    }
+
+    /// Records an accepted (or skipped) event's identity and session position.
+    fn record_identity(&mut self, event: &AuthorityEvent) {
+        let env = &event.envelope;
+        self.session_id
+            .get_or_insert_with(|| env.session_id.clone());
+        self.event_ids.insert(env.event_id.clone());
+        self.session_sequence = env.session_sequence.get();
     }
 
     /// The event's workflow position, when this state tracks workflows.
@@ -525,16 +538,7 @@ impl SessionState {
     fn check_order(&self, event: &AuthorityEvent) -> Result<(), Violation> {
         let env = &event.envelope;
         let t = event.body.wire_type();
-        if env.session_sequence.get() != self.next_session_sequence() {
-            return Err(violation(
-                rules::SEQUENCE_SESSION,
-                format!(
-                    "sessionSequence {} where {} comes next",
-                    env.session_sequence,
-                    self.next_session_sequence()
-                ),
-            ));
-        }
+        self.check_session_sequence(event)?;
         if let Some(WorkflowPosition {
             workflow_id,
             workflow_sequence,
@@ -609,15 +613,7 @@ impl SessionState {
                 }
                 _ => {}
             }
-            let next = self.next_run_sequence(root_run_id);
-            if sequence.get() != next {
-                return Err(violation(
-                    rules::SEQUENCE_RUN,
-                    format!(
-                        "sequence {sequence} in run journal {root_run_id} where {next} comes next"
-                    ),
-                ));
-            }
+            self.check_run_sequence(root_run_id, *sequence)?;
             if let Some(p) = journal.and_then(|j| j.pending_pause.as_ref())
                 && !is_pause_for(event, p)
             {
@@ -644,10 +640,7 @@ impl SessionState {
     /// Records the event's identity and ordering once it is accepted.
     fn advance(&mut self, event: &AuthorityEvent) {
         let env = &event.envelope;
-        self.session_id
-            .get_or_insert_with(|| env.session_id.clone());
-        self.event_ids.insert(env.event_id.clone());
-        self.session_sequence = env.session_sequence.get();
+        self.record_identity(event);
         if let Some(w) = self.workflow_position(event)
             && let Some(state) = self.workflows.get_mut(&w.workflow_id)
         {
