@@ -335,6 +335,7 @@ impl Journal {
                 });
             }
             let mut before: BTreeMap<EntityKey, Value> = state.entities().into_iter().collect();
+            let workflows_before = state.workflows.clone();
             let mut slot_freed = false;
             for (index, p) in prepared.iter_mut().enumerate() {
                 assign(&state, p);
@@ -349,17 +350,7 @@ impl Journal {
                 .workflows
                 .iter()
                 .filter(|(id, w)| {
-                    matches!(w.status, Status::Running)
-                        && w.open_runs.is_empty()
-                        && w.open_interrupts.is_empty()
-                        && before
-                            .get(&EntityKey::Workflow((*id).clone()))
-                            .and_then(|b| serde_json::from_value::<WorkflowState>(b.clone()).ok())
-                            .is_some_and(|b| {
-                                !b.open_runs.is_empty()
-                                    || !b.open_interrupts.is_empty()
-                                    || b.status.is_paused()
-                            })
+                    is_idle(w) && workflows_before.get(*id).is_some_and(|b| !is_idle(b))
                 })
                 .map(|(id, _)| id.to_string())
                 .collect();
@@ -368,14 +359,8 @@ impl Journal {
                 let pending = client.prepare_cached(PENDING_CANCELLATIONS).await?;
                 for row in client.query(&pending, &[&t, &s, &idle]).await? {
                     let (workflow_id, reason): (String, Option<String>) = (row.get(0), row.get(1));
-                    let mut proposal = json!({
-                        "protocolVersion": "narad/v1", "type": "workflow.cancelled",
-                        "eventId": narad_protocol::primitives::EventId::new_v7(),
-                        "workflowId": workflow_id, "code": "narad.cancel-workflow",
-                    });
-                    if let Some(r) = reason {
-                        proposal["message"] = json!(r);
-                    }
+                    let proposal =
+                        crate::commands::cancelled_proposal(&workflow_id, reason.as_deref());
                     match prepare(prepared.len(), &proposal, session_id) {
                         Ok(mut p) => {
                             assign(&state, &mut p);
@@ -524,6 +509,12 @@ impl Journal {
 
 /// A statement parameter.
 type Param<'a> = dyn tokio_postgres::types::ToSql + Sync + 'a;
+
+/// A workflow with no open run, interrupt or pause: one that a pending
+/// cancellation may end.
+fn is_idle(w: &WorkflowState) -> bool {
+    matches!(w.status, Status::Running) && w.open_runs.is_empty() && w.open_interrupts.is_empty()
+}
 
 enum Step {
     Appended(Appended),

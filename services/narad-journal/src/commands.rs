@@ -68,6 +68,31 @@ pub struct QueuedStart {
     pub proposal: Value,
 }
 
+/// A direct stop of a run: run.stop.requested in the run's own journal.
+fn stop_proposal(root_run_id: &Value, run_id: &str, reason: Option<&str>) -> Value {
+    let mut stop = json!({
+        "protocolVersion": "narad/v1", "type": "run.stop.requested", "eventId": EventId::new_v7(),
+        "rootRunId": root_run_id, "runId": run_id, "targetRunId": run_id,
+    });
+    if let Some(r) = reason {
+        stop["reason"] = json!(r);
+    }
+    stop
+}
+
+/// The workflow.cancelled a cancel-workflow command appends, at once or in
+/// the append that leaves the workflow idle.
+pub(crate) fn cancelled_proposal(workflow_id: &str, reason: Option<&str>) -> Value {
+    let mut event = json!({
+        "protocolVersion": "narad/v1", "type": "workflow.cancelled", "eventId": EventId::new_v7(),
+        "workflowId": workflow_id, "code": "narad.cancel-workflow",
+    });
+    if let Some(r) = reason {
+        event["message"] = json!(r);
+    }
+    event
+}
+
 /// Queue priorities: interrupting starts before enqueued ones.
 const PRIORITY_INTERRUPT: i16 = 0;
 const PRIORITY_ENQUEUE: i16 = 1;
@@ -228,11 +253,11 @@ impl Journal {
             .entity(tenant, session, "run", run_id)
             .await?
             .ok_or_else(|| JournalError::NotFound(format!("run {run_id}")))?;
-        let stop = json!({
-            "protocolVersion": "narad/v1", "type": "run.stop.requested", "eventId": EventId::new_v7(),
-            "rootRunId": state["rootRunId"], "runId": run_id, "targetRunId": run_id,
-            "reason": "narad.start-run.interrupt",
-        });
+        let stop = stop_proposal(
+            &state["rootRunId"],
+            run_id,
+            Some("narad.start-run.interrupt"),
+        );
         self.append(tenant, session, &[stop], AppendOptions::default())
             .await
     }
@@ -388,13 +413,11 @@ impl Journal {
         cmd: &StopRun,
     ) -> Result<(String, Appended), JournalError> {
         let (session, run) = self.find_by_id(tenant, "run", cmd.run_id.as_str()).await?;
-        let mut stop = json!({
-            "protocolVersion": "narad/v1", "type": "run.stop.requested", "eventId": EventId::new_v7(),
-            "rootRunId": run["rootRunId"], "runId": cmd.run_id, "targetRunId": cmd.run_id,
-        });
-        if let Some(reason) = &cmd.reason {
-            stop["reason"] = json!(reason);
-        }
+        let stop = stop_proposal(
+            &run["rootRunId"],
+            cmd.run_id.as_str(),
+            cmd.reason.as_deref(),
+        );
         let sid = SessionId::new(session.clone()).map_err(JournalError::Corrupt)?;
         Ok((
             session,
@@ -550,13 +573,7 @@ impl Journal {
         drop(client);
         match open_runs {
             None => {
-                let mut event = json!({
-                    "protocolVersion": "narad/v1", "type": "workflow.cancelled",
-                    "eventId": EventId::new_v7(), "workflowId": workflow_id, "code": "narad.cancel-workflow",
-                });
-                if let Some(r) = &cmd.reason {
-                    event["message"] = json!(r);
-                }
+                let event = cancelled_proposal(workflow_id, cmd.reason.as_deref());
                 let cancelled = self
                     .append(tenant, &sid, &[event], AppendOptions::default())
                     .await?;
@@ -572,11 +589,11 @@ impl Journal {
                     if let Some(run) = self.entity(tenant, &sid, "run", run_id).await?
                         && run["stopRequested"] != json!(true)
                     {
-                        stops.push(json!({
-                            "protocolVersion": "narad/v1", "type": "run.stop.requested",
-                            "eventId": EventId::new_v7(), "rootRunId": run["rootRunId"], "runId": run_id,
-                            "targetRunId": run_id, "reason": "narad.cancel-workflow",
-                        }));
+                        stops.push(stop_proposal(
+                            &run["rootRunId"],
+                            run_id,
+                            Some("narad.cancel-workflow"),
+                        ));
                     }
                 }
                 let stop_requested = if stops.is_empty() {
