@@ -1,13 +1,16 @@
 //! The narad journal: the durable memory of narad/v1 sessions on Postgres.
 //!
-//! One transaction per append batch does everything — tenant scoping, the
-//! session lock, deduplication, the rule engine, sequence assignment, the
-//! events, the engine's state and the outbox — or nothing. It takes two
-//! pipelined round trips: one that begins, scopes, locks and reads what the
-//! batch can touch; one that writes and commits.
+//! An append batch is written by one transaction that does everything —
+//! tenant scoping, the session lock, deduplication, the rule engine,
+//! sequence assignment, the events, the engine's state and the outbox — or
+//! nothing of that batch. Concurrent batches share such transactions (each
+//! decided alone), which take two pipelined round trips whatever their
+//! size: one that begins, scopes, locks and reads what the batches can
+//! touch; one that writes and commits.
 //!
 //! Modules:
-//! - [`append`]: the append transaction;
+//! - [`append`]: appending a batch to a session (concurrent appends share
+//!   transactions, each still decided alone);
 //! - [`commands`]: server-issued events of commands (start-run, resolve-interrupt);
 //! - [`history`]: history reads with every cursor form of §10.2;
 //! - [`sessions`]: creating, reading and listing sessions;
@@ -15,8 +18,10 @@
 //! - [`error`]: failures and their client-facing envelopes.
 
 pub mod append;
+mod combine;
 pub mod commands;
 pub mod error;
+mod group;
 pub mod history;
 pub mod rebuild;
 pub mod sessions;
@@ -28,6 +33,7 @@ use deadpool_postgres::{Hook, HookError, Manager, ManagerConfig, Pool, Recycling
 use tokio_postgres::NoTls;
 
 pub use append::{AppendOptions, Appended, AppendedEvent};
+pub use combine::AppendStats;
 pub use commands::{QueuedStart, RunStart, WorkflowCancel};
 pub use error::JournalError;
 pub use history::{HistoryPage, HistoryQuery};
@@ -73,11 +79,17 @@ impl fmt::Display for TenantId {
     }
 }
 
-/// The journal: a pool of connections to its database.
+/// The journal: a pool of connections to its database, and the queue
+/// through which concurrent appends share transactions.
 #[derive(Clone)]
 pub struct Journal {
     pool: Pool,
+    combiner: std::sync::Arc<combine::Combiner>,
 }
+
+/// How many append transactions a journal runs at a time by default (each
+/// combining every append waiting when it began).
+pub const DEFAULT_APPEND_GROUPS: usize = 4;
 
 impl Journal {
     /// Connects to the database at `url` with a pool of at most
@@ -103,7 +115,24 @@ impl Journal {
             }))
             .build()
             .map_err(|e| JournalError::Corrupt(format!("cannot build the pool: {e}")))?;
-        Ok(Journal { pool })
+        let combiner =
+            std::sync::Arc::new(combine::Combiner::new(pool.clone(), DEFAULT_APPEND_GROUPS));
+        Ok(Journal { pool, combiner })
+    }
+
+    /// The same journal running at most `groups` append transactions at a
+    /// time (at least 1).
+    pub fn with_append_groups(self, groups: usize) -> Journal {
+        let combiner = std::sync::Arc::new(combine::Combiner::new(self.pool.clone(), groups));
+        Journal {
+            pool: self.pool,
+            combiner,
+        }
+    }
+
+    /// Counters of the append path since this journal was connected.
+    pub fn append_stats(&self) -> AppendStats {
+        self.combiner.stats()
     }
 
     /// The connection pool, for the server's own queries.

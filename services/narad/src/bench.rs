@@ -24,6 +24,10 @@ pub struct AppendBench {
     /// Connections in the pool (shared by baseline and journal).
     #[arg(long, default_value_t = 40)]
     pool: usize,
+    /// Append transactions the journal runs at a time (each combining the
+    /// appends waiting when it began).
+    #[arg(long, default_value_t = narad_journal::DEFAULT_APPEND_GROUPS)]
+    groups: usize,
     /// Run only the scenarios whose name contains this text.
     #[arg(long)]
     only: Option<String>,
@@ -142,9 +146,9 @@ const SCENARIOS: &[Scenario] = &[
 pub async fn append(args: &AppendBench) -> anyhow::Result<()> {
     let duration = Duration::from_secs(args.seconds);
     println!(
-        "| scenario | baseline ops/s | narad ops/s | narad events/s | ops ratio | events ratio | baseline p50 / p99 ms | narad p50 / p99 ms |"
+        "| scenario | baseline ops/s | narad ops/s | narad events/s | ops ratio | events ratio | baseline p50 / p99 ms | narad p50 / p99 ms | appends per transaction |"
     );
-    println!("|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|");
     for s in SCENARIOS {
         if args
             .only
@@ -159,7 +163,7 @@ pub async fn append(args: &AppendBench) -> anyhow::Result<()> {
                 .map_err(anyhow::Error::msg)?,
             None => narad_testkit::TestDatabase::new(&narad_journal::MIGRATOR).await,
         };
-        let journal = Journal::connect(db.url(), args.pool)?;
+        let journal = Journal::connect(db.url(), args.pool)?.with_append_groups(args.groups);
         let tenant = TenantId::new("bench").expect("valid");
         let sessions = if s.one_session { 1 } else { s.writers };
         for n in 0..sessions {
@@ -197,6 +201,15 @@ pub async fn append(args: &AppendBench) -> anyhow::Result<()> {
                 )
                 .await?;
         }
+        // Warm up, then take statistics as a database in service has
+        // them: plans made on never-analyzed, nearly empty tables scan
+        // whole tables, and a run is too short for autovacuum to analyze.
+        warm_up(&journal, &tenant, s).await;
+        {
+            let (admin, conn) = tokio_postgres::connect(db.url(), tokio_postgres::NoTls).await?;
+            tokio::spawn(conn);
+            admin.batch_execute("analyze").await?;
+        }
         let sample = {
             let mut e = delta("w0-0-0", "r0", "m0");
             e["sessionId"] = json!("s0");
@@ -227,27 +240,33 @@ pub async fn append(args: &AppendBench) -> anyhow::Result<()> {
             }
         })
         .await;
-        let j = journal.clone();
-        let t = tenant.clone();
-        let one = s.one_session;
-        let mut ours = measure(s.writers, duration, move |w, n| {
-            let (j, t) = (j.clone(), t.clone());
-            async move {
-                let k = if one { 0 } else { w };
-                let sid = SessionId::new(format!("s{k}")).expect("valid");
-                let events: Vec<Value> = (0..batch)
-                    .map(|b| delta(&format!("w{w}-{n}-{b}"), &format!("r{k}"), &format!("m{k}")))
-                    .collect();
-                j.append(&t, &sid, &events, AppendOptions::default())
-                    .await
-                    .expect("appends");
-                batch as u64
+        let appends = {
+            let (j, t, one) = (journal.clone(), tenant.clone(), s.one_session);
+            move |w: usize, n: u64| {
+                let (j, t) = (j.clone(), t.clone());
+                async move {
+                    let k = if one { 0 } else { w };
+                    let sid = SessionId::new(format!("s{k}")).expect("valid");
+                    let events: Vec<Value> = (0..batch)
+                        .map(|b| {
+                            delta(&format!("w{w}-{n}-{b}"), &format!("r{k}"), &format!("m{k}"))
+                        })
+                        .collect();
+                    j.append(&t, &sid, &events, AppendOptions::default())
+                        .await
+                        .expect("appends");
+                    batch as u64
+                }
             }
-        })
-        .await;
+        };
+        let before = journal.append_stats();
+        let mut ours = measure(s.writers, duration, appends).await;
+        let after = journal.append_stats();
+        let per_transaction =
+            (after.grouped - before.grouped) as f64 / (after.groups - before.groups).max(1) as f64;
         let ms = |d: Duration| d.as_secs_f64() * 1000.0;
         println!(
-            "| {} | {:.0} | {:.0} | {:.0} | {:.2} | {:.2} | {:.2} / {:.2} | {:.2} / {:.2} |",
+            "| {} | {:.0} | {:.0} | {:.0} | {:.2} | {:.2} | {:.2} / {:.2} | {:.2} / {:.2} | {:.1} |",
             s.name,
             base.per_second(base.ops),
             ours.per_second(ours.ops),
@@ -258,9 +277,43 @@ pub async fn append(args: &AppendBench) -> anyhow::Result<()> {
             ms(base.percentile(0.99)),
             ms(ours.percentile(0.5)),
             ms(ours.percentile(0.99)),
+            per_transaction,
         );
         drop(journal);
         drop(db);
     }
     Ok(())
 }
+
+/// Appends `WARM_UP` batches per writer under ids of their own, so that the
+/// measured run starts on tables that hold data.
+async fn warm_up(journal: &Journal, tenant: &TenantId, s: &Scenario) {
+    let mut tasks = Vec::new();
+    for w in 0..s.writers {
+        let (j, t, batch, one) = (journal.clone(), tenant.clone(), s.batch, s.one_session);
+        tasks.push(tokio::spawn(async move {
+            let k = if one { 0 } else { w };
+            let sid = SessionId::new(format!("s{k}")).expect("valid");
+            for n in 0..WARM_UP {
+                let events: Vec<Value> = (0..batch)
+                    .map(|b| {
+                        delta(
+                            &format!("warm-w{w}-{n}-{b}"),
+                            &format!("r{k}"),
+                            &format!("m{k}"),
+                        )
+                    })
+                    .collect();
+                j.append(&t, &sid, &events, AppendOptions::default())
+                    .await
+                    .expect("appends");
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.expect("a warm-up task");
+    }
+}
+
+/// Batches each writer appends before a measurement.
+const WARM_UP: u64 = 50;

@@ -1,0 +1,313 @@
+//! Concurrent appends share transactions.
+//!
+//! A transaction's fixed costs (`BEGIN`, the tenant setting, the lock
+//! statement, the lookups, the write statement, `COMMIT` and its WAL
+//! flush) are most of an append's cost. So appends wait in one queue, and
+//! at most `max_groups` workers each take everything waiting (up to a
+//! bound) and run it as one [`group`](crate::group) transaction: each
+//! request is still decided alone, and answered alone.
+//!
+//! - A session is in at most one of this process's groups at a time, so
+//!   groups never wait on each other's session locks; requests for a busy
+//!   session wait in the queue for the next group.
+//! - A group skips sessions locked by any other transaction (another
+//!   replica, a command), and appends their requests alone, each waiting
+//!   for its own lock: one busy session never holds up the others.
+//! - When a group's transaction fails as a whole (a database error, or an
+//!   eventId appended concurrently elsewhere), each of its requests is
+//!   appended alone, so that one request never fails another.
+//! - Workers are spawned when requests wait and end when none do: an idle
+//!   journal runs no task.
+
+use std::collections::{HashSet, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use deadpool_postgres::Pool;
+use narad_protocol::primitives::SessionId;
+use tokio::sync::oneshot;
+
+use crate::append::Appended;
+use crate::group::{self, Locking, Outcome, Request};
+use crate::{JournalError, TenantId};
+
+/// The most requests one group takes.
+const MAX_GROUP_REQUESTS: usize = 128;
+/// The most events one group takes (a larger single request goes alone).
+const MAX_GROUP_EVENTS: usize = 4096;
+
+type Reply = oneshot::Sender<Result<Appended, JournalError>>;
+
+/// The append queue and its workers.
+pub(crate) struct Combiner {
+    pool: Pool,
+    max_groups: usize,
+    queue: Mutex<Queue>,
+    counters: Counters,
+}
+
+#[derive(Default)]
+struct Counters {
+    groups: AtomicU64,
+    grouped: AtomicU64,
+    failed_groups: AtomicU64,
+    alone: AtomicU64,
+}
+
+/// Counters of the append path since the journal was connected.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct AppendStats {
+    /// Combined transactions run (committed or not).
+    pub groups: u64,
+    /// Requests those transactions took.
+    pub grouped: u64,
+    /// Combined transactions that failed as a whole (the requests of those
+    /// with more than one were then appended alone).
+    pub failed_groups: u64,
+    /// Requests appended alone: their session was locked by another
+    /// transaction, or their group failed.
+    pub alone: u64,
+    /// Requests waiting for a group now.
+    pub waiting: u64,
+}
+
+struct Waiting {
+    request: Request,
+    reply: Reply,
+}
+
+#[derive(Default)]
+struct Queue {
+    pending: VecDeque<Waiting>,
+    /// Sessions in a running group.
+    in_flight: HashSet<(TenantId, SessionId)>,
+    /// Workers running.
+    running: usize,
+}
+
+impl Combiner {
+    /// A combiner running at most `max_groups` transactions at a time.
+    pub(crate) fn new(pool: Pool, max_groups: usize) -> Combiner {
+        Combiner {
+            pool,
+            max_groups: max_groups.max(1),
+            queue: Mutex::new(Queue::default()),
+            counters: Counters::default(),
+        }
+    }
+
+    /// The counters so far.
+    pub(crate) fn stats(&self) -> AppendStats {
+        let c = &self.counters;
+        AppendStats {
+            groups: c.groups.load(Ordering::Relaxed),
+            grouped: c.grouped.load(Ordering::Relaxed),
+            failed_groups: c.failed_groups.load(Ordering::Relaxed),
+            alone: c.alone.load(Ordering::Relaxed),
+            waiting: self.queue.lock().expect("the append queue").pending.len() as u64,
+        }
+    }
+
+    /// Queues `request` and waits for its answer.
+    pub(crate) async fn submit(
+        self: &Arc<Self>,
+        request: Request,
+    ) -> Result<Appended, JournalError> {
+        let (reply, answer) = oneshot::channel();
+        let spawn = {
+            let mut q = self.queue.lock().expect("the append queue");
+            q.pending.push_back(Waiting { request, reply });
+            let spawn = q.running < self.max_groups;
+            if spawn {
+                q.running += 1;
+            }
+            spawn
+        };
+        if spawn {
+            tokio::spawn(self.clone().work());
+        }
+        answer.await.unwrap_or_else(|_| {
+            Err(JournalError::Corrupt(
+                "the append's transaction ended without an answer".to_owned(),
+            ))
+        })
+    }
+
+    /// A worker: runs groups until none is waiting. It takes a connection
+    /// before its group, so that requests arriving meanwhile join it, and
+    /// keeps it for the next group.
+    async fn work(self: Arc<Self>) {
+        let mut worker = Worker {
+            combiner: &self,
+            sessions: Vec::new(),
+            exited: false,
+        };
+        let mut client = None;
+        loop {
+            if client.is_none() {
+                client = match self.pool.get().await {
+                    Ok(c) => Some(c),
+                    Err(e) => {
+                        tracing::warn!("an append worker has no connection: {e}");
+                        None
+                    }
+                };
+            }
+            let group = worker.take();
+            if group.is_empty() {
+                return;
+            }
+            match &client {
+                Some(c) => {
+                    if !self.run(c, group).await {
+                        // The connection may be broken: take a fresh one.
+                        client = None;
+                    }
+                }
+                // Each request tries for a connection of its own, and
+                // reports its own failure.
+                None => {
+                    for w in group {
+                        self.alone(w.request, w.reply);
+                    }
+                }
+            }
+            worker.release();
+        }
+    }
+
+    /// Runs one group on `client` and answers each of its requests;
+    /// `false` when its transaction failed.
+    async fn run(&self, client: &deadpool_postgres::Client, group: Vec<Waiting>) -> bool {
+        let (mut requests, replies): (Vec<Request>, Vec<Reply>) =
+            group.into_iter().map(|w| (w.request, w.reply)).unzip();
+        let c = &self.counters;
+        c.groups.fetch_add(1, Ordering::Relaxed);
+        c.grouped
+            .fetch_add(requests.len() as u64, Ordering::Relaxed);
+        match group::write(client, &mut requests, Locking::Skip).await {
+            Ok(outcomes) => {
+                for ((request, reply), outcome) in requests.into_iter().zip(replies).zip(outcomes) {
+                    match outcome {
+                        Outcome::Done(answer) => {
+                            let _ = reply.send(answer);
+                        }
+                        Outcome::Locked => self.alone(request, reply),
+                    }
+                }
+                true
+            }
+            Err(e) => {
+                c.failed_groups.fetch_add(1, Ordering::Relaxed);
+                if requests.len() == 1 {
+                    let _ = replies.into_iter().next().expect("one").send(Err(e));
+                } else {
+                    tracing::debug!(
+                        requests = requests.len(),
+                        "a combined append failed, appending each alone: {e}"
+                    );
+                    for (request, reply) in requests.into_iter().zip(replies) {
+                        self.alone(request, reply);
+                    }
+                }
+                false
+            }
+        }
+    }
+
+    /// Appends `request` in a transaction of its own that waits for its
+    /// session's lock.
+    fn alone(&self, request: Request, reply: Reply) {
+        self.counters.alone.fetch_add(1, Ordering::Relaxed);
+        let pool = self.pool.clone();
+        tokio::spawn(async move {
+            let mut requests = [request];
+            let answer = match pool.get().await {
+                Ok(client) => group::write(&client, &mut requests, Locking::Wait)
+                    .await
+                    .and_then(|outcomes| match outcomes.into_iter().next() {
+                        Some(Outcome::Done(answer)) => answer,
+                        _ => Err(JournalError::Corrupt(
+                            "a waiting append came back unattempted".to_owned(),
+                        )),
+                    }),
+                Err(e) => Err(e.into()),
+            };
+            let _ = reply.send(answer);
+        });
+    }
+}
+
+/// A running worker's hold on the queue: the sessions of its group.
+/// Dropped (also on panic), it releases them and stops counting as running.
+struct Worker<'a> {
+    combiner: &'a Combiner,
+    sessions: Vec<(TenantId, SessionId)>,
+    exited: bool,
+}
+
+impl Worker<'_> {
+    /// Takes the next group: waiting requests in arrival order, skipping
+    /// those whose session is in another group and those reusing an
+    /// eventId of the group (they go in a later one). An empty group means
+    /// the worker has exited.
+    fn take(&mut self) -> Vec<Waiting> {
+        let mut q = self.combiner.queue.lock().expect("the append queue");
+        let mut group = Vec::new();
+        let mut events = 0;
+        let mut event_ids = HashSet::new();
+        let mut i = 0;
+        while i < q.pending.len() && group.len() < MAX_GROUP_REQUESTS {
+            let r = &q.pending[i].request;
+            let key = (r.tenant.clone(), r.session.clone());
+            let fits = group.is_empty() || events + r.prepared.len() <= MAX_GROUP_EVENTS;
+            let ids: Vec<(TenantId, String)> = r
+                .prepared
+                .iter()
+                .map(|p| (r.tenant.clone(), p.event.envelope.event_id.to_string()))
+                .collect();
+            let fresh = ids.iter().all(|id| !event_ids.contains(id));
+            if fits && fresh && !q.in_flight.contains(&key) {
+                let w = q.pending.remove(i).expect("in range");
+                events += w.request.prepared.len();
+                event_ids.extend(ids);
+                self.sessions.push(key);
+                group.push(w);
+            } else {
+                i += 1;
+            }
+        }
+        if group.is_empty() {
+            q.running -= 1;
+            self.exited = true;
+        } else {
+            q.in_flight.extend(self.sessions.iter().cloned());
+        }
+        group
+    }
+
+    /// Releases the sessions of the group just run.
+    fn release(&mut self) {
+        let mut q = self.combiner.queue.lock().expect("the append queue");
+        for key in self.sessions.drain(..) {
+            q.in_flight.remove(&key);
+        }
+    }
+}
+
+impl Drop for Worker<'_> {
+    fn drop(&mut self) {
+        if self.exited {
+            return;
+        }
+        // A panic mid-group: release its sessions and stop counting.
+        let mut q = match self.combiner.queue.lock() {
+            Ok(q) => q,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        for key in self.sessions.drain(..) {
+            q.in_flight.remove(&key);
+        }
+        q.running -= 1;
+    }
+}

@@ -1,0 +1,832 @@
+//! One append transaction for a group of append requests, possibly of many
+//! sessions and tenants.
+//!
+//! Two pipelined round trips, whatever the group's size: (1) `BEGIN`, then
+//! per tenant the tenant setting, the session rows locked in a fixed order,
+//! the entities the requests can touch and the eventId lookup; (2) per
+//! tenant one statement writing events, outbox rows, changed entities and
+//! session cores, then `COMMIT`. Between them the rule engine decides each
+//! request alone, on its session's state as the requests before it in the
+//! group left it: a refused request leaves that state as it found it and
+//! writes nothing, and never fails another.
+//!
+//! Rare steps add a round trip inside the transaction: a workflow whose
+//! cancellation waited for it to go idle, and a queued start taking a freed
+//! slot.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use deadpool_postgres::Client;
+use narad_protocol::engine::{
+    EntityKey, SessionCore, SessionState, Status, WorkflowState, referenced_keys,
+};
+use narad_protocol::envelope::WorkflowPosition;
+use narad_protocol::primitives::{Sequence, SessionId};
+use narad_protocol::wire::AuthorityBody;
+use serde_json::{Value, json};
+use tokio_postgres::Row;
+
+use crate::append::{AppendOptions, Appended, AppendedEvent, Prepared, prepare};
+use crate::{BEGIN_SCOPED, JournalError, SET_TENANT, TenantId};
+
+/// One caller's append: a prepared batch for one session.
+#[derive(Debug, Clone)]
+pub(crate) struct Request {
+    /// The tenant.
+    pub tenant: TenantId,
+    /// The session.
+    pub session: SessionId,
+    /// The batch, in order.
+    pub prepared: Vec<Prepared>,
+    /// The caller's options.
+    pub options: AppendOptions,
+}
+
+/// What became of one request of a committed group.
+#[derive(Debug)]
+pub(crate) enum Outcome {
+    /// Decided: appended, an idempotent retry, or refused.
+    Done(Result<Appended, JournalError>),
+    /// Its session's row was locked by another transaction (with
+    /// [`Locking::Skip`]); the request was not attempted.
+    Locked,
+}
+
+/// How a group takes its session locks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Locking {
+    /// Wait for each lock (in a fixed order, so that groups never deadlock).
+    Wait,
+    /// Skip sessions locked by another transaction: their requests come
+    /// back [`Outcome::Locked`], so that one busy session never holds up
+    /// the others.
+    Skip,
+}
+
+const LOCK_WAIT: &str = "select session_id, core, session_sequence from sessions \
+    where tenant_id = $1 and session_id = any($2::text[]) order by session_id for update";
+
+const LOCK_SKIP: &str = "select session_id, core, session_sequence from sessions \
+    where tenant_id = $1 and session_id = any($2::text[]) order by session_id for update skip locked";
+
+/// Loads the entities the requests can touch: those their events name, the
+/// open runs of the run journals they name, and the workflows of those runs.
+const LOAD_ENTITIES: &str = "
+with wanted as (select * from unnest($2::text[], $3::text[], $4::text[]) as w(session_id, kind, id)),
+direct as (
+  select e.session_id, e.kind, e.id, e.state from entities e join wanted w
+    on e.session_id = w.session_id and e.kind = w.kind and e.id = w.id
+  where e.tenant_id = $1
+),
+roots as (select * from unnest($5::text[], $6::text[]) as r(session_id, root_run_id)),
+open_runs as (
+  select e.session_id, e.kind, e.id, e.state from entities e join roots r
+    on e.session_id = r.session_id and e.root_run_id = r.root_run_id
+  where e.tenant_id = $1 and e.kind = 'run' and e.open
+),
+runs as (select * from direct where kind = 'run' union all select * from open_runs),
+run_workflows as (
+  select distinct session_id, state ->> 'workflowId' as id from runs where state ? 'workflowId'
+),
+their_workflows as (
+  select e.session_id, e.kind, e.id, e.state from entities e join run_workflows w
+    on e.session_id = w.session_id and e.id = w.id
+  where e.tenant_id = $1 and e.kind = 'workflow'
+)
+select session_id, kind, id, state from direct
+union select session_id, kind, id, state from open_runs
+union select session_id, kind, id, state from their_workflows";
+
+const FIND_EVENT_IDS: &str = "select event_id, session_id, session_sequence, run_sequence, \
+    workflow_sequence, proposal_sha256 from events where tenant_id = $1 and event_id = any($2::text[])";
+
+/// Takes the first queued start of a session out of the queue, with the
+/// entities its run.started names (the run and its journal, should they
+/// exist, and its workflow).
+const TAKE_QUEUE_HEAD: &str = "
+with head as (
+  select queue_id, proposal from queued_starts
+  where tenant_id = $1 and session_id = $2 order by priority, position limit 1
+), taken as (
+  delete from queued_starts q using head
+  where q.tenant_id = $1 and q.session_id = $2 and q.queue_id = head.queue_id
+)
+select head.queue_id, head.proposal,
+  (select coalesce(jsonb_agg(jsonb_build_array(e.kind, e.id, e.state)), '[]') from entities e
+   where e.tenant_id = $1 and e.session_id = $2
+     and ((e.kind in ('run', 'run_journal') and e.id = head.proposal ->> 'runId')
+       or (e.kind = 'workflow' and e.id = head.proposal ->> 'workflowId')))
+from head";
+
+/// Takes the pending cancellations of the workflows named.
+const TAKE_CANCELLATIONS: &str = "delete from pending_cancellations \
+    where tenant_id = $1 and session_id = $2 and workflow_id = any($3::text[]) \
+    returning workflow_id, reason";
+
+/// Round trip 2, per tenant, in one statement: the events, their outbox
+/// rows, the changed entities and the sessions' cores.
+const WRITE: &str = "
+with inserted as (
+  insert into events (tenant_id, session_id, session_sequence, event_id, type, root_run_id, run_id,
+                      run_sequence, workflow_id, workflow_sequence, body, proposal_sha256)
+  select $1, * from unnest($2::text[], $3::bigint[], $4::text[], $5::text[], $6::text[], $7::text[],
+                           $8::bigint[], $9::text[], $10::bigint[], $11::jsonb[], $12::bytea[])
+  returning session_id, session_sequence, event_id
+), outboxed as (
+  insert into outbox (tenant_id, session_id, session_sequence, event_id)
+  select $1, session_id, session_sequence, event_id from inserted
+), upserted as (
+  insert into entities (tenant_id, session_id, kind, id, state)
+  select $1, * from unnest($13::text[], $14::text[], $15::text[], $16::jsonb[])
+  on conflict (tenant_id, session_id, kind, id) do update set state = excluded.state
+)
+update sessions s set session_sequence = u.last, core = u.core
+from unnest($17::text[], $18::bigint[], $19::jsonb[]) as u(session_id, last, core)
+where s.tenant_id = $1 and s.session_id = u.session_id";
+
+/// A statement parameter.
+type Param<'a> = dyn tokio_postgres::types::ToSql + Sync + 'a;
+
+/// What round trip 1 read for one tenant.
+struct TenantRead {
+    locked: Vec<Row>,
+    entities: Vec<Row>,
+    existing: Vec<Row>,
+}
+
+/// Runs `requests` as one transaction and commits it. An `Err` means the
+/// transaction as a whole failed and nothing of it was written (it was
+/// rolled back); with more than one request the caller retries each alone.
+pub(crate) async fn write(
+    client: &Client,
+    requests: &mut [Request],
+    locking: Locking,
+) -> Result<Vec<Outcome>, JournalError> {
+    let result = run(client, requests, locking).await;
+    if result.is_err() {
+        // The transaction may be open or already ended; either way the
+        // connection goes back to the pool outside one.
+        let _ = client.batch_execute("rollback").await;
+    }
+    result
+}
+
+async fn run(
+    client: &Client,
+    requests: &mut [Request],
+    locking: Locking,
+) -> Result<Vec<Outcome>, JournalError> {
+    let (set, lock, load, find, write) = futures::try_join!(
+        client.prepare_cached(SET_TENANT),
+        client.prepare_cached(match locking {
+            Locking::Wait => LOCK_WAIT,
+            Locking::Skip => LOCK_SKIP,
+        }),
+        client.prepare_cached(LOAD_ENTITIES),
+        client.prepare_cached(FIND_EVENT_IDS),
+        client.prepare_cached(WRITE),
+    )?;
+
+    // Requests in lock order: by tenant, then session, then arrival.
+    let mut order: Vec<usize> = (0..requests.len()).collect();
+    order.sort_by(|&a, &b| {
+        (&requests[a].tenant, &requests[a].session, a).cmp(&(
+            &requests[b].tenant,
+            &requests[b].session,
+            b,
+        ))
+    });
+    let mut tenants: BTreeMap<TenantId, Vec<usize>> = BTreeMap::new();
+    for &i in &order {
+        tenants
+            .entry(requests[i].tenant.clone())
+            .or_default()
+            .push(i);
+    }
+
+    // Round trip 1: begin, then per tenant scope, lock, read.
+    let reads = tenants.iter().map(|(tenant, members)| {
+        let lookup = Lookup::of(members.iter().map(|&i| &requests[i]));
+        let (set, lock, load, find) = (&set, &lock, &load, &find);
+        async move {
+            let t = tenant.as_str();
+            let set_params: [&Param<'_>; 1] = [&t];
+            let lock_params: [&Param<'_>; 2] = [&t, &lookup.sessions];
+            let load_params: [&Param<'_>; 6] = [
+                &t,
+                &lookup.want_sessions,
+                &lookup.want_kinds,
+                &lookup.want_ids,
+                &lookup.root_sessions,
+                &lookup.roots,
+            ];
+            let find_params: [&Param<'_>; 2] = [&t, &lookup.event_ids];
+            let (_, locked, entities, existing) = futures::try_join!(
+                client.query(set, &set_params),
+                client.query(lock, &lock_params),
+                client.query(load, &load_params),
+                client.query(find, &find_params),
+            )?;
+            Ok::<_, tokio_postgres::Error>(TenantRead {
+                locked,
+                entities,
+                existing,
+            })
+        }
+    });
+    let (_, reads) = futures::try_join!(
+        client.batch_execute(BEGIN_SCOPED),
+        futures::future::try_join_all(reads)
+    )?;
+
+    // The engine decides each request on its session's state.
+    let mut outcomes: Vec<Option<Outcome>> = requests.iter().map(|_| None).collect();
+    let mut scoped: Option<TenantId> = None;
+    let mut writes: Vec<(TenantId, Vec<SessionWrite>)> = Vec::new();
+    for ((tenant, members), read) in tenants.iter().zip(reads) {
+        let existing: BTreeMap<&str, &Row> = read
+            .existing
+            .iter()
+            .map(|r| (r.get::<_, &str>(0), r))
+            .collect();
+        let mut entities: BTreeMap<&str, Vec<&Row>> = BTreeMap::new();
+        for row in &read.entities {
+            entities.entry(row.get(0)).or_default().push(row);
+        }
+        let locked: BTreeMap<&str, &Row> = read
+            .locked
+            .iter()
+            .map(|r| (r.get::<_, &str>(0), r))
+            .collect();
+        let mut session_writes = Vec::new();
+        let mut start = 0;
+        while start < members.len() {
+            let session = requests[members[start]].session.clone();
+            let end = members[start..]
+                .iter()
+                .position(|&i| requests[i].session != session)
+                .map_or(members.len(), |n| start + n);
+            let group = &members[start..end];
+            start = end;
+            let Some(row) = locked.get(session.as_str()) else {
+                for &i in group {
+                    outcomes[i] = Some(match locking {
+                        Locking::Skip => Outcome::Locked,
+                        Locking::Wait => {
+                            Outcome::Done(Err(JournalError::SessionNotFound(session.to_string())))
+                        }
+                    });
+                }
+                continue;
+            };
+            let mut session_state = SessionWork::load(
+                session.clone(),
+                row,
+                entities.get(session.as_str()).map_or(&[][..], |v| &v[..]),
+            )?;
+            for &i in group {
+                let request = &mut requests[i];
+                let outcome = if request_ids_exist(request, &existing) {
+                    duplicate(&request.prepared, session.as_str(), &existing)
+                } else {
+                    session_state
+                        .decide(client, tenant, &mut scoped, request)
+                        .await?
+                };
+                outcomes[i] = Some(Outcome::Done(outcome));
+            }
+            if let Some(w) = session_state.into_write() {
+                session_writes.push(w);
+            }
+        }
+        if !session_writes.is_empty() {
+            writes.push((tenant.clone(), session_writes));
+        }
+    }
+
+    // Round trip 2: per tenant scope and write, then commit.
+    let single = requests.len() == 1;
+    let statements = writes.iter().map(|(tenant, sessions)| {
+        let (set, write) = (&set, &write);
+        async move {
+            let t = tenant.as_str();
+            let rows = WriteRows::of(sessions);
+            let set_params: [&Param<'_>; 1] = [&t];
+            let write_params: [&Param<'_>; 19] = [
+                &t,
+                &rows.session_id,
+                &rows.session_sequence,
+                &rows.event_id,
+                &rows.type_name,
+                &rows.root_run_id,
+                &rows.run_id,
+                &rows.run_sequence,
+                &rows.workflow_id,
+                &rows.workflow_sequence,
+                &rows.body,
+                &rows.sha256,
+                &rows.entity_session,
+                &rows.entity_kind,
+                &rows.entity_id,
+                &rows.entity_state,
+                &rows.core_session,
+                &rows.core_last,
+                &rows.core,
+            ];
+            futures::try_join!(
+                client.query(set, &set_params),
+                client.execute(write, &write_params),
+            )?;
+            Ok::<_, tokio_postgres::Error>(())
+        }
+    });
+    futures::try_join!(
+        futures::future::try_join_all(statements),
+        client.batch_execute("commit"),
+    )
+    .map_err(|e| {
+        if single {
+            event_id_conflict(e, &requests[0].prepared)
+        } else {
+            JournalError::Database(e)
+        }
+    })?;
+    Ok(outcomes
+        .into_iter()
+        .map(|o| o.expect("every request has an outcome"))
+        .collect())
+}
+
+/// The keys round trip 1 reads for one tenant's requests.
+struct Lookup {
+    sessions: Vec<String>,
+    want_sessions: Vec<String>,
+    want_kinds: Vec<&'static str>,
+    want_ids: Vec<String>,
+    root_sessions: Vec<String>,
+    roots: Vec<String>,
+    event_ids: Vec<String>,
+}
+
+impl Lookup {
+    fn of<'a>(requests: impl Iterator<Item = &'a Request>) -> Lookup {
+        let mut sessions = BTreeSet::new();
+        let mut keys = BTreeSet::new();
+        let mut roots = BTreeSet::new();
+        let mut event_ids = Vec::new();
+        for r in requests {
+            let s = r.session.as_str();
+            sessions.insert(s.to_owned());
+            for p in &r.prepared {
+                event_ids.push(p.event.envelope.event_id.to_string());
+                for key in referenced_keys(&p.event) {
+                    if let EntityKey::RunJournal(root) = &key {
+                        roots.insert((s.to_owned(), root.as_str().to_owned()));
+                    }
+                    keys.insert((s.to_owned(), key));
+                }
+            }
+        }
+        let (want_sessions, rest): (Vec<_>, Vec<_>) = keys.into_iter().unzip();
+        let (root_sessions, roots) = roots.into_iter().unzip();
+        Lookup {
+            sessions: sessions.into_iter().collect(),
+            want_sessions,
+            want_kinds: rest.iter().map(EntityKey::kind).collect(),
+            want_ids: rest.iter().map(|k| k.id().to_owned()).collect(),
+            root_sessions,
+            roots,
+            event_ids,
+        }
+    }
+}
+
+/// One session's state while its requests are decided, and what they
+/// accepted.
+struct SessionWork {
+    session: SessionId,
+    state: SessionState,
+    /// The entities as stored, to write only those that changed.
+    before: BTreeMap<EntityKey, Value>,
+    /// The accepted events, in order.
+    accepted: Vec<Prepared>,
+}
+
+/// What one session's accepted requests write.
+struct SessionWrite {
+    session: SessionId,
+    events: Vec<Prepared>,
+    changed: Vec<(EntityKey, Value)>,
+    last: i64,
+    core: Value,
+}
+
+impl SessionWork {
+    fn load(
+        session_id: SessionId,
+        session: &Row,
+        entities: &[&Row],
+    ) -> Result<SessionWork, JournalError> {
+        let mut core: SessionCore = serde_json::from_value(session.get::<_, Value>(1))
+            .map_err(|e| JournalError::Corrupt(format!("session {session_id} core: {e}")))?;
+        // The column is the authority on the session's sequence.
+        core.session_sequence = session.get::<_, i64>(2) as u64;
+        let mut state = SessionState::from_core(core);
+        for row in entities {
+            let (kind, id): (&str, &str) = (row.get(1), row.get(2));
+            let key = EntityKey::from_parts(kind, id)
+                .ok_or_else(|| JournalError::Corrupt(format!("entity kind {kind}")))?;
+            state
+                .load_entity(key, row.get(3))
+                .map_err(|e| JournalError::Corrupt(format!("entity {kind} {id}: {e}")))?;
+        }
+        let before = state.entities().into_iter().collect();
+        Ok(SessionWork {
+            session: session_id,
+            state,
+            before,
+            accepted: Vec::new(),
+        })
+    }
+
+    /// Decides one request: `Ok(Ok(_))` accepted (its events join the
+    /// session's write), `Ok(Err(_))` refused with the state unchanged;
+    /// `Err` a database failure of the whole transaction.
+    async fn decide(
+        &mut self,
+        client: &Client,
+        tenant: &TenantId,
+        scoped: &mut Option<TenantId>,
+        request: &mut Request,
+    ) -> Result<Result<Appended, JournalError>, JournalError> {
+        if let Some(expected) = request.options.expected_session_sequence
+            && expected != self.state.session_sequence
+        {
+            return Ok(Err(JournalError::SequenceMismatch {
+                expected,
+                actual: self.state.session_sequence,
+            }));
+        }
+        let saved = self.state.clone();
+        let mut slot_freed = false;
+        for (index, p) in request.prepared.iter_mut().enumerate() {
+            assign(&self.state, p);
+            match self.state.apply(&p.event) {
+                Ok(applied) => slot_freed |= applied.slot_freed,
+                Err(violation) => {
+                    self.state = saved;
+                    return Ok(Err(JournalError::Rejected { index, violation }));
+                }
+            }
+        }
+        let mut extra = Vec::new();
+        // A workflow asked to cancel that this batch left idle is cancelled
+        // in this same transaction.
+        let idle: Vec<String> = self
+            .state
+            .workflows
+            .iter()
+            .filter(|(id, w)| is_idle(w) && saved.workflows.get(*id).is_some_and(|b| !is_idle(b)))
+            .map(|(id, _)| id.to_string())
+            .collect();
+        if !idle.is_empty() {
+            let take = client.prepare_cached(TAKE_CANCELLATIONS).await?;
+            scope(client, tenant, scoped).await?;
+            let (t, s) = (tenant.as_str(), self.session.as_str());
+            for row in client.query(&take, &[&t, &s, &idle]).await? {
+                let (workflow_id, reason): (String, Option<String>) = (row.get(0), row.get(1));
+                let proposal = crate::commands::cancelled_proposal(&workflow_id, reason.as_deref());
+                let index = request.prepared.len() + extra.len();
+                match prepare(index, &proposal, &self.session) {
+                    Ok(mut p) => {
+                        assign(&self.state, &mut p);
+                        match self.state.apply(&p.event) {
+                            Ok(a) => {
+                                slot_freed |= a.slot_freed;
+                                extra.push(p);
+                            }
+                            Err(v) => {
+                                tracing::warn!(
+                                    workflow_id,
+                                    "a pending cancellation cannot apply: {v}"
+                                )
+                            }
+                        }
+                    }
+                    Err(e) => tracing::warn!(workflow_id, "a pending cancellation is invalid: {e}"),
+                }
+            }
+        }
+        // The slot freed: the first queued start becomes run.started in
+        // this same transaction.
+        let mut dequeued = None;
+        if slot_freed && self.state.slot.is_none() {
+            let take = client.prepare_cached(TAKE_QUEUE_HEAD).await?;
+            scope(client, tenant, scoped).await?;
+            let (t, s) = (tenant.as_str(), self.session.as_str());
+            if let Some(row) = client.query_opt(&take, &[&t, &s]).await? {
+                let queue_id: String = row.get(0);
+                let proposal: Value = row.get(1);
+                self.load_more(row.get(2))?;
+                let index = request.prepared.len() + extra.len();
+                match prepare(index, &proposal, &self.session) {
+                    Ok(mut p) => {
+                        assign(&self.state, &mut p);
+                        match self.state.apply(&p.event) {
+                            Ok(_) => extra.push(p),
+                            Err(v) => tracing::warn!(
+                                queue_id,
+                                rule = v.rule,
+                                "a queued start can no longer start and is dropped: {v}"
+                            ),
+                        }
+                    }
+                    Err(e) => {
+                        tracing::warn!(queue_id, "a queued start is invalid and is dropped: {e}")
+                    }
+                }
+                dequeued = Some(queue_id);
+            }
+        }
+        let events = request
+            .prepared
+            .iter()
+            .chain(&extra)
+            .map(|p| appended(&p.event))
+            .collect();
+        self.accepted.extend(request.prepared.iter().cloned());
+        self.accepted.extend(extra);
+        Ok(Ok(Appended {
+            events,
+            duplicate: false,
+            slot_freed,
+            dequeued,
+        }))
+    }
+
+    /// Loads entities read mid-transaction, `[[kind, id, state], …]`,
+    /// unless the state already holds them (as stored or as changed by an
+    /// earlier request of the group).
+    fn load_more(&mut self, entities: Value) -> Result<(), JournalError> {
+        let Value::Array(entities) = entities else {
+            return Ok(());
+        };
+        let held: BTreeSet<EntityKey> = self.state.entities().into_iter().map(|(k, _)| k).collect();
+        for e in entities {
+            let (kind, id) = (e[0].as_str().unwrap_or(""), e[1].as_str().unwrap_or(""));
+            let Some(key) = EntityKey::from_parts(kind, id) else {
+                continue;
+            };
+            if held.contains(&key) {
+                continue;
+            }
+            self.before.insert(key.clone(), e[2].clone());
+            self.state
+                .load_entity(key, e[2].clone())
+                .map_err(|err| JournalError::Corrupt(format!("entity {kind} {id}: {err}")))?;
+        }
+        Ok(())
+    }
+
+    /// The session's write, when any request was accepted.
+    fn into_write(self) -> Option<SessionWrite> {
+        if self.accepted.is_empty() {
+            return None;
+        }
+        let changed = self
+            .state
+            .entities()
+            .into_iter()
+            .filter(|(k, v)| self.before.get(k) != Some(v))
+            .collect();
+        Some(SessionWrite {
+            session: self.session,
+            events: self.accepted,
+            changed,
+            last: self.state.session_sequence as i64,
+            core: serde_json::to_value(self.state.core()).expect("serialises"),
+        })
+    }
+}
+
+/// Sets the transaction's tenant to `tenant` unless it already is.
+async fn scope(
+    client: &Client,
+    tenant: &TenantId,
+    scoped: &mut Option<TenantId>,
+) -> Result<(), JournalError> {
+    if scoped.as_ref() != Some(tenant) {
+        let set = client.prepare_cached(SET_TENANT).await?;
+        client.query(&set, &[&tenant.as_str()]).await?;
+        *scoped = Some(tenant.clone());
+    }
+    Ok(())
+}
+
+/// A workflow with no open run, interrupt or pause: one that a pending
+/// cancellation may end.
+fn is_idle(w: &WorkflowState) -> bool {
+    matches!(w.status, Status::Running) && w.open_runs.is_empty() && w.open_interrupts.is_empty()
+}
+
+/// Replaces the placeholder sequences with the next ones of the state,
+/// and fills the workflow position of a workflow-owned run's event.
+fn assign(state: &SessionState, p: &mut Prepared) {
+    let env = &mut p.event.envelope;
+    if env.workflow.is_none()
+        && let Some(run) = &env.run
+    {
+        let owner = match &p.event.body {
+            AuthorityBody::RunStarted(b) => b.parent_run_id.as_ref(),
+            _ => Some(&run.run_id),
+        };
+        if let Some(w) = owner
+            .and_then(|r| state.runs.get(r))
+            .and_then(|r| r.workflow_id.clone())
+        {
+            p.body["workflowId"] = json!(w);
+            env.workflow = Some(WorkflowPosition {
+                workflow_id: w,
+                workflow_sequence: Sequence::FIRST,
+            });
+        }
+    }
+    let seq = state.next_session_sequence();
+    env.session_sequence = Sequence::new(seq).expect("in range");
+    p.body["sessionSequence"] = json!(seq);
+    if let Some(run) = &mut env.run {
+        let n = state.next_run_sequence(&run.root_run_id);
+        run.sequence = Sequence::new(n).expect("in range");
+        p.body["sequence"] = json!(n);
+    }
+    if let Some(w) = &mut env.workflow {
+        let n = state.next_workflow_sequence(&w.workflow_id);
+        w.workflow_sequence = Sequence::new(n).expect("in range");
+        p.body["workflowSequence"] = json!(n);
+    }
+}
+
+fn appended(e: &narad_protocol::AuthorityEvent) -> AppendedEvent {
+    AppendedEvent {
+        event_id: e.envelope.event_id.to_string(),
+        session_sequence: e.envelope.session_sequence.get(),
+        sequence: e.envelope.run.as_ref().map(|r| r.sequence.get()),
+        workflow_sequence: e
+            .envelope
+            .workflow
+            .as_ref()
+            .map(|w| w.workflow_sequence.get()),
+    }
+}
+
+/// Whether any eventId of the request is stored already.
+fn request_ids_exist(request: &Request, existing: &BTreeMap<&str, &Row>) -> bool {
+    !existing.is_empty()
+        && request
+            .prepared
+            .iter()
+            .any(|p| existing.contains_key(p.event.envelope.event_id.as_str()))
+}
+
+/// A retried batch: the stored sequences when every event was appended
+/// before, to this session, with the same body; a conflict otherwise.
+fn duplicate(
+    prepared: &[Prepared],
+    session_id: &str,
+    stored: &BTreeMap<&str, &Row>,
+) -> Result<Appended, JournalError> {
+    let same = |p: &Prepared| {
+        stored
+            .get(p.event.envelope.event_id.as_str())
+            .filter(|r| {
+                r.get::<_, &str>(1) == session_id && r.get::<_, &[u8]>(5) == p.sha256.as_slice()
+            })
+            .copied()
+    };
+    let mut events = Vec::with_capacity(prepared.len());
+    for p in prepared {
+        let Some(row) = same(p) else {
+            // Name a stored id that differs; when every stored one matches,
+            // the batch is only partly a retry: name its first new event.
+            let event_id = prepared
+                .iter()
+                .find(|q| {
+                    stored.contains_key(q.event.envelope.event_id.as_str()) && same(q).is_none()
+                })
+                .unwrap_or(p)
+                .event
+                .envelope
+                .event_id
+                .to_string();
+            return Err(JournalError::EventIdConflict { event_id });
+        };
+        events.push(AppendedEvent {
+            event_id: p.event.envelope.event_id.to_string(),
+            session_sequence: row.get::<_, i64>(2) as u64,
+            sequence: row.get::<_, Option<i64>>(3).map(|n| n as u64),
+            workflow_sequence: row.get::<_, Option<i64>>(4).map(|n| n as u64),
+        });
+    }
+    Ok(Appended {
+        events,
+        duplicate: true,
+        slot_freed: false,
+        dequeued: None,
+    })
+}
+
+/// A unique violation on the event id, which a concurrent append to
+/// another session can cause, is a conflict; anything else a database error.
+fn event_id_conflict(e: tokio_postgres::Error, prepared: &[Prepared]) -> JournalError {
+    let on_event_id = e
+        .as_db_error()
+        .and_then(|d| d.constraint())
+        .is_some_and(|c| c == "events_event_id_key");
+    if on_event_id {
+        JournalError::EventIdConflict {
+            event_id: prepared
+                .first()
+                .map(|p| p.event.envelope.event_id.to_string())
+                .unwrap_or_default(),
+        }
+    } else {
+        JournalError::Database(e)
+    }
+}
+
+/// One tenant's write as the columns of one statement's `unnest`s.
+struct WriteRows<'a> {
+    session_id: Vec<&'a str>,
+    session_sequence: Vec<i64>,
+    event_id: Vec<&'a str>,
+    type_name: Vec<&'static str>,
+    root_run_id: Vec<Option<&'a str>>,
+    run_id: Vec<Option<&'a str>>,
+    run_sequence: Vec<Option<i64>>,
+    workflow_id: Vec<Option<&'a str>>,
+    workflow_sequence: Vec<Option<i64>>,
+    body: Vec<&'a Value>,
+    sha256: Vec<&'a [u8]>,
+    entity_session: Vec<&'a str>,
+    entity_kind: Vec<&'static str>,
+    entity_id: Vec<&'a str>,
+    entity_state: Vec<&'a Value>,
+    core_session: Vec<&'a str>,
+    core_last: Vec<i64>,
+    core: Vec<&'a Value>,
+}
+
+impl<'a> WriteRows<'a> {
+    fn of(sessions: &'a [SessionWrite]) -> Self {
+        let events = || {
+            sessions
+                .iter()
+                .flat_map(|s| s.events.iter().map(move |p| (s.session.as_str(), p)))
+        };
+        let env = |p: &'a Prepared| &p.event.envelope;
+        let changed = || {
+            sessions
+                .iter()
+                .flat_map(|s| s.changed.iter().map(move |c| (s.session.as_str(), c)))
+        };
+        WriteRows {
+            session_id: events().map(|(s, _)| s).collect(),
+            session_sequence: events()
+                .map(|(_, p)| env(p).session_sequence.get() as i64)
+                .collect(),
+            event_id: events().map(|(_, p)| env(p).event_id.as_str()).collect(),
+            type_name: events()
+                .map(|(_, p)| p.event.body.wire_type().name())
+                .collect(),
+            root_run_id: events()
+                .map(|(_, p)| env(p).run.as_ref().map(|r| r.root_run_id.as_str()))
+                .collect(),
+            run_id: events()
+                .map(|(_, p)| env(p).run.as_ref().map(|r| r.run_id.as_str()))
+                .collect(),
+            run_sequence: events()
+                .map(|(_, p)| env(p).run.as_ref().map(|r| r.sequence.get() as i64))
+                .collect(),
+            workflow_id: events()
+                .map(|(_, p)| env(p).workflow.as_ref().map(|w| w.workflow_id.as_str()))
+                .collect(),
+            workflow_sequence: events()
+                .map(|(_, p)| {
+                    env(p)
+                        .workflow
+                        .as_ref()
+                        .map(|w| w.workflow_sequence.get() as i64)
+                })
+                .collect(),
+            body: events().map(|(_, p)| &p.body).collect(),
+            sha256: events().map(|(_, p)| p.sha256.as_slice()).collect(),
+            entity_session: changed().map(|(s, _)| s).collect(),
+            entity_kind: changed().map(|(_, (k, _))| k.kind()).collect(),
+            entity_id: changed().map(|(_, (k, _))| k.id()).collect(),
+            entity_state: changed().map(|(_, (_, v))| v).collect(),
+            core_session: sessions.iter().map(|s| s.session.as_str()).collect(),
+            core_last: sessions.iter().map(|s| s.last).collect(),
+            core: sessions.iter().map(|s| &s.core).collect(),
+        }
+    }
+}
