@@ -241,7 +241,8 @@ async fn run(
 
     // The engine decides each request on its session's state.
     let mut outcomes: Vec<Option<Outcome>> = requests.iter().map(|_| None).collect();
-    let mut scoped: Option<TenantId> = None;
+    // Round trip 1 left the transaction scoped to its last tenant.
+    let mut scoped: Option<TenantId> = tenants.keys().next_back().cloned();
     let mut writes: Vec<(TenantId, Vec<SessionWrite>)> = Vec::new();
     for ((tenant, members), read) in tenants.iter().zip(reads) {
         let existing: BTreeMap<&str, &Row> = read
@@ -306,8 +307,10 @@ async fn run(
 
     // Round trip 2: per tenant scope and write, then commit.
     let single = requests.len() == 1;
-    let statements = writes.iter().map(|(tenant, sessions)| {
+    let first_needs_scope = writes.first().map(|(t, _)| t) != scoped.as_ref();
+    let statements = writes.iter().enumerate().map(|(n, (tenant, sessions))| {
         let (set, write) = (&set, &write);
+        let rescope = n > 0 || first_needs_scope;
         async move {
             let t = tenant.as_str();
             let rows = WriteRows::of(sessions);
@@ -334,7 +337,12 @@ async fn run(
                 &rows.core,
             ];
             futures::try_join!(
-                client.query(set, &set_params),
+                async {
+                    if rescope {
+                        client.query(set, &set_params).await?;
+                    }
+                    Ok(())
+                },
                 client.execute(write, &write_params),
             )?;
             Ok::<_, tokio_postgres::Error>(())

@@ -89,7 +89,7 @@ pub struct Journal {
 
 /// How many append transactions a journal runs at a time by default (each
 /// combining every append waiting when it began).
-pub const DEFAULT_APPEND_GROUPS: usize = 4;
+pub const DEFAULT_APPEND_GROUPS: usize = 2;
 
 impl Journal {
     /// Connects to the database at `url` with a pool of at most

@@ -18,9 +18,13 @@ pub struct AppendBench {
     /// local binaries).
     #[arg(long, env = "NARAD_BENCH_SERVER_URL")]
     server_url: Option<String>,
-    /// Seconds each measurement runs.
-    #[arg(long, default_value_t = 5)]
+    /// Seconds each side of a scenario runs in all.
+    #[arg(long, default_value_t = 6)]
     seconds: u64,
+    /// Rounds each scenario's time is cut into; each round measures the
+    /// baseline, then the journal.
+    #[arg(long, default_value_t = 3)]
+    rounds: u32,
     /// Connections in the pool (shared by baseline and journal).
     #[arg(long, default_value_t = 40)]
     pool: usize,
@@ -33,6 +37,7 @@ pub struct AppendBench {
     only: Option<String>,
 }
 
+#[derive(Default)]
 struct Stats {
     ops: u64,
     events: u64,
@@ -41,6 +46,13 @@ struct Stats {
 }
 
 impl Stats {
+    fn add(&mut self, other: Stats) {
+        self.ops += other.ops;
+        self.events += other.events;
+        self.elapsed += other.elapsed;
+        self.latencies.extend(other.latencies);
+    }
+
     fn per_second(&self, n: u64) -> f64 {
         n as f64 / self.elapsed.as_secs_f64()
     }
@@ -53,8 +65,9 @@ impl Stats {
 }
 
 /// Runs `writers` tasks, each calling `op(writer, n)` back to back until
-/// `duration` has passed; `op` returns the number of events it wrote.
-async fn measure<F, Fut>(writers: usize, duration: Duration, op: F) -> Stats
+/// `duration` has passed, with `n` counting from `first`; `op` returns the
+/// number of events it wrote.
+async fn measure<F, Fut>(writers: usize, duration: Duration, first: u64, op: F) -> Stats
 where
     F: Fn(usize, u64) -> Fut + Send + Sync + 'static,
     Fut: std::future::Future<Output = u64> + Send,
@@ -66,7 +79,7 @@ where
     for w in 0..writers {
         let op = op.clone();
         tasks.push(tokio::spawn(async move {
-            let (mut lat, mut events, mut n) = (Vec::new(), 0u64, 0u64);
+            let (mut lat, mut events, mut n) = (Vec::new(), 0u64, first);
             while Instant::now() < deadline {
                 let t = Instant::now();
                 events += op(w, n).await;
@@ -220,7 +233,7 @@ pub async fn append(args: &AppendBench) -> anyhow::Result<()> {
         };
         let batch = s.batch;
         let pool = journal.pool().clone();
-        let mut base = measure(s.writers, duration, move |w, _| {
+        let baseline = move |w: usize, _: u64| {
             let (pool, body) = (pool.clone(), sample.clone());
             async move {
                 let client = pool.get().await.expect("a connection");
@@ -238,8 +251,7 @@ pub async fn append(args: &AppendBench) -> anyhow::Result<()> {
                     .expect("inserts");
                 batch as u64
             }
-        })
-        .await;
+        };
         let appends = {
             let (j, t, one) = (journal.clone(), tenant.clone(), s.one_session);
             move |w: usize, n: u64| {
@@ -259,8 +271,16 @@ pub async fn append(args: &AppendBench) -> anyhow::Result<()> {
                 }
             }
         };
+        // Rounds alternate baseline and journal, so that a change in the
+        // machine's load weighs on both alike.
         let before = journal.append_stats();
-        let mut ours = measure(s.writers, duration, appends).await;
+        let (mut base, mut ours) = (Stats::default(), Stats::default());
+        let slice = duration / args.rounds.max(1);
+        for round in 0..args.rounds.max(1) as u64 {
+            let first = round * 1_000_000_000;
+            base.add(measure(s.writers, slice, first, baseline.clone()).await);
+            ours.add(measure(s.writers, slice, first, appends.clone()).await);
+        }
         let after = journal.append_stats();
         let per_transaction =
             (after.grouped - before.grouped) as f64 / (after.groups - before.groups).max(1) as f64;

@@ -8,6 +8,12 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 mod bench;
+
+/// A general-purpose allocator that holds up under many threads doing
+/// small JSON allocations: with the system allocator, malloc and free were
+/// half of the append path's CPU time (BENCHMARKS.md).
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use narad_protocol::{Classified, ErrorBody, IgnoreReason, ProfileSet, Reader};
 use narad_server::config::Config;
 
