@@ -1,4 +1,265 @@
-//! End-to-end tests of narad: the real server against a real Postgres,
-//! one fresh database per test. The harness and the tests arrive with the
-//! journal and the HTTP API; the wire model's own tests live in
-//! `services/narad-protocol/tests`.
+//! End-to-end tests of narad: the real server, on a random port, against a
+//! real Postgres, one fresh database per test (narad-testkit finds the
+//! server). This library is the harness; the tests are in `tests/`.
+
+use std::path::PathBuf;
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use jsonwebtoken::jwk::{Jwk, JwkSet};
+use jsonwebtoken::{Algorithm, EncodingKey, Header};
+use narad_journal::{Journal, MIGRATOR};
+use narad_server::auth::{AuthSettings, Claims, JwksSource, Role, Verifier};
+use narad_server::{AppState, app, serve_on};
+use narad_testkit::TestDatabase;
+use serde_json::Value;
+
+/// The HS256 secret of test servers.
+pub const SECRET: &[u8] = b"narad-tests-hs256-secret-of-32-bytes-or-more";
+/// The issuer test servers expect.
+pub const ISSUER: &str = "https://issuer.narad.test";
+/// The audience test servers expect.
+pub const AUDIENCE: &str = "narad-tests";
+/// The body limit of test servers.
+pub const MAX_BODY: usize = 64 * 1024;
+
+/// A running server with its own database.
+pub struct Server {
+    /// The server's base URL, `http://127.0.0.1:PORT`.
+    pub base: String,
+    /// Its database.
+    pub db: TestDatabase,
+    /// An HTTP client.
+    pub http: reqwest::Client,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    task: Option<tokio::task::JoinHandle<()>>,
+}
+
+/// A test private key and the algorithm it signs with.
+pub struct TestKey {
+    /// The key id in the test key set.
+    pub kid: &'static str,
+    /// Its algorithm.
+    pub algorithm: Algorithm,
+    /// The private key.
+    pub key: EncodingKey,
+}
+
+fn fixture(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("fixtures")
+        .join(name)
+}
+
+/// The test keys: RSA (RS256), P-256 (ES256), Ed25519 (EdDSA).
+pub fn test_keys() -> Vec<TestKey> {
+    let read = |name: &str| std::fs::read(fixture(name)).expect("a test key");
+    vec![
+        TestKey {
+            kid: "rsa-1",
+            algorithm: Algorithm::RS256,
+            key: EncodingKey::from_rsa_pem(&read("keys/rsa.pem")).expect("rsa"),
+        },
+        TestKey {
+            kid: "ec-1",
+            algorithm: Algorithm::ES256,
+            key: EncodingKey::from_ec_pem(&read("keys/ec.pem")).expect("ec"),
+        },
+        TestKey {
+            kid: "ed-1",
+            algorithm: Algorithm::EdDSA,
+            key: EncodingKey::from_ed_pem(&read("keys/ed25519.pem")).expect("ed25519"),
+        },
+    ]
+}
+
+/// Writes the public key set of [`test_keys`] to a file, once per process.
+fn jwks_file() -> PathBuf {
+    static FILE: OnceLock<PathBuf> = OnceLock::new();
+    FILE.get_or_init(|| {
+        let keys = test_keys()
+            .into_iter()
+            .map(|k| {
+                let mut jwk = Jwk::from_encoding_key(&k.key, k.algorithm).expect("a public jwk");
+                jwk.common.key_id = Some(k.kid.to_owned());
+                jwk
+            })
+            .collect();
+        let path =
+            std::env::temp_dir().join(format!("narad-tests-jwks-{}.json", std::process::id()));
+        std::fs::write(
+            &path,
+            serde_json::to_vec(&JwkSet { keys }).expect("serialises"),
+        )
+        .expect("writes the key set");
+        path
+    })
+    .clone()
+}
+
+impl Server {
+    /// Starts a server on a fresh database.
+    pub async fn start() -> Server {
+        let db = TestDatabase::new(&MIGRATOR).await;
+        let journal = Journal::connect(db.url(), 16).expect("a journal");
+        let verifier = Verifier::new(AuthSettings {
+            issuer: ISSUER.to_owned(),
+            audience: AUDIENCE.to_owned(),
+            hs256_secret: Some(SECRET.to_vec()),
+            jwks: Some(JwksSource::File(jwks_file())),
+        })
+        .expect("a verifier");
+        let state = AppState {
+            journal,
+            verifier: Arc::new(verifier),
+            openapi: Arc::new(OnceLock::new()),
+        };
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("a port");
+        let base = format!("http://{}", listener.local_addr().expect("an address"));
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let task = tokio::spawn(async move {
+            serve_on(listener, app(state, MAX_BODY), async {
+                let _ = stopped.await;
+            })
+            .await
+            .expect("serves");
+        });
+        Server {
+            base,
+            db,
+            http: reqwest::Client::new(),
+            stop: Some(stop),
+            task: Some(task),
+        }
+    }
+
+    /// Stops the server and waits for it.
+    pub async fn stop(mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(task) = self.task.take() {
+            let _ = tokio::time::timeout(Duration::from_secs(10), task).await;
+        }
+    }
+
+    /// Sends a request and returns its status, `x-request-id` and JSON
+    /// body (`Value::Null` when empty).
+    pub async fn call(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        token: Option<&str>,
+        body: Option<Vec<u8>>,
+    ) -> Answer {
+        let mut req = self.http.request(method, format!("{}{path}", self.base));
+        if let Some(t) = token {
+            req = req.bearer_auth(t);
+        }
+        if let Some(b) = body {
+            req = req.header("content-type", "application/json").body(b);
+        }
+        let res = req.send().await.expect("the server answers");
+        let status = res.status().as_u16();
+        let request_id = res
+            .headers()
+            .get("x-request-id")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
+        let bytes = res.bytes().await.expect("a body");
+        let body = if bytes.is_empty() {
+            Value::Null
+        } else {
+            serde_json::from_slice(&bytes)
+                .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into_owned()))
+        };
+        Answer {
+            status,
+            request_id,
+            body,
+        }
+    }
+
+    /// GET with a token.
+    pub async fn get(&self, path: &str, token: &str) -> Answer {
+        self.call(reqwest::Method::GET, path, Some(token), None)
+            .await
+    }
+
+    /// POST of a JSON value with a token.
+    pub async fn post(&self, path: &str, token: &str, body: &Value) -> Answer {
+        self.call(
+            reqwest::Method::POST,
+            path,
+            Some(token),
+            Some(serde_json::to_vec(body).expect("serialises")),
+        )
+        .await
+    }
+}
+
+/// An answer of the server.
+#[derive(Debug, Clone)]
+pub struct Answer {
+    /// The HTTP status.
+    pub status: u16,
+    /// The `x-request-id` header.
+    pub request_id: Option<String>,
+    /// The JSON body.
+    pub body: Value,
+}
+
+impl Answer {
+    /// The error code of an error answer.
+    pub fn code(&self) -> &str {
+        self.body["code"].as_str().unwrap_or("")
+    }
+
+    /// Asserts the status, showing the body when it differs.
+    #[track_caller]
+    pub fn expect(&self, status: u16) -> &Value {
+        assert_eq!(self.status, status, "{:#}", self.body);
+        &self.body
+    }
+}
+
+/// Claims for `org`/`sub` with `roles`, valid for an hour, from the test
+/// issuer to the test audience.
+pub fn claims(org: &str, sub: &str, roles: &[Role]) -> Claims {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("after 1970")
+        .as_secs();
+    Claims {
+        iss: ISSUER.to_owned(),
+        aud: narad_server::auth::Audience::One(AUDIENCE.to_owned()),
+        sub: sub.to_owned(),
+        org: org.to_owned(),
+        exp: now + 3600,
+        nbf: None,
+        iat: Some(now),
+        roles: roles.iter().map(|r| r.name().to_owned()).collect(),
+        executors: None,
+    }
+}
+
+/// Signs `claims` with HS256 and the test secret.
+pub fn hs256(claims: &Claims) -> String {
+    sign(
+        &Header::new(Algorithm::HS256),
+        claims,
+        &EncodingKey::from_secret(SECRET).expect("a key"),
+    )
+}
+
+/// Signs `claims` with `header` and `key`.
+pub fn sign(header: &Header, claims: &Claims, key: &EncodingKey) -> String {
+    jsonwebtoken::encode(header, claims, key).expect("signs")
+}
+
+/// A token of tenant `org` with `roles`.
+pub fn token(org: &str, roles: &[Role]) -> String {
+    hs256(&claims(org, "tester", roles))
+}

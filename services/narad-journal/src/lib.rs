@@ -135,6 +135,17 @@ impl Journal {
         self.combiner.stats()
     }
 
+    /// Whether the database holds every migration of this build (and the
+    /// database answers at all: `Err` when it does not).
+    pub async fn migrations_applied(&self) -> Result<bool, JournalError> {
+        let client = self.pool.get().await?;
+        let rows = client
+            .query("select version from _sqlx_migrations where success", &[])
+            .await?;
+        let applied: std::collections::BTreeSet<i64> = rows.iter().map(|r| r.get(0)).collect();
+        Ok(MIGRATOR.iter().all(|m| applied.contains(&m.version)))
+    }
+
     /// The connection pool, for the server's own queries.
     pub fn pool(&self) -> &Pool {
         &self.pool

@@ -31,6 +31,28 @@ pub struct Config {
     /// Largest accepted request body, in bytes.
     #[arg(long, env = "NARAD_MAX_BODY_BYTES", default_value_t = DEFAULT_MAX_BODY_BYTES)]
     pub max_body_bytes: usize,
+
+    /// JSON Web Key Set that verifies RS256, ES256 and EdDSA tokens: a file
+    /// path, or an `https://` URL (fetched at start, refetched when a token
+    /// names an unknown key id).
+    #[arg(long, env = "NARAD_JWKS")]
+    pub jwks: Option<String>,
+
+    /// Shared secret that verifies HS256 tokens (development).
+    #[arg(long, env = "NARAD_JWT_HS256_SECRET")]
+    pub jwt_hs256_secret: Option<Secret>,
+
+    /// The issuer (`iss`) tokens must name.
+    #[arg(long, env = "NARAD_JWT_ISSUER", default_value = "narad")]
+    pub jwt_issuer: String,
+
+    /// The audience (`aud`) tokens must name.
+    #[arg(long, env = "NARAD_JWT_AUDIENCE", default_value = "narad")]
+    pub jwt_audience: String,
+
+    /// Connections in the database pool.
+    #[arg(long, env = "NARAD_DATABASE_POOL", default_value_t = 32)]
+    pub database_pool: usize,
 }
 
 /// A secret setting (a URL with a password, a key): `Debug`, `Display` and

@@ -1,8 +1,99 @@
-//! The narad server: it will hold the axum routes, authentication, the SSE
-//! fan-out hub and coalescer, the client-executor channel and the
-//! background workers. Today it holds the configuration they will share.
+//! The narad server: the HTTP API on axum, its access control, and the
+//! process that serves it.
 //!
 //! Modules:
-//! - [`config`]: settings from flags and `NARAD_*` environment variables.
+//! - [`config`]: settings from flags and `NARAD_*` environment variables;
+//! - [`auth`]: bearer JWTs, roles and permissions;
+//! - [`routes`]: every route, documented where it is registered;
+//! - [`body`]: request bodies and query strings, with the API's errors;
+//! - [`error`]: the error envelope as an HTTP answer.
 
+pub mod auth;
+pub mod body;
 pub mod config;
+pub mod error;
+pub mod routes;
+
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::DefaultBodyLimit;
+use axum::http::{HeaderName, Request};
+use narad_journal::Journal;
+use narad_protocol::ErrorCode;
+use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
+use tower_http::trace::TraceLayer;
+
+use crate::auth::Verifier;
+use crate::error::ApiError;
+
+/// What every handler shares.
+#[derive(Clone)]
+pub struct AppState {
+    /// The journal.
+    pub journal: Journal,
+    /// The token checker.
+    pub verifier: Arc<Verifier>,
+    /// The OpenAPI document, as served.
+    pub openapi: Arc<OnceLock<String>>,
+}
+
+/// The header that carries the request id, in requests and answers.
+pub const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
+
+/// The whole application: every route, with request ids, the body limit
+/// and the error envelope for unknown routes.
+pub fn app(state: AppState, max_body_bytes: usize) -> Router {
+    let (router, api) = routes::router().split_for_parts();
+    let _ = state.openapi.set(
+        api.to_pretty_json()
+            .expect("the OpenAPI document serialises"),
+    );
+    router
+        .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+        .with_state(state)
+        .layer(DefaultBodyLimit::max(max_body_bytes))
+        .layer(PropagateRequestIdLayer::new(REQUEST_ID))
+        .layer(
+            TraceLayer::new_for_http().make_span_with(|req: &Request<_>| {
+                let id = req
+                    .headers()
+                    .get(REQUEST_ID)
+                    .and_then(|v| v.to_str().ok())
+                    .unwrap_or("");
+                tracing::info_span!("request", method = %req.method(), path = %req.uri().path(), request_id = %id)
+            }),
+        )
+        .layer(SetRequestIdLayer::new(REQUEST_ID, MakeRequestUuid))
+}
+
+async fn not_found() -> ApiError {
+    ApiError::new(
+        ErrorCode::NotFound,
+        "no route here; GET /openapi.json lists every route",
+    )
+}
+
+async fn method_not_allowed() -> ApiError {
+    ApiError::new(
+        ErrorCode::NotFound,
+        "this route does not take this method; GET /openapi.json lists every route",
+    )
+}
+
+/// How long a stopping server waits for requests in flight.
+pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(20);
+
+/// Serves `app` on `listener` until `shutdown` completes, then lets the
+/// requests in flight finish.
+pub async fn serve_on(
+    listener: tokio::net::TcpListener,
+    app: Router,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    axum::serve(listener, app)
+        .with_graceful_shutdown(shutdown)
+        .await
+}

@@ -8,6 +8,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 mod bench;
+mod serve;
 
 /// A general-purpose allocator that holds up under many threads doing
 /// small JSON allocations: with the system allocator, malloc and free were
@@ -39,6 +40,10 @@ enum Command {
     /// Golden conformance traces (conformance/README.md).
     #[command(subcommand)]
     Conformance(ConformanceCommand),
+    /// Serve the HTTP API (migrations are applied first).
+    Serve(Config),
+    /// Sign a development token (HS256) with NARAD_JWT_HS256_SECRET.
+    Token(serve::TokenArgs),
     /// Apply the database migrations (idempotent).
     Migrate {
         /// The database to migrate.
@@ -104,6 +109,13 @@ fn main() -> ExitCode {
             .block_on(bench::append(&args))
             .map(|()| ExitCode::SUCCESS),
         Command::Config(config) => print_config(&config),
+        Command::Serve(config) => {
+            init_logging();
+            runtime()
+                .block_on(serve::serve(config))
+                .map(|()| ExitCode::SUCCESS)
+        }
+        Command::Token(args) => serve::token(&args).map(|()| ExitCode::SUCCESS),
         Command::Check(args) => check(&args),
         Command::Conformance(ConformanceCommand::Check { dir, quiet }) => {
             conformance_check(&dir, quiet)
@@ -115,6 +127,21 @@ fn main() -> ExitCode {
             eprintln!("narad: {e:#}");
             ExitCode::from(2)
         }
+    }
+}
+
+/// Logs to standard error: JSON lines when NARAD_LOG_FORMAT=json; the
+/// level from RUST_LOG (default info).
+fn init_logging() {
+    use tracing_subscriber::EnvFilter;
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    if std::env::var("NARAD_LOG_FORMAT").is_ok_and(|f| f == "json") {
+        builder.json().init();
+    } else {
+        builder.init();
     }
 }
 

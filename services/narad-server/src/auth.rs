@@ -1,0 +1,475 @@
+//! Who is calling, and what they may do.
+//!
+//! Callers present a bearer JWT. HS256 tokens are checked with a shared
+//! secret (development); RS256, ES256 and EdDSA tokens against a JSON Web
+//! Key Set, each key used only with its own algorithm, so that a token
+//! cannot pick the algorithm its key is read with (an HS256 token "signed"
+//! with a public key is refused, and so is `alg: none`). The checked claims
+//! are `iss`, `aud`, `exp` and `nbf` (with a small leeway), `sub`, and
+//! `org`, which is the tenant. `roles` grants permissions (DESIGN.md §6).
+
+use std::collections::BTreeSet;
+use std::path::PathBuf;
+use std::sync::RwLock;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use axum::extract::FromRequestParts;
+use axum::http::request::Parts;
+use jsonwebtoken::jwk::{AlgorithmParameters, EllipticCurve, JwkSet};
+use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey, Header, Validation};
+use narad_journal::TenantId;
+use narad_protocol::ErrorCode;
+use serde::{Deserialize, Serialize};
+
+use crate::AppState;
+use crate::error::ApiError;
+
+/// Seconds of clock skew tolerated on `exp` and `nbf`.
+pub const LEEWAY_SECONDS: u64 = 30;
+
+/// A role a token's `roles` claim may grant.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    /// Reads sessions, history and capabilities, and watches streams.
+    Reader,
+    /// Sends commands (start, stop, say, …) and creates sessions.
+    Writer,
+    /// Resolves interrupts.
+    Approver,
+    /// Appends authority events (agent runtimes), and reads what it needs.
+    Backend,
+    /// Attaches as a client executor.
+    Executor,
+    /// Manages extensions and tenant settings.
+    Admin,
+}
+
+impl Role {
+    /// Every role, in the order of the documentation.
+    pub const ALL: [Role; 6] = [
+        Role::Reader,
+        Role::Writer,
+        Role::Approver,
+        Role::Backend,
+        Role::Executor,
+        Role::Admin,
+    ];
+
+    /// The role's name in the `roles` claim.
+    pub fn name(self) -> &'static str {
+        match self {
+            Role::Reader => "reader",
+            Role::Writer => "writer",
+            Role::Approver => "approver",
+            Role::Backend => "backend",
+            Role::Executor => "executor",
+            Role::Admin => "admin",
+        }
+    }
+
+    /// The role named `name`.
+    pub fn from_name(name: &str) -> Option<Role> {
+        Role::ALL.into_iter().find(|r| r.name() == name)
+    }
+}
+
+/// What a route requires.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Permission {
+    /// Read sessions, history, capabilities, streams.
+    Read,
+    /// Send commands and create or archive sessions.
+    Command,
+    /// Resolve interrupts.
+    Approve,
+    /// Append authority events.
+    Append,
+    /// Attach as a client executor.
+    Execute,
+    /// Manage extensions.
+    Admin,
+}
+
+impl Permission {
+    /// The roles that grant this permission.
+    pub fn granted_by(self) -> &'static [Role] {
+        match self {
+            Permission::Read => &[Role::Reader, Role::Backend],
+            Permission::Command => &[Role::Writer],
+            Permission::Approve => &[Role::Approver],
+            Permission::Append => &[Role::Backend],
+            Permission::Execute => &[Role::Executor],
+            Permission::Admin => &[Role::Admin],
+        }
+    }
+}
+
+/// An authenticated caller.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Principal {
+    /// The tenant (`org`).
+    pub tenant: TenantId,
+    /// The subject (`sub`).
+    pub subject: String,
+    /// The roles granted.
+    pub roles: BTreeSet<Role>,
+    /// The client executor ids this principal may attach as, when the
+    /// token limits them.
+    pub executors: Option<Vec<String>>,
+}
+
+impl Principal {
+    /// `Ok` when a role of the principal grants `permission`; a 403
+    /// naming the roles that would otherwise.
+    pub fn require(&self, permission: Permission) -> Result<(), ApiError> {
+        let granted_by = permission.granted_by();
+        if granted_by.iter().any(|r| self.roles.contains(r)) {
+            return Ok(());
+        }
+        let names: Vec<&str> = granted_by.iter().map(|r| r.name()).collect();
+        Err(ApiError::new(
+            ErrorCode::Forbidden,
+            format!(
+                "this needs a token with the role {}; this token grants [{}]",
+                names.join(" or "),
+                self.roles
+                    .iter()
+                    .map(|r| r.name())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        ))
+    }
+}
+
+/// The claims narad reads.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Claims {
+    /// Issuer.
+    pub iss: String,
+    /// Audience.
+    pub aud: Audience,
+    /// Subject.
+    pub sub: String,
+    /// Tenant.
+    pub org: String,
+    /// Expiry (seconds since the epoch).
+    pub exp: u64,
+    /// Not before (seconds since the epoch).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nbf: Option<u64>,
+    /// Issued at (seconds since the epoch).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub iat: Option<u64>,
+    /// Role names.
+    #[serde(default)]
+    pub roles: Vec<String>,
+    /// Client executor ids the principal may attach as.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub executors: Option<Vec<String>>,
+}
+
+/// `aud`: one audience or several.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum Audience {
+    /// One.
+    One(String),
+    /// Several.
+    Many(Vec<String>),
+}
+
+/// Where the JSON Web Key Set comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum JwksSource {
+    /// A file, read at start.
+    File(PathBuf),
+}
+
+impl JwksSource {
+    /// Reads `NARAD_JWKS`: a path (an `https://` URL is not supported by
+    /// this build yet, and says so).
+    pub fn parse(s: &str) -> Result<JwksSource, String> {
+        if s.starts_with("https://") || s.starts_with("http://") {
+            return Err(format!(
+                "NARAD_JWKS={s}: fetching a key set by URL is not supported yet; \
+                 save the key set to a file and give its path"
+            ));
+        }
+        Ok(JwksSource::File(PathBuf::from(s)))
+    }
+}
+
+/// How tokens are checked.
+#[derive(Debug, Clone)]
+pub struct AuthSettings {
+    /// The issuer tokens must name.
+    pub issuer: String,
+    /// The audience tokens must name.
+    pub audience: String,
+    /// The HS256 secret, when HS256 tokens are accepted.
+    pub hs256_secret: Option<Vec<u8>>,
+    /// The key set for RS256, ES256 and EdDSA tokens.
+    pub jwks: Option<JwksSource>,
+}
+
+/// One verification key of the key set, with the one algorithm it checks.
+struct Key {
+    kid: Option<String>,
+    algorithm: Algorithm,
+    key: DecodingKey,
+}
+
+/// Checks bearer tokens.
+pub struct Verifier {
+    settings: AuthSettings,
+    hs256: Option<DecodingKey>,
+    keys: RwLock<Vec<Key>>,
+}
+
+impl std::fmt::Debug for Verifier {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Verifier")
+            .field("issuer", &self.settings.issuer)
+            .field("audience", &self.settings.audience)
+            .field("hs256", &self.hs256.is_some())
+            .field("jwks", &self.settings.jwks)
+            .finish()
+    }
+}
+
+/// Why a token was refused; each reads to the caller as a 401 message.
+#[derive(Debug, thiserror::Error)]
+pub enum TokenError {
+    /// No `Authorization: Bearer` header.
+    #[error("send a bearer token: Authorization: Bearer <JWT>")]
+    Missing,
+    /// Not a JWT, or an algorithm narad does not accept (such as `none`).
+    #[error("the bearer token is not a JWT signed with HS256, RS256, ES256 or EdDSA")]
+    Malformed,
+    /// No key for the token's algorithm or key id.
+    #[error("no key of this server verifies the token (algorithm or key id unknown)")]
+    UnknownKey,
+    /// The signature or a claim failed.
+    #[error("the token was refused: {0}")]
+    Invalid(&'static str),
+}
+
+impl From<TokenError> for ApiError {
+    fn from(e: TokenError) -> ApiError {
+        ApiError::new(ErrorCode::Unauthenticated, e.to_string())
+    }
+}
+
+impl Verifier {
+    /// A verifier for `settings`, with the key set loaded.
+    pub fn new(settings: AuthSettings) -> Result<Verifier, String> {
+        if settings.hs256_secret.is_none() && settings.jwks.is_none() {
+            return Err(
+                "no way to check tokens: set NARAD_JWKS (a key set) or NARAD_JWT_HS256_SECRET"
+                    .to_owned(),
+            );
+        }
+        let hs256 = match &settings.hs256_secret {
+            Some(secret) if secret.len() < 32 => {
+                return Err("NARAD_JWT_HS256_SECRET must hold at least 32 bytes".to_owned());
+            }
+            Some(secret) => Some(
+                DecodingKey::from_secret(secret)
+                    .map_err(|e| format!("NARAD_JWT_HS256_SECRET: {e}"))?,
+            ),
+            None => None,
+        };
+        let keys = match &settings.jwks {
+            Some(source) => load_keys(source)?,
+            None => Vec::new(),
+        };
+        Ok(Verifier {
+            settings,
+            hs256,
+            keys: RwLock::new(keys),
+        })
+    }
+
+    /// Checks a bearer token and returns its principal.
+    pub fn verify(&self, token: &str) -> Result<Principal, TokenError> {
+        let header = jsonwebtoken::decode_header(token).map_err(|_| TokenError::Malformed)?;
+        let claims = match header.alg {
+            Algorithm::HS256 => {
+                let key = self.hs256.as_ref().ok_or(TokenError::UnknownKey)?;
+                self.decode(token, key, Algorithm::HS256)?
+            }
+            Algorithm::RS256 | Algorithm::ES256 | Algorithm::EdDSA => {
+                let keys = self.keys.read().expect("the key set");
+                let candidates: Vec<&Key> = keys
+                    .iter()
+                    .filter(|k| k.algorithm == header.alg)
+                    .filter(|k| match &header.kid {
+                        Some(kid) => k.kid.as_deref() == Some(kid.as_str()),
+                        None => true,
+                    })
+                    .collect();
+                let [key] = candidates[..] else {
+                    return Err(TokenError::UnknownKey);
+                };
+                self.decode(token, &key.key, key.algorithm)?
+            }
+            _ => return Err(TokenError::Malformed),
+        };
+        principal(claims)
+    }
+
+    fn decode(
+        &self,
+        token: &str,
+        key: &DecodingKey,
+        algorithm: Algorithm,
+    ) -> Result<Claims, TokenError> {
+        let mut validation = Validation::new(algorithm);
+        validation.set_issuer(&[&self.settings.issuer]);
+        validation.set_audience(&[&self.settings.audience]);
+        validation.set_required_spec_claims(&["exp", "iss", "aud", "sub"]);
+        validation.validate_nbf = true;
+        validation.leeway = LEEWAY_SECONDS;
+        jsonwebtoken::decode::<Claims>(token, key, &validation)
+            .map(|data| data.claims)
+            .map_err(|e| {
+                use jsonwebtoken::errors::ErrorKind as K;
+                TokenError::Invalid(match e.kind() {
+                    K::ExpiredSignature => "it has expired",
+                    K::ImmatureSignature => "it is not valid yet (nbf)",
+                    K::InvalidIssuer => "it names another issuer (iss)",
+                    K::InvalidAudience => "it names another audience (aud)",
+                    K::InvalidSignature => "its signature does not verify",
+                    K::MissingRequiredClaim(_) => "it lacks a required claim (exp, iss, aud, sub)",
+                    K::InvalidAlgorithm => "its algorithm does not match its key",
+                    _ => "it is malformed",
+                })
+            })
+    }
+}
+
+fn principal(claims: Claims) -> Result<Principal, TokenError> {
+    if claims.sub.is_empty() {
+        return Err(TokenError::Invalid("its subject (sub) is empty"));
+    }
+    let tenant = TenantId::new(claims.org)
+        .map_err(|_| TokenError::Invalid("it names no organisation (org)"))?;
+    Ok(Principal {
+        tenant,
+        subject: claims.sub,
+        roles: claims
+            .roles
+            .iter()
+            .filter_map(|r| Role::from_name(r))
+            .collect(),
+        executors: claims.executors,
+    })
+}
+
+/// Reads the key set, keeping each key with the one algorithm it may check.
+fn load_keys(source: &JwksSource) -> Result<Vec<Key>, String> {
+    let JwksSource::File(path) = source;
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("NARAD_JWKS: cannot read {}: {e}", path.display()))?;
+    let set: JwkSet = serde_json::from_str(&text).map_err(|e| {
+        format!(
+            "NARAD_JWKS: {} is not a JSON Web Key Set: {e}",
+            path.display()
+        )
+    })?;
+    let mut keys = Vec::new();
+    for jwk in &set.keys {
+        let algorithm = match &jwk.algorithm {
+            AlgorithmParameters::RSA(_) => Algorithm::RS256,
+            AlgorithmParameters::EllipticCurve(p) if p.curve == EllipticCurve::P256 => {
+                Algorithm::ES256
+            }
+            AlgorithmParameters::OctetKeyPair(p) if p.curve == EllipticCurve::Ed25519 => {
+                Algorithm::EdDSA
+            }
+            // Symmetric keys in a published key set, and other curves, are
+            // not used.
+            _ => continue,
+        };
+        if let Some(declared) = jwk.common.key_algorithm
+            && declared.to_string().parse::<Algorithm>().ok() != Some(algorithm)
+        {
+            continue;
+        }
+        let key = DecodingKey::from_jwk(jwk).map_err(|e| {
+            format!(
+                "NARAD_JWKS: key {:?} cannot be used: {e}",
+                jwk.common.key_id
+            )
+        })?;
+        keys.push(Key {
+            kid: jwk.common.key_id.clone(),
+            algorithm,
+            key,
+        });
+    }
+    if keys.is_empty() {
+        return Err(format!(
+            "NARAD_JWKS: {} holds no RSA, P-256 or Ed25519 public key",
+            path.display()
+        ));
+    }
+    Ok(keys)
+}
+
+/// Signs an HS256 token for `org`/`sub` with `roles`, valid for `ttl`
+/// (`narad token`, tests).
+pub fn mint_hs256(
+    secret: &[u8],
+    issuer: &str,
+    audience: &str,
+    org: &str,
+    sub: &str,
+    roles: &[Role],
+    ttl: Duration,
+) -> Result<String, String> {
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_err(|e| e.to_string())?
+        .as_secs();
+    let claims = Claims {
+        iss: issuer.to_owned(),
+        aud: Audience::One(audience.to_owned()),
+        sub: sub.to_owned(),
+        org: org.to_owned(),
+        exp: now + ttl.as_secs(),
+        nbf: None,
+        iat: Some(now),
+        roles: roles.iter().map(|r| r.name().to_owned()).collect(),
+        executors: None,
+    };
+    let key = EncodingKey::from_secret(secret).map_err(|e| e.to_string())?;
+    jsonwebtoken::encode(&Header::new(Algorithm::HS256), &claims, &key).map_err(|e| e.to_string())
+}
+
+impl FromRequestParts<AppState> for Principal {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(
+        parts: &mut Parts,
+        state: &AppState,
+    ) -> Result<Principal, ApiError> {
+        let header = parts
+            .headers
+            .get(axum::http::header::AUTHORIZATION)
+            .ok_or(TokenError::Missing)?;
+        let token = header
+            .to_str()
+            .ok()
+            .and_then(|h| h.strip_prefix("Bearer "))
+            .map(str::trim)
+            .filter(|t| !t.is_empty())
+            .ok_or(TokenError::Missing)?;
+        state.verifier.verify(token).map_err(|e| {
+            tracing::debug!(error = %e, "a token was refused");
+            ApiError::from(e)
+        })
+    }
+}

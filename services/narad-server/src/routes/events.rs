@@ -1,0 +1,125 @@
+//! A session's events: backends append batches of authority events; every
+//! reader reads history (§10.2).
+
+use axum::Json;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use narad_journal::{AppendOptions, Appended, HistoryPage, HistoryQuery};
+use narad_protocol::ErrorCode;
+use narad_protocol::primitives::SessionId;
+use serde_json::Value;
+
+use crate::AppState;
+use crate::auth::{Permission, Principal};
+use crate::body::{JsonBody, Query};
+use crate::error::{ApiError, ApiResult};
+
+/// Appends a batch of proposed authority events, atomically.
+#[utoipa::path(post, path = "/v1/sessions/{sessionId}/events", tag = "events",
+    params(("sessionId" = String, Path, description = "The session")),
+    request_body(content = Object, description = "`{events: [proposed authority events, without sequences], expectedSessionSequence?}`; each event names its eventId, which makes retries idempotent"),
+    responses(
+        (status = 201, description = "Appended: each event's sessionSequence (and sequence, workflowSequence)", body = Object),
+        (status = 200, description = "The whole batch had been appended before with the same bodies: the stored sequences", body = Object),
+        (status = 400, description = "NRD-0003 and others: an event is not valid; `fields` points at it"),
+        (status = 404, description = "NRD-0007: no such session"),
+        (status = 409, description = "NRD-0201 with the rule id, NRD-0202 eventId reused, NRD-0203 expectedSessionSequence"),
+    ),
+    security(("bearer" = [])))]
+pub async fn append(
+    State(state): State<AppState>,
+    principal: Principal,
+    Path(session_id): Path<String>,
+    JsonBody(body): JsonBody,
+) -> ApiResult<(StatusCode, Json<Appended>)> {
+    principal.require(Permission::Append)?;
+    let session = SessionId::new(session_id).map_err(|e| {
+        ApiError::new(ErrorCode::InvalidParameter, format!("sessionId: {e}"))
+            .with_field("sessionId", e)
+    })?;
+    let Value::Object(mut body) = body else {
+        return Err(invalid("", "the body is `{\"events\": [...]}`"));
+    };
+    let events = match body.remove("events") {
+        Some(Value::Array(events)) => events,
+        Some(_) => return Err(invalid("/events", "must be an array of proposed events")),
+        None => return Err(invalid("/events", "missing: the batch of proposed events")),
+    };
+    let expected_session_sequence = match body.remove("expectedSessionSequence") {
+        None => None,
+        Some(v) => Some(v.as_u64().ok_or_else(|| {
+            invalid("/expectedSessionSequence", "must be a non-negative integer")
+        })?),
+    };
+    if let Some(field) = body.keys().next() {
+        return Err(invalid(
+            &format!("/{field}"),
+            "unknown field: the body holds events and expectedSessionSequence",
+        ));
+    }
+    let appended = state
+        .journal
+        .append(
+            &principal.tenant,
+            &session,
+            &events,
+            AppendOptions {
+                expected_session_sequence,
+            },
+        )
+        .await?;
+    let status = if appended.duplicate {
+        StatusCode::OK
+    } else {
+        StatusCode::CREATED
+    };
+    Ok((status, Json(appended)))
+}
+
+fn invalid(pointer: &str, problem: &str) -> ApiError {
+    ApiError::new(ErrorCode::InvalidObject, format!("{pointer}: {problem}"))
+        .with_field(pointer, problem)
+}
+
+/// Reads a page of the session's history.
+#[utoipa::path(get, path = "/v1/sessions/{sessionId}/events", tag = "events",
+    params(
+        ("sessionId" = String, Path, description = "The session"),
+        ("afterSessionSequence" = Option<u64>, Query, description = "Events after this sessionSequence"),
+        ("rootRunId" = Option<String>, Query, description = "Only this run journal's events"),
+        ("afterSequence" = Option<u64>, Query, description = "With rootRunId: after this run-tree sequence"),
+        ("workflowId" = Option<String>, Query, description = "Only this workflow's events"),
+        ("afterWorkflowSequence" = Option<u64>, Query, description = "With workflowId: after this workflowSequence"),
+        ("limit" = Option<u32>, Query, description = "1 to 1000 (default 100)"),
+    ),
+    responses(
+        (status = 200, description = "`{events, nextSessionSequence?, nextSequence?, nextWorkflowSequence?}`", body = Object),
+        (status = 400, description = "NRD-0301: cursors that name different positions; NRD-0008: a bad parameter"),
+        (status = 404, description = "NRD-0007: no such session"),
+    ),
+    security(("bearer" = [])))]
+pub async fn history(
+    State(state): State<AppState>,
+    principal: Principal,
+    Path(session_id): Path<String>,
+    mut query: Query,
+) -> ApiResult<Json<HistoryPage>> {
+    principal.require(Permission::Read)?;
+    let q = HistoryQuery {
+        after_session_sequence: query.number("afterSessionSequence")?,
+        root_run_id: query.text("rootRunId"),
+        after_sequence: query.number("afterSequence")?,
+        workflow_id: query.text("workflowId"),
+        after_workflow_sequence: query.number("afterWorkflowSequence")?,
+        limit: query
+            .number("limit")?
+            .map(|n| u32::try_from(n).unwrap_or(u32::MAX)),
+    };
+    query.finish()?;
+    Ok(Json(
+        state
+            .journal
+            .history(&principal.tenant, &session_id, &q)
+            .await?,
+    ))
+}

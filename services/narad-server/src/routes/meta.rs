@@ -1,0 +1,97 @@
+//! Capabilities (§10.4), health, readiness and the OpenAPI document.
+
+use axum::Json;
+use axum::extract::State;
+use axum::http::{StatusCode, header};
+use axum::response::IntoResponse;
+use narad_journal::history;
+use narad_protocol::{Profile, ProfileSet};
+use serde_json::{Value, json};
+
+use crate::AppState;
+use crate::auth::{Permission, Principal};
+use crate::body::Query;
+use crate::error::ApiResult;
+
+/// How often executors and servers send heartbeats (§11.2).
+pub const HEARTBEAT_INTERVAL_MS: u64 = 15_000;
+/// How long an executor lease lives without a heartbeat.
+pub const LEASE_TTL_MS: u64 = 45_000;
+
+/// The capability document (§10.4), for a session when one is named.
+#[utoipa::path(get, path = "/v1/capabilities", tag = "meta",
+    params(("sessionId" = Option<String>, Query, description = "A session: adds its current sequence and active execution")),
+    responses(
+        (status = 200, description = "The `capabilities` control message", body = Object),
+        (status = 404, description = "NRD-0007: no such session"),
+    ),
+    security(("bearer" = [])))]
+pub async fn capabilities(
+    State(state): State<AppState>,
+    principal: Principal,
+    mut query: Query,
+) -> ApiResult<Json<Value>> {
+    principal.require(Permission::Read)?;
+    let session_id = query.text("sessionId");
+    query.finish()?;
+    let profiles: Vec<&str> = ProfileSet::all().iter().map(Profile::id).collect();
+    let mut doc = json!({
+        "type": "capabilities",
+        "protocolVersion": "narad/v1",
+        "activeProfiles": profiles,
+        "history": {
+            "maxPageSize": history::MAX_LIMIT,
+            "defaultPageSize": history::DEFAULT_LIMIT,
+        },
+        "heartbeat": {"intervalMs": HEARTBEAT_INTERVAL_MS, "leaseTtlMs": LEASE_TTL_MS},
+    });
+    if let Some(id) = session_id {
+        let session = state.journal.session(&principal.tenant, &id).await?;
+        doc["sessionId"] = json!(session.session_id);
+        doc["currentSessionSequence"] = json!(session.session_sequence);
+        if let Some(active) = session.active_execution {
+            doc["activeExecution"] = active;
+        }
+    }
+    Ok(Json(doc))
+}
+
+/// The process is up.
+#[utoipa::path(get, path = "/healthz", tag = "meta",
+    responses((status = 200, description = "`{status: ok}`", body = Object)))]
+pub async fn healthz() -> Json<Value> {
+    Json(json!({"status": "ok"}))
+}
+
+/// The database answers and holds every migration of this build.
+#[utoipa::path(get, path = "/readyz", tag = "meta",
+    responses(
+        (status = 200, description = "`{status: ready}`", body = Object),
+        (status = 503, description = "`{status: unavailable, reason}`", body = Object),
+    ))]
+pub async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
+    match state.journal.migrations_applied().await {
+        Ok(true) => (StatusCode::OK, Json(json!({"status": "ready"}))),
+        Ok(false) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            Json(json!({"status": "unavailable", "reason": "migrations are not applied yet"})),
+        ),
+        Err(e) => {
+            tracing::warn!(error = %e, "readiness: the database does not answer");
+            (
+                StatusCode::SERVICE_UNAVAILABLE,
+                Json(json!({"status": "unavailable", "reason": "the database does not answer"})),
+            )
+        }
+    }
+}
+
+/// This document.
+#[utoipa::path(get, path = "/openapi.json", tag = "meta",
+    responses((status = 200, description = "The OpenAPI 3.1 document of every route", body = Object)))]
+pub async fn openapi(State(state): State<AppState>) -> impl IntoResponse {
+    (
+        [(header::CONTENT_TYPE, "application/json")],
+        state.openapi.get().cloned().unwrap_or_default(),
+    )
+}

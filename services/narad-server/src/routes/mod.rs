@@ -1,0 +1,69 @@
+//! The HTTP routes, each documented where it is registered: the router and
+//! the OpenAPI document come from the same list.
+
+pub mod commands;
+pub mod events;
+pub mod meta;
+pub mod sessions;
+
+use narad_protocol::commands::Command;
+use serde_json::Value;
+use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
+use utoipa::{Modify, OpenApi};
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+
+use crate::AppState;
+use crate::error::ApiError;
+
+/// The document's frame: title, version, the bearer scheme.
+#[derive(OpenApi)]
+#[openapi(
+    info(
+        title = "narad",
+        description = "The narad/v1 server: durable journal, rule keeper and live delivery for agent sessions. Errors are always `{code, title, message, fields?, rule?, details?}` (docs/errors.md)."
+    ),
+    modifiers(&BearerScheme)
+)]
+struct ApiDoc;
+
+struct BearerScheme;
+
+impl Modify for BearerScheme {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        let components = openapi.components.get_or_insert_with(Default::default);
+        components.add_security_scheme(
+            "bearer",
+            SecurityScheme::Http(
+                HttpBuilder::new()
+                    .scheme(HttpAuthScheme::Bearer)
+                    .bearer_format("JWT")
+                    .build(),
+            ),
+        );
+    }
+}
+
+/// Every route, with its documentation.
+pub fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::with_openapi(ApiDoc::openapi())
+        .routes(routes!(sessions::create, sessions::list))
+        .routes(routes!(sessions::read))
+        .routes(routes!(sessions::queued_starts))
+        .routes(routes!(sessions::withdraw_start))
+        .routes(routes!(commands::run))
+        .routes(routes!(commands::resolve_interrupt_alias))
+        .routes(routes!(events::append, events::history))
+        .routes(routes!(meta::capabilities))
+        .routes(routes!(meta::healthz))
+        .routes(routes!(meta::readyz))
+        .routes(routes!(meta::openapi))
+}
+
+/// Parses the body of command `name`, with the API's errors.
+pub(crate) fn parse_command(name: &str, body: &Value) -> Result<Command, ApiError> {
+    match Command::parse(name, body) {
+        Some(parsed) => parsed.map_err(|e| ApiError::from_body((&e).into())),
+        None => Err(ApiError::internal(format!("{name} is not a command"))),
+    }
+}

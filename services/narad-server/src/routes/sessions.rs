@@ -1,0 +1,175 @@
+//! Sessions: create, list, read; queued starts.
+
+use axum::Json;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use narad_journal::{NewSession, QueuedStart, SessionRecord};
+use narad_protocol::commands::Command;
+use serde::Serialize;
+
+use super::parse_command;
+use crate::AppState;
+use crate::auth::{Permission, Principal};
+use crate::body::{JsonBody, Query};
+use crate::error::{ApiError, ApiResult};
+
+/// The default and largest page of `GET /v1/sessions`.
+pub const SESSION_PAGE: (u32, u32) = (50, 500);
+
+/// Creates a session (the `create-session` command).
+#[utoipa::path(post, path = "/v1/sessions", tag = "sessions",
+    request_body(content = Object, description = "`{sessionId?, title?, metadata?}` (schema/commands/create-session.json)"),
+    responses(
+        (status = 201, description = "The session", body = Object),
+        (status = 409, description = "NRD-0206: a session with this id exists"),
+    ),
+    security(("bearer" = [])))]
+pub async fn create(
+    State(state): State<AppState>,
+    principal: Principal,
+    JsonBody(body): JsonBody,
+) -> ApiResult<(StatusCode, Json<SessionRecord>)> {
+    principal.require(Permission::Command)?;
+    let Command::CreateSession(cmd) = parse_command("create-session", &body)? else {
+        unreachable!("create-session parses as itself")
+    };
+    let record = state
+        .journal
+        .create_session(
+            &principal.tenant,
+            NewSession {
+                session_id: cmd.session_id,
+                title: cmd.title,
+                metadata: cmd.metadata,
+            },
+        )
+        .await?;
+    Ok((StatusCode::CREATED, Json(record)))
+}
+
+/// A page of sessions.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SessionPage {
+    /// The sessions, oldest first.
+    pub sessions: Vec<SessionRecord>,
+    /// The `after` of the next page, when more remain.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub next_after: Option<String>,
+}
+
+/// Lists the tenant's sessions, oldest first.
+#[utoipa::path(get, path = "/v1/sessions", tag = "sessions",
+    params(
+        ("after" = Option<String>, Query, description = "The `nextAfter` of the previous page"),
+        ("limit" = Option<u32>, Query, description = "1 to 500 (default 50)"),
+    ),
+    responses((status = 200, description = "`{sessions, nextAfter?}`", body = Object)),
+    security(("bearer" = [])))]
+pub async fn list(
+    State(state): State<AppState>,
+    principal: Principal,
+    mut query: Query,
+) -> ApiResult<Json<SessionPage>> {
+    principal.require(Permission::Read)?;
+    let after = query.text("after");
+    let limit = query.number("limit")?;
+    query.finish()?;
+    let limit = match limit {
+        None => SESSION_PAGE.0,
+        Some(n) if (1..=u64::from(SESSION_PAGE.1)).contains(&n) => n as u32,
+        Some(n) => {
+            return Err(ApiError::new(
+                narad_protocol::ErrorCode::InvalidParameter,
+                format!(
+                    "query parameter limit must be 1 to {}, got {n}",
+                    SESSION_PAGE.1
+                ),
+            )
+            .with_field("limit", "out of range"));
+        }
+    };
+    let mut sessions = state
+        .journal
+        .sessions(&principal.tenant, after.as_deref(), limit + 1)
+        .await?;
+    let next_after = if sessions.len() > limit as usize {
+        sessions.truncate(limit as usize);
+        sessions.last().map(|s| s.session_id.clone())
+    } else {
+        None
+    };
+    Ok(Json(SessionPage {
+        sessions,
+        next_after,
+    }))
+}
+
+/// Reads a session.
+#[utoipa::path(get, path = "/v1/sessions/{sessionId}", tag = "sessions",
+    params(("sessionId" = String, Path, description = "The session")),
+    responses(
+        (status = 200, description = "The session, with its sequence and active execution", body = Object),
+        (status = 404, description = "NRD-0007"),
+    ),
+    security(("bearer" = [])))]
+pub async fn read(
+    State(state): State<AppState>,
+    principal: Principal,
+    Path(session_id): Path<String>,
+) -> ApiResult<Json<SessionRecord>> {
+    principal.require(Permission::Read)?;
+    Ok(Json(
+        state
+            .journal
+            .session(&principal.tenant, &session_id)
+            .await?,
+    ))
+}
+
+/// Lists the starts waiting for the session's slot, in the order they will
+/// start.
+#[utoipa::path(get, path = "/v1/sessions/{sessionId}/queued-starts", tag = "sessions",
+    params(("sessionId" = String, Path, description = "The session")),
+    responses((status = 200, description = "`{queuedStarts: [...]}`", body = Object)),
+    security(("bearer" = [])))]
+pub async fn queued_starts(
+    State(state): State<AppState>,
+    principal: Principal,
+    Path(session_id): Path<String>,
+) -> ApiResult<Json<serde_json::Value>> {
+    principal.require(Permission::Read)?;
+    state
+        .journal
+        .session(&principal.tenant, &session_id)
+        .await?;
+    let queued: Vec<QueuedStart> = state
+        .journal
+        .queued_starts(&principal.tenant, &session_id)
+        .await?;
+    Ok(Json(serde_json::json!({ "queuedStarts": queued })))
+}
+
+/// Withdraws a queued start.
+#[utoipa::path(delete, path = "/v1/sessions/{sessionId}/queued-starts/{queueId}", tag = "sessions",
+    params(
+        ("sessionId" = String, Path, description = "The session"),
+        ("queueId" = String, Path, description = "The queued start"),
+    ),
+    responses(
+        (status = 204, description = "Withdrawn"),
+        (status = 404, description = "NRD-0007: no such queued start (it may have started)"),
+    ),
+    security(("bearer" = [])))]
+pub async fn withdraw_start(
+    State(state): State<AppState>,
+    principal: Principal,
+    Path((session_id, queue_id)): Path<(String, String)>,
+) -> ApiResult<StatusCode> {
+    principal.require(Permission::Command)?;
+    state
+        .journal
+        .withdraw_start(&principal.tenant, &session_id, &queue_id)
+        .await?;
+    Ok(StatusCode::NO_CONTENT)
+}
