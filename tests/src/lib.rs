@@ -27,8 +27,8 @@ pub const MAX_BODY: usize = 64 * 1024;
 pub struct Server {
     /// The server's base URL, `http://127.0.0.1:PORT`.
     pub base: String,
-    /// Its database.
-    pub db: TestDatabase,
+    /// Its database (shared with its replicas).
+    pub db: Arc<TestDatabase>,
     /// An HTTP client.
     pub http: reqwest::Client,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
@@ -100,7 +100,15 @@ fn jwks_file() -> PathBuf {
 impl Server {
     /// Starts a server on a fresh database.
     pub async fn start() -> Server {
-        let db = TestDatabase::new(&MIGRATOR).await;
+        Server::start_on(Arc::new(TestDatabase::new(&MIGRATOR).await)).await
+    }
+
+    /// Starts a second server (another replica) on this server's database.
+    pub async fn replica(&self) -> Server {
+        Server::start_on(self.db.clone()).await
+    }
+
+    async fn start_on(db: Arc<TestDatabase>) -> Server {
         let journal = Journal::connect(db.url(), 16).expect("a journal");
         let verifier = Verifier::new(AuthSettings {
             issuer: ISSUER.to_owned(),
@@ -262,4 +270,79 @@ pub fn sign(header: &Header, claims: &Claims, key: &EncodingKey) -> String {
 /// A token of tenant `org` with `roles`.
 pub fn token(org: &str, roles: &[Role]) -> String {
     hs256(&claims(org, "tester", roles))
+}
+
+/// A signed extension call's parts (all four headers, each changeable).
+#[derive(Debug, Clone)]
+pub struct Signed {
+    /// `Narad-Extension`.
+    pub extension: String,
+    /// The secret that signs.
+    pub secret: Vec<u8>,
+    /// `Narad-Timestamp` (seconds since the epoch).
+    pub timestamp: u64,
+    /// `Narad-Request-Id`.
+    pub request_id: String,
+    /// The path and query the MAC covers (default: the one requested).
+    pub signed_path: Option<String>,
+}
+
+impl Signed {
+    /// A call signed now with a fresh request id.
+    pub fn now(extension: &str, secret_hex: &str) -> Signed {
+        static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        Signed {
+            extension: extension.to_owned(),
+            secret: hex::decode(secret_hex).expect("a hex secret"),
+            timestamp: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .expect("after 1970")
+                .as_secs(),
+            request_id: format!(
+                "req-{}-{}",
+                std::process::id(),
+                N.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+            ),
+            signed_path: None,
+        }
+    }
+}
+
+impl Server {
+    /// A GET signed as `signed` says.
+    pub async fn signed_get(&self, path: &str, signed: &Signed) -> Answer {
+        let ts = signed.timestamp.to_string();
+        let bytes = narad_server::signature::signed_bytes(
+            "GET",
+            signed.signed_path.as_deref().unwrap_or(path),
+            &ts,
+            &signed.request_id,
+            b"",
+        );
+        let res = self
+            .http
+            .get(format!("{}{path}", self.base))
+            .header(
+                "narad-signature",
+                narad_server::signature::sign(&signed.secret, &bytes),
+            )
+            .header("narad-timestamp", ts)
+            .header("narad-request-id", &signed.request_id)
+            .header("narad-extension", &signed.extension)
+            .send()
+            .await
+            .expect("the server answers");
+        let status = res.status().as_u16();
+        let request_id = res
+            .headers()
+            .get("x-request-id")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
+        let body = res.json().await.unwrap_or(Value::Null);
+        Answer {
+            status,
+            request_id,
+            body,
+        }
+    }
 }

@@ -410,6 +410,9 @@ const ROUTES: &[(&str, &str)] = &[
     ("post", "/api/narad/v1/commands/resolve-interrupt"),
     ("post", "/v1/sessions/{sessionId}/events"),
     ("get", "/v1/sessions/{sessionId}/events"),
+    ("post", "/v1/extensions"),
+    ("get", "/v1/extensions"),
+    ("patch", "/v1/extensions/{publisher}/{name}"),
     ("get", "/v1/capabilities"),
     ("get", "/healthz"),
     ("get", "/readyz"),
@@ -447,9 +450,11 @@ async fn the_openapi_document_lists_exactly_the_routes_that_answer() {
         let concrete = path
             .replace("{sessionId}", "s-none")
             .replace("{queueId}", "q-none")
-            .replace("{command}", "stop-run");
+            .replace("{command}", "stop-run")
+            .replace("{publisher}", "p")
+            .replace("{name}", "n");
         let method = Method::from_bytes(method.to_uppercase().as_bytes()).unwrap();
-        let body = (method == Method::POST).then(|| b"{}".to_vec());
+        let body = (method == Method::POST || method == Method::PATCH).then(|| b"{}".to_vec());
         let a = s.call(method.clone(), &concrete, Some(&t), body).await;
         let fallback = a.body["message"]
             .as_str()

@@ -30,6 +30,9 @@ pub enum JournalError {
     /// A session with this id already exists.
     #[error("session {0} already exists")]
     SessionExists(String),
+    /// An extension with this publisher/name is registered already.
+    #[error("extension {0} is registered already")]
+    ExtensionExists(String),
     /// A proposed event is not a valid narad/v1 authority event.
     #[error("event {index} of the batch is invalid: {error}")]
     Invalid {
@@ -92,6 +95,7 @@ impl JournalError {
             JournalError::SlotTaken { .. } => ErrorCode::SessionSlotTaken,
             JournalError::InterruptAlreadyResolved { .. } => ErrorCode::InterruptAlreadyResolved,
             JournalError::SessionExists(_) => ErrorCode::SessionExists,
+            JournalError::ExtensionExists(_) => ErrorCode::ExtensionExists,
             JournalError::Invalid { error, .. } => error.code(),
             JournalError::Rejected { .. } => ErrorCode::RuleViolation,
             JournalError::EventIdConflict { .. } => ErrorCode::EventIdConflict,

@@ -21,6 +21,7 @@ pub mod append;
 mod combine;
 pub mod commands;
 pub mod error;
+pub mod extensions;
 mod group;
 pub mod history;
 pub mod rebuild;
@@ -36,6 +37,7 @@ pub use append::{AppendOptions, Appended, AppendedEvent};
 pub use combine::AppendStats;
 pub use commands::{QueuedStart, RunStart, WorkflowCancel};
 pub use error::JournalError;
+pub use extensions::{ExtensionRecord, SigningKey};
 pub use history::{HistoryPage, HistoryQuery};
 pub use sessions::{NewSession, SessionRecord};
 

@@ -81,6 +81,8 @@ error_codes! {
     InterruptAlreadyResolved = "NRD-0205", 409, "Interrupt already resolved";
     /// A session with the requested id already exists.
     SessionExists = "NRD-0206", 409, "Session exists";
+    /// An extension with the requested publisher/name is registered already.
+    ExtensionExists = "NRD-0207", 409, "Extension exists";
     /// History cursors that identify different positions.
     CursorConflict = "NRD-0301", 400, "Cursor conflict";
     /// The database cannot be reached.

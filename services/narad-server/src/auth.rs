@@ -456,6 +456,12 @@ impl FromRequestParts<AppState> for Principal {
         parts: &mut Parts,
         state: &AppState,
     ) -> Result<Principal, ApiError> {
+        if crate::signature::is_signed(&parts.headers) {
+            return Err(ApiError::new(
+                ErrorCode::Forbidden,
+                "signed extension calls reach only the streaming endpoints;                  this route needs a bearer token",
+            ));
+        }
         let header = parts
             .headers
             .get(axum::http::header::AUTHORIZATION)

@@ -5,6 +5,7 @@
 //! - [`config`]: settings from flags and `NARAD_*` environment variables;
 //! - [`auth`]: bearer JWTs, roles and permissions;
 //! - [`routes`]: every route, documented where it is registered;
+//! - [`signature`]: signed calls of registered extensions;
 //! - [`body`]: request bodies and query strings, with the API's errors;
 //! - [`error`]: the error envelope as an HTTP answer.
 
@@ -13,6 +14,7 @@ pub mod body;
 pub mod config;
 pub mod error;
 pub mod routes;
+pub mod signature;
 
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;

@@ -13,6 +13,7 @@ use crate::AppState;
 use crate::auth::{Permission, Principal};
 use crate::body::{JsonBody, Query};
 use crate::error::{ApiError, ApiResult};
+use crate::signature::StreamCaller;
 
 /// Appends a batch of proposed authority events, atomically.
 #[utoipa::path(post, path = "/v1/sessions/{sessionId}/events", tag = "events",
@@ -97,10 +98,10 @@ fn invalid(pointer: &str, problem: &str) -> ApiError {
         (status = 400, description = "NRD-0301: cursors that name different positions; NRD-0008: a bad parameter"),
         (status = 404, description = "NRD-0007: no such session"),
     ),
-    security(("bearer" = [])))]
+    security(("bearer" = []), ("extensionSignature" = [])))]
 pub async fn history(
     State(state): State<AppState>,
-    principal: Principal,
+    StreamCaller(principal): StreamCaller,
     Path(session_id): Path<String>,
     mut query: Query,
 ) -> ApiResult<Json<HistoryPage>> {

@@ -3,6 +3,7 @@
 
 pub mod commands;
 pub mod events;
+pub mod extensions;
 pub mod meta;
 pub mod sessions;
 
@@ -33,6 +34,19 @@ impl Modify for BearerScheme {
     fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
         let components = openapi.components.get_or_insert_with(Default::default);
         components.add_security_scheme(
+            "extensionSignature",
+            SecurityScheme::ApiKey(utoipa::openapi::security::ApiKey::Header(
+                utoipa::openapi::security::ApiKeyValue::with_description(
+                    "Narad-Signature",
+                    "A registered extension's signed call: Narad-Signature (hmac-sha256,<hex>), \
+                     Narad-Timestamp, Narad-Request-Id and Narad-Extension (publisher/name) travel \
+                     together; the MAC covers method, path and query, timestamp, request id and the \
+                     hex SHA-256 of the body, each followed by a newline. Accepted on streaming \
+                     endpoints only.",
+                ),
+            )),
+        );
+        components.add_security_scheme(
             "bearer",
             SecurityScheme::Http(
                 HttpBuilder::new()
@@ -54,6 +68,8 @@ pub fn router() -> OpenApiRouter<AppState> {
         .routes(routes!(commands::run))
         .routes(routes!(commands::resolve_interrupt_alias))
         .routes(routes!(events::append, events::history))
+        .routes(routes!(extensions::register, extensions::list))
+        .routes(routes!(extensions::update))
         .routes(routes!(meta::capabilities))
         .routes(routes!(meta::healthz))
         .routes(routes!(meta::readyz))
