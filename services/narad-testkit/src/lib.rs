@@ -15,8 +15,7 @@
 //! their checksums; each test database is a copy of it, which takes
 //! milliseconds. A [`TestDatabase`] drops its database when it goes away.
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::path::Path;
 
 use sha2::{Digest, Sha256};
 use sqlx::Connection;
@@ -131,7 +130,7 @@ async fn find_server() -> Result<String, String> {
     if let Ok(url) = std::env::var("NARAD_TEST_DATABASE_URL") {
         return Ok(url);
     }
-    let local = match postgres_bindir() {
+    let local = match narad_localpg::bindir() {
         Some(bin) => match local_cluster(&bin).await {
             Ok(url) => return Ok(url),
             Err(e) => format!("local Postgres binaries in {} failed: {e}", bin.display()),
@@ -155,131 +154,17 @@ async fn find_server() -> Result<String, String> {
     ))
 }
 
-/// The directory holding `initdb`, `pg_ctl` and `postgres`.
-fn postgres_bindir() -> Option<PathBuf> {
-    if let Ok(out) = Command::new("pg_config").arg("--bindir").output()
-        && out.status.success()
-    {
-        let dir = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
-        if dir.join("initdb").exists() {
-            return Some(dir);
-        }
-    }
-    let mut found: Vec<PathBuf> = std::fs::read_dir("/usr/lib/postgresql")
-        .ok()?
-        .filter_map(|e| e.ok().map(|e| e.path().join("bin")))
-        .filter(|b| b.join("initdb").exists())
-        .collect();
-    found.sort_by_key(|p| {
-        p.parent()
-            .and_then(|v| v.file_name())
-            .and_then(|v| v.to_str())
-            .and_then(|v| v.parse::<u32>().ok())
-            .unwrap_or(0)
-    });
-    found.pop()
-}
-
-fn is_root() -> bool {
-    Command::new("id")
-        .arg("-u")
-        .output()
-        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
-}
-
-/// Runs a Postgres program, as the `postgres` user when we are root
-/// (`initdb` and `postgres` refuse to run as root).
-fn pg_command(bin: &Path, program: &str, as_postgres: bool) -> Command {
-    let path = bin.join(program);
-    if as_postgres {
-        let mut c = Command::new("runuser");
-        c.args(["-u", "postgres", "--"]).arg(path);
-        c
-    } else {
-        Command::new(path)
-    }
-}
-
 /// Starts (or finds running) this user's throwaway cluster; returns its
 /// admin URL.
 async fn local_cluster(bin: &Path) -> Result<String, String> {
-    let as_postgres = is_root();
-    let version = bin
-        .parent()
-        .and_then(|p| p.file_name())
-        .and_then(|v| v.to_str())
-        .unwrap_or("pg")
-        .to_owned();
     let user = std::env::var("USER").unwrap_or_else(|_| "user".to_owned());
-    let dir = std::env::temp_dir().join(format!("narad-testkit-{user}-{version}"));
-    let data = dir.join("data");
-    // The socket directory alone is the host (percent-encoded), so that no
-    // driver falls back to another server on localhost.
-    let url = format!(
-        "postgres://postgres@{}/postgres",
-        dir.display().to_string().replace('/', "%2F")
-    );
-    std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
-    // One process sets the cluster up; the others wait for it.
-    let lock = std::fs::File::create(dir.join(".lock"))
-        .map_err(|e| format!("cannot create the lock file: {e}"))?;
-    lock.lock()
-        .map_err(|e| format!("cannot lock {}: {e}", dir.display()))?;
-    if tokio_postgres::connect(&url, tokio_postgres::NoTls)
+    let dir = std::env::temp_dir().join(format!(
+        "narad-testkit-{user}-{}",
+        narad_localpg::version(bin)
+    ));
+    narad_localpg::Cluster::new(dir, bin)
+        .start(narad_localpg::Durability::Throwaway)
         .await
-        .is_ok()
-    {
-        return Ok(url);
-    }
-    if as_postgres {
-        let status = Command::new("chown")
-            .args(["-R", "postgres:postgres"])
-            .arg(&dir)
-            .status()
-            .map_err(|e| format!("chown: {e}"))?;
-        if !status.success() {
-            return Err(format!(
-                "cannot give {} to the postgres user",
-                dir.display()
-            ));
-        }
-    }
-    if !data.join("PG_VERSION").exists() {
-        let out = pg_command(bin, "initdb", as_postgres)
-            .arg("-D")
-            .arg(&data)
-            .args(["-U", "postgres", "--auth=trust", "--no-sync", "-E", "UTF8"])
-            .output()
-            .map_err(|e| format!("initdb: {e}"))?;
-        if !out.status.success() {
-            return Err(format!(
-                "initdb failed: {}",
-                String::from_utf8_lossy(&out.stderr)
-            ));
-        }
-    }
-    let options = format!(
-        "-k {} -c listen_addresses='' -c fsync=off -c synchronous_commit=off \
-         -c full_page_writes=off -c max_connections=300",
-        dir.display()
-    );
-    let out = pg_command(bin, "pg_ctl", as_postgres)
-        .arg("-D")
-        .arg(&data)
-        .args(["-o", &options, "-l"])
-        .arg(dir.join("postgres.log"))
-        .args(["-w", "start"])
-        .output()
-        .map_err(|e| format!("pg_ctl: {e}"))?;
-    if !out.status.success() {
-        return Err(format!(
-            "pg_ctl start failed: {}{}; see {}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr),
-            dir.join("postgres.log").display()
-        ));
-    }
-    Ok(url)
 }
 
 #[cfg(feature = "docker")]
@@ -396,7 +281,7 @@ mod tests {
     /// socket by both drivers, and by nothing else.
     #[tokio::test]
     async fn a_throwaway_cluster_starts_from_local_postgres_binaries() {
-        let bin = postgres_bindir().expect("Postgres binaries are installed on this machine");
+        let bin = narad_localpg::bindir().expect("Postgres binaries are installed on this machine");
         let url = local_cluster(&bin).await.unwrap();
         assert!(
             !url.contains("localhost") && !url.contains("127.0.0.1"),

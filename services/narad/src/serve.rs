@@ -1,26 +1,64 @@
 //! `narad serve` and `narad token`.
 
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use anyhow::Context;
 use narad_journal::Journal;
+use narad_localpg::{Cluster, Durability};
 use narad_server::auth::{AuthSettings, JwksSource, Role, Verifier};
-use narad_server::config::Config;
+use narad_server::config::{Config, Secret};
 use narad_server::{AppState, app, serve_on};
 
-/// Starts the server and serves until SIGINT or SIGTERM.
+/// Starts the server and serves until SIGINT or SIGTERM. Without a
+/// database URL it runs the embedded default: a private Postgres in the
+/// home directory, and a development signing secret beside it.
 pub async fn serve(config: Config) -> anyhow::Result<()> {
-    let Some(url) = config.database_url.clone() else {
-        anyhow::bail!(
-            "no database: set NARAD_DATABASE_URL (or --database-url) to a Postgres database"
-        );
+    let (url, embedded) = match config.database_url.clone() {
+        Some(url) => (url, None),
+        None => {
+            let (url, cluster) = embedded_database(&config.home).await?;
+            (url, Some(cluster))
+        }
     };
+    let served = serve_with(&config, &url, embedded.is_some()).await;
+    if let Some(cluster) = embedded {
+        match cluster.stop() {
+            Ok(()) => println!(
+                "the embedded database in {} stopped",
+                cluster.dir().display()
+            ),
+            Err(e) => eprintln!("narad: stopping the embedded database: {e}"),
+        }
+    }
+    served
+}
+
+async fn serve_with(config: &Config, url: &Secret, embedded: bool) -> anyhow::Result<()> {
     narad_journal::migrate(url.expose())
         .await
         .with_context(|| format!("migrating {url}"))?;
     let journal = Journal::connect(url.expose(), config.database_pool)?;
-    let verifier = Verifier::new(auth_settings(&config)?).map_err(anyhow::Error::msg)?;
+    let mut settings = auth_settings(config)?;
+    let mut dev_token = None;
+    if embedded && settings.hs256_secret.is_none() && settings.jwks.is_none() {
+        let secret = dev_secret(&config.home)?;
+        dev_token = Some(
+            narad_server::auth::mint_hs256(
+                secret.as_bytes(),
+                &settings.issuer,
+                &settings.audience,
+                "dev",
+                "developer",
+                &Role::ALL,
+                Duration::from_secs(12 * 3600),
+            )
+            .map_err(anyhow::Error::msg)?,
+        );
+        settings.hs256_secret = Some(secret.into_bytes());
+    }
+    let verifier = Verifier::new(settings).map_err(anyhow::Error::msg)?;
     let state = AppState {
         journal,
         verifier: Arc::new(verifier),
@@ -31,6 +69,15 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
         .with_context(|| format!("cannot listen on {}", config.listen))?;
     let addr = listener.local_addr()?;
     tracing::info!(%addr, database = %url, "narad is serving");
+    if let Some(token) = dev_token {
+        println!(
+            "\ndevelopment token (org dev, every role, 12 hours; `narad token` mints more):\n\n  \
+             export NARAD_TOKEN={token}\n\ntry:\n\n  \
+             curl -s -X POST http://{addr}/v1/sessions -H \"Authorization: Bearer $NARAD_TOKEN\" \
+             -d '{{\"title\": \"first\"}}'\n"
+        );
+    }
+    // Last: this line says the server is ready.
     println!("narad is serving on http://{addr}");
     serve_on(
         listener,
@@ -40,6 +87,86 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
     .await?;
     println!("narad stopped");
     Ok(())
+}
+
+/// The longest Unix socket path (`sun_path` holds 108 bytes with its NUL).
+const MAX_SOCKET_PATH: usize = 107;
+
+/// Starts (initialising on first use) the private Postgres in `home` and
+/// returns the URL of its `narad` database.
+async fn embedded_database(home: &Path) -> anyhow::Result<(Secret, Cluster)> {
+    let Some(bin) = narad_localpg::bindir() else {
+        anyhow::bail!(
+            "no database: NARAD_DATABASE_URL is not set, and this machine has no Postgres \
+             binaries for the embedded default. Either\n  \
+             - install PostgreSQL (e.g. apt install postgresql), and run narad serve again;\n  \
+             - set NARAD_DATABASE_URL to a Postgres database narad may migrate; or\n  \
+             - run `docker compose up` in the narad repository (Postgres and narad together)."
+        );
+    };
+    std::fs::create_dir_all(home)
+        .with_context(|| format!("cannot create NARAD_HOME {}", home.display()))?;
+    let home = std::path::absolute(home)?;
+    let dir = home.join("postgres");
+    if dir.join(".s.PGSQL.5432").as_os_str().len() > MAX_SOCKET_PATH {
+        anyhow::bail!(
+            "NARAD_HOME {} is too long a path for the embedded database's Unix socket; \
+             choose a shorter NARAD_HOME",
+            home.display()
+        );
+    }
+    let cluster = Cluster::new(&dir, &bin);
+    let admin = cluster
+        .start(Durability::Durable)
+        .await
+        .map_err(|e| anyhow::anyhow!("the embedded database in {}: {e}", dir.display()))?;
+    let (client, conn) = tokio_postgres::connect(&admin, tokio_postgres::NoTls).await?;
+    let conn = tokio::spawn(conn);
+    let exists = client
+        .query_opt("select 1 from pg_database where datname = 'narad'", &[])
+        .await?
+        .is_some();
+    if !exists {
+        client.batch_execute("create database narad").await?;
+    }
+    drop(client);
+    let _ = conn.await;
+    println!(
+        "embedded database: Postgres {} in {} (Unix socket only)",
+        narad_localpg::version(&bin),
+        dir.display()
+    );
+    let url: Secret = cluster
+        .url("narad")
+        .parse()
+        .map_err(|e: std::convert::Infallible| anyhow::anyhow!("{e}"))?;
+    Ok((url, cluster))
+}
+
+/// The file holding the development signing secret in `home`.
+fn dev_secret_path(home: &Path) -> PathBuf {
+    home.join("dev-jwt-secret")
+}
+
+/// The development signing secret of `home`, created on first use (only
+/// the embedded default uses it; a configured server never does).
+fn dev_secret(home: &Path) -> anyhow::Result<String> {
+    let path = dev_secret_path(home);
+    if let Ok(secret) = std::fs::read_to_string(&path) {
+        return Ok(secret.trim().to_owned());
+    }
+    let mut bytes = [0u8; 32];
+    getrandom::fill(&mut bytes).map_err(|e| anyhow::anyhow!("no randomness: {e}"))?;
+    let secret = hex::encode(bytes);
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create_new(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+    let mut file = options
+        .open(&path)
+        .with_context(|| format!("cannot create {}", path.display()))?;
+    std::io::Write::write_all(&mut file, secret.as_bytes())?;
+    Ok(secret)
 }
 
 /// Token settings from the configuration.
@@ -98,9 +225,13 @@ pub struct TokenArgs {
     /// Lifetime in seconds.
     #[arg(long, default_value_t = 3600)]
     ttl: u64,
-    /// The secret that signs (HS256).
+    /// The secret that signs (HS256); default: the embedded default's
+    /// development secret in NARAD_HOME.
     #[arg(long, env = "NARAD_JWT_HS256_SECRET", hide_env_values = true)]
-    secret: String,
+    secret: Option<String>,
+    /// narad's home, for the development secret.
+    #[arg(long, env = "NARAD_HOME", default_value = "./.narad")]
+    home: PathBuf,
     /// The issuer (`iss`).
     #[arg(long, env = "NARAD_JWT_ISSUER", default_value = "narad")]
     issuer: String,
@@ -123,8 +254,20 @@ pub fn token(args: &TokenArgs) -> anyhow::Result<()> {
             })
         })
         .collect::<anyhow::Result<Vec<_>>>()?;
+    let secret = match &args.secret {
+        Some(s) => s.clone(),
+        None => std::fs::read_to_string(dev_secret_path(&args.home))
+            .map(|s| s.trim().to_owned())
+            .with_context(|| {
+                format!(
+                    "no secret: set NARAD_JWT_HS256_SECRET, or run `narad serve` once with the \
+                     embedded default so that {} exists",
+                    dev_secret_path(&args.home).display()
+                )
+            })?,
+    };
     let token = narad_server::auth::mint_hs256(
-        args.secret.as_bytes(),
+        secret.as_bytes(),
         &args.issuer,
         &args.audience,
         &args.org,

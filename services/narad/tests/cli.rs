@@ -204,3 +204,233 @@ async fn migrate_applies_the_migrations_and_applying_them_again_changes_nothing(
     assert_ne!(code, 0);
     assert!(err.contains("--database-url"), "{err}");
 }
+
+// ---------------------------------------------------------------- serve
+
+/// A `narad serve` child process, stopped (SIGTERM) when dropped.
+struct Served {
+    child: std::process::Child,
+    base: String,
+    stdout: std::sync::Arc<std::sync::Mutex<String>>,
+}
+
+impl Served {
+    /// Starts `narad serve` on a free port with `env`, and waits for its
+    /// "serving" line.
+    fn start(env: &[(&str, &str)]) -> Result<Served, String> {
+        use std::io::{BufRead, BufReader};
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_narad"));
+        cmd.arg("serve")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        for (k, _) in std::env::vars().filter(|(k, _)| k.starts_with("NARAD_")) {
+            cmd.env_remove(k);
+        }
+        cmd.env("NARAD_LISTEN", "127.0.0.1:0");
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let mut child = cmd.spawn().expect("narad runs");
+        let stdout = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+        let (tx, rx) = std::sync::mpsc::channel();
+        let out = child.stdout.take().unwrap();
+        let copy = stdout.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(out).lines().map_while(Result::ok) {
+                if let Some(addr) = line.strip_prefix("narad is serving on ") {
+                    let _ = tx.send(addr.to_owned());
+                }
+                copy.lock().unwrap().push_str(&format!("{line}\n"));
+            }
+        });
+        match rx.recv_timeout(std::time::Duration::from_secs(60)) {
+            Ok(base) => Ok(Served {
+                child,
+                base,
+                stdout,
+            }),
+            Err(_) => {
+                let _ = child.kill();
+                let out = child.wait_with_output().unwrap();
+                Err(format!(
+                    "narad serve did not start: {}{}",
+                    stdout.lock().unwrap(),
+                    String::from_utf8_lossy(&out.stderr)
+                ))
+            }
+        }
+    }
+
+    /// Sends SIGTERM and waits; returns everything it printed.
+    fn stop(mut self) -> String {
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+        let status = self.child.wait().unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        assert!(
+            status.success(),
+            "narad serve exits cleanly on SIGTERM: {status:?}"
+        );
+        self.stdout.lock().unwrap().clone()
+    }
+}
+
+const DEV_SECRET: &str = "a-test-secret-of-at-least-32-bytes-for-hs256";
+
+#[tokio::test]
+async fn the_readme_quickstart_runs_as_written() {
+    let db = narad_testkit::TestDatabase::new(&narad_journal::MIGRATOR).await;
+    let served = Served::start(&[
+        ("NARAD_DATABASE_URL", db.url()),
+        ("NARAD_JWT_HS256_SECRET", DEV_SECRET),
+    ])
+    .expect("serves");
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../README.md")).unwrap();
+    let block = readme
+        .split("<!-- quickstart -->\n```sh\n")
+        .nth(1)
+        .and_then(|rest| rest.split("\n```").next())
+        .expect("README has the quickstart block");
+    // The block as written, with the server's address and this build's binary.
+    let script = block
+        .replace("http://127.0.0.1:8080", &served.base)
+        .replace("./target/release/narad", env!("CARGO_BIN_EXE_narad"));
+    let out = Command::new("bash")
+        .args(["-euo", "pipefail", "-c", &script])
+        .env("NARAD_JWT_HS256_SECRET", DEV_SECRET)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "the quickstart failed: {stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // The last answer is the history: the run and the streamed answer, in order.
+    let history: serde_json::Value =
+        serde_json::from_str(stdout.lines().rfind(|l| !l.trim().is_empty()).unwrap())
+            .expect("the last line is the history page");
+    let types: Vec<&str> = history["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["type"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        types,
+        [
+            "run.started",
+            "message.text.started",
+            "message.text.delta",
+            "message.text.completed",
+            "run.finished"
+        ]
+    );
+    let printed = served.stop();
+    assert!(printed.contains("narad stopped"), "{printed}");
+}
+
+#[tokio::test]
+async fn serve_without_a_database_url_runs_the_embedded_default() {
+    let home = std::env::temp_dir().join(format!("narad-home-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&home);
+    let home_str = home.display().to_string();
+    if narad_localpg::bindir().is_none() {
+        // No Postgres binaries: the way out is spelled out.
+        let (code, _, err) = narad(&["serve"], "", &[("NARAD_HOME", &home_str)]);
+        assert_ne!(code, 0);
+        assert!(
+            err.contains("install PostgreSQL")
+                && err.contains("NARAD_DATABASE_URL")
+                && err.contains("docker compose up"),
+            "{err}"
+        );
+        return;
+    }
+    let served = Served::start(&[("NARAD_HOME", &home_str)]).expect("serves");
+    let printed = served.stdout.lock().unwrap().clone();
+    let token = printed
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("export NARAD_TOKEN="))
+        .expect("a ready token is printed")
+        .to_owned();
+    assert!(printed.contains("curl -s -X POST"), "{printed}");
+    // The printed token works, and `narad token` mints from the same secret.
+    let (code, minted, err) = narad(
+        &["token", "--org", "dev", "--sub", "me", "--roles", "reader"],
+        "",
+        &[("NARAD_HOME", &home_str)],
+    );
+    assert_eq!(code, 0, "{err}");
+    let base = served.base.clone();
+    let created = tokio::task::spawn_blocking(move || {
+        let post = Command::new("curl")
+            .args([
+                "-s",
+                "--fail-with-body",
+                "-X",
+                "POST",
+                &format!("{base}/v1/sessions"),
+            ])
+            .args(["-H", &format!("Authorization: Bearer {token}")])
+            .args(["-d", r#"{"sessionId": "kept"}"#])
+            .output()
+            .unwrap();
+        let get = Command::new("curl")
+            .args([
+                "-s",
+                "--fail-with-body",
+                &format!("{base}/v1/sessions/kept"),
+            ])
+            .args(["-H", &format!("Authorization: Bearer {}", minted.trim())])
+            .output()
+            .unwrap();
+        (
+            post.status.success(),
+            String::from_utf8_lossy(&get.stdout).into_owned(),
+        )
+    })
+    .await
+    .unwrap();
+    assert!(created.0, "the session was created");
+    assert!(
+        created.1.contains("\"sessionId\":\"kept\""),
+        "{}",
+        created.1
+    );
+    let printed = served.stop();
+    assert!(
+        printed.contains(&format!(
+            "the embedded database in {home_str}/postgres stopped"
+        )),
+        "{printed}"
+    );
+
+    // Kept across restarts.
+    let again = Served::start(&[("NARAD_HOME", &home_str)]).expect("serves again");
+    let printed = again.stdout.lock().unwrap().clone();
+    let token = printed
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("export NARAD_TOKEN="))
+        .unwrap()
+        .to_owned();
+    let base = again.base.clone();
+    let read = tokio::task::spawn_blocking(move || {
+        Command::new("curl")
+            .args([
+                "-s",
+                "--fail-with-body",
+                &format!("{base}/v1/sessions/kept"),
+            ])
+            .args(["-H", &format!("Authorization: Bearer {token}")])
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    assert!(read.status.success(), "the session survived the restart");
+    again.stop();
+    let _ = std::fs::remove_dir_all(&home);
+}
