@@ -77,14 +77,7 @@ pub fn test_keys() -> Vec<TestKey> {
 fn jwks_file() -> PathBuf {
     static FILE: OnceLock<PathBuf> = OnceLock::new();
     FILE.get_or_init(|| {
-        let keys = test_keys()
-            .into_iter()
-            .map(|k| {
-                let mut jwk = Jwk::from_encoding_key(&k.key, k.algorithm).expect("a public jwk");
-                jwk.common.key_id = Some(k.kid.to_owned());
-                jwk
-            })
-            .collect();
+        let keys = test_keys().iter().map(|k| public_jwk(k, k.kid)).collect();
         let path =
             std::env::temp_dir().join(format!("narad-tests-jwks-{}.json", std::process::id()));
         std::fs::write(
@@ -97,26 +90,44 @@ fn jwks_file() -> PathBuf {
     .clone()
 }
 
+/// The token settings of test servers: the test secret, the test key set
+/// file, the test issuer and audience.
+pub fn test_auth() -> AuthSettings {
+    AuthSettings {
+        issuer: ISSUER.to_owned(),
+        audience: AUDIENCE.to_owned(),
+        hs256_secret: Some(SECRET.to_vec()),
+        jwks: Some(JwksSource::File(jwks_file())),
+        jwks_refetch_interval: Duration::from_secs(10),
+    }
+}
+
+/// The public JWK of a test key under `kid`.
+pub fn public_jwk(key: &TestKey, kid: &str) -> Jwk {
+    let mut jwk = Jwk::from_encoding_key(&key.key, key.algorithm).expect("a public jwk");
+    jwk.common.key_id = Some(kid.to_owned());
+    jwk
+}
+
 impl Server {
     /// Starts a server on a fresh database.
     pub async fn start() -> Server {
-        Server::start_on(Arc::new(TestDatabase::new(&MIGRATOR).await)).await
+        Server::start_on(Arc::new(TestDatabase::new(&MIGRATOR).await), test_auth()).await
+    }
+
+    /// Starts a server on a fresh database with token settings of its own.
+    pub async fn start_with(auth: AuthSettings) -> Server {
+        Server::start_on(Arc::new(TestDatabase::new(&MIGRATOR).await), auth).await
     }
 
     /// Starts a second server (another replica) on this server's database.
     pub async fn replica(&self) -> Server {
-        Server::start_on(self.db.clone()).await
+        Server::start_on(self.db.clone(), test_auth()).await
     }
 
-    async fn start_on(db: Arc<TestDatabase>) -> Server {
+    async fn start_on(db: Arc<TestDatabase>, auth: AuthSettings) -> Server {
         let journal = Journal::connect(db.url(), 16).expect("a journal");
-        let verifier = Verifier::new(AuthSettings {
-            issuer: ISSUER.to_owned(),
-            audience: AUDIENCE.to_owned(),
-            hs256_secret: Some(SECRET.to_vec()),
-            jwks: Some(JwksSource::File(jwks_file())),
-        })
-        .expect("a verifier");
+        let verifier = Verifier::new(auth).await.expect("a verifier");
         let state = AppState {
             journal,
             verifier: Arc::new(verifier),
@@ -137,7 +148,10 @@ impl Server {
         Server {
             base,
             db,
-            http: reqwest::Client::new(),
+            http: {
+                narad_server::auth::install_tls_provider();
+                reqwest::Client::new()
+            },
             stop: Some(stop),
             task: Some(task),
         }

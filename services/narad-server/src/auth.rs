@@ -11,7 +11,7 @@
 use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::sync::RwLock;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use axum::extract::FromRequestParts;
 use axum::http::request::Parts;
@@ -185,16 +185,36 @@ pub enum Audience {
 pub enum JwksSource {
     /// A file, read at start.
     File(PathBuf),
+    /// An `https://` URL (or `http://` to this machine's loopback), fetched
+    /// at start and again when a token names a key id the set lacks (at
+    /// most once per [`AuthSettings::jwks_refetch_interval`]).
+    Url(String),
 }
 
+/// The least time between two fetches of a key set URL, by default.
+pub const JWKS_REFETCH_INTERVAL: Duration = Duration::from_secs(10);
+
 impl JwksSource {
-    /// Reads `NARAD_JWKS`: a path (an `https://` URL is not supported by
-    /// this build yet, and says so).
+    /// Reads `NARAD_JWKS`: an `https://` URL, an `http://` URL of the
+    /// loopback (127.0.0.1, [::1], localhost), or a file path.
     pub fn parse(s: &str) -> Result<JwksSource, String> {
-        if s.starts_with("https://") || s.starts_with("http://") {
+        if s.starts_with("https://") {
+            return Ok(JwksSource::Url(s.to_owned()));
+        }
+        if let Some(rest) = s.strip_prefix("http://") {
+            let host = rest.split(['/', '?']).next().unwrap_or("");
+            let host = host.rsplit_once(':').map_or(host, |(h, port)| {
+                if port.bytes().all(|b| b.is_ascii_digit()) {
+                    h
+                } else {
+                    host
+                }
+            });
+            if ["127.0.0.1", "[::1]", "localhost"].contains(&host) {
+                return Ok(JwksSource::Url(s.to_owned()));
+            }
             return Err(format!(
-                "NARAD_JWKS={s}: fetching a key set by URL is not supported yet; \
-                 save the key set to a file and give its path"
+                "NARAD_JWKS={s}: a key set travels over https (http only to this machine's loopback)"
             ));
         }
         Ok(JwksSource::File(PathBuf::from(s)))
@@ -212,6 +232,8 @@ pub struct AuthSettings {
     pub hs256_secret: Option<Vec<u8>>,
     /// The key set for RS256, ES256 and EdDSA tokens.
     pub jwks: Option<JwksSource>,
+    /// The least time between two fetches of a key set URL.
+    pub jwks_refetch_interval: Duration,
 }
 
 /// One verification key of the key set, with the one algorithm it checks.
@@ -226,6 +248,8 @@ pub struct Verifier {
     settings: AuthSettings,
     hs256: Option<DecodingKey>,
     keys: RwLock<Vec<Key>>,
+    /// The client that fetches a key set URL, and when it last did.
+    fetcher: Option<(reqwest::Client, tokio::sync::Mutex<Instant>)>,
 }
 
 impl std::fmt::Debug for Verifier {
@@ -263,8 +287,9 @@ impl From<TokenError> for ApiError {
 }
 
 impl Verifier {
-    /// A verifier for `settings`, with the key set loaded.
-    pub fn new(settings: AuthSettings) -> Result<Verifier, String> {
+    /// A verifier for `settings`, with the key set loaded (fetched, for a
+    /// URL).
+    pub async fn new(settings: AuthSettings) -> Result<Verifier, String> {
         if settings.hs256_secret.is_none() && settings.jwks.is_none() {
             return Err(
                 "no way to check tokens: set NARAD_JWKS (a key set) or NARAD_JWT_HS256_SECRET"
@@ -281,19 +306,61 @@ impl Verifier {
             ),
             None => None,
         };
-        let keys = match &settings.jwks {
-            Some(source) => load_keys(source)?,
-            None => Vec::new(),
+        let (keys, fetcher) = match &settings.jwks {
+            Some(JwksSource::File(path)) => {
+                let text = std::fs::read_to_string(path)
+                    .map_err(|e| format!("NARAD_JWKS: cannot read {}: {e}", path.display()))?;
+                (parse_keys(&text, &path.display().to_string())?, None)
+            }
+            Some(JwksSource::Url(url)) => {
+                install_tls_provider();
+                let client = reqwest::Client::builder()
+                    .timeout(Duration::from_secs(10))
+                    .build()
+                    .map_err(|e| format!("NARAD_JWKS: no HTTP client: {e}"))?;
+                let keys = fetch_keys(&client, url).await?;
+                (
+                    keys,
+                    Some((client, tokio::sync::Mutex::new(Instant::now()))),
+                )
+            }
+            None => (Vec::new(), None),
         };
         Ok(Verifier {
             settings,
             hs256,
             keys: RwLock::new(keys),
+            fetcher,
         })
     }
 
+    /// Fetches the key set URL again, unless it was fetched within the
+    /// refetch interval; `true` when the keys were replaced.
+    async fn refetch(&self) -> bool {
+        let (Some((client, last)), Some(JwksSource::Url(url))) =
+            (&self.fetcher, &self.settings.jwks)
+        else {
+            return false;
+        };
+        let mut last = last.lock().await;
+        if last.elapsed() < self.settings.jwks_refetch_interval {
+            return false;
+        }
+        *last = Instant::now();
+        match fetch_keys(client, url).await {
+            Ok(keys) => {
+                *self.keys.write().expect("the key set") = keys;
+                true
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "the key set could not be fetched again");
+                false
+            }
+        }
+    }
+
     /// Checks a bearer token and returns its principal.
-    pub fn verify(&self, token: &str) -> Result<Principal, TokenError> {
+    pub async fn verify(&self, token: &str) -> Result<Principal, TokenError> {
         let header = jsonwebtoken::decode_header(token).map_err(|_| TokenError::Malformed)?;
         let claims = match header.alg {
             Algorithm::HS256 => {
@@ -301,23 +368,34 @@ impl Verifier {
                 self.decode(token, key, Algorithm::HS256)?
             }
             Algorithm::RS256 | Algorithm::ES256 | Algorithm::EdDSA => {
-                let keys = self.keys.read().expect("the key set");
-                let candidates: Vec<&Key> = keys
-                    .iter()
-                    .filter(|k| k.algorithm == header.alg)
-                    .filter(|k| match &header.kid {
-                        Some(kid) => k.kid.as_deref() == Some(kid.as_str()),
-                        None => true,
-                    })
-                    .collect();
-                let [key] = candidates[..] else {
-                    return Err(TokenError::UnknownKey);
-                };
-                self.decode(token, &key.key, key.algorithm)?
+                match self.decode_with_set(token, &header) {
+                    Err(TokenError::UnknownKey) if header.kid.is_some() && self.refetch().await => {
+                        self.decode_with_set(token, &header)?
+                    }
+                    other => other?,
+                }
             }
             _ => return Err(TokenError::Malformed),
         };
         principal(claims)
+    }
+
+    /// Decodes with the one key of the set that matches the token's
+    /// algorithm and key id.
+    fn decode_with_set(&self, token: &str, header: &Header) -> Result<Claims, TokenError> {
+        let keys = self.keys.read().expect("the key set");
+        let candidates: Vec<&Key> = keys
+            .iter()
+            .filter(|k| k.algorithm == header.alg)
+            .filter(|k| match &header.kid {
+                Some(kid) => k.kid.as_deref() == Some(kid.as_str()),
+                None => true,
+            })
+            .collect();
+        let [key] = candidates[..] else {
+            return Err(TokenError::UnknownKey);
+        };
+        self.decode(token, &key.key, key.algorithm)
     }
 
     fn decode(
@@ -368,17 +446,32 @@ fn principal(claims: Claims) -> Result<Principal, TokenError> {
     })
 }
 
-/// Reads the key set, keeping each key with the one algorithm it may check.
-fn load_keys(source: &JwksSource) -> Result<Vec<Key>, String> {
-    let JwksSource::File(path) = source;
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| format!("NARAD_JWKS: cannot read {}: {e}", path.display()))?;
-    let set: JwkSet = serde_json::from_str(&text).map_err(|e| {
-        format!(
-            "NARAD_JWKS: {} is not a JSON Web Key Set: {e}",
-            path.display()
-        )
-    })?;
+/// Installs the process's TLS crypto provider (ring), once: narad's HTTP
+/// client is built without one of its own. Call before building any
+/// `reqwest::Client` in a process that links narad-server.
+pub fn install_tls_provider() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}
+
+/// Fetches a key set.
+async fn fetch_keys(client: &reqwest::Client, url: &str) -> Result<Vec<Key>, String> {
+    let response = client
+        .get(url)
+        .send()
+        .await
+        .and_then(reqwest::Response::error_for_status)
+        .map_err(|e| format!("NARAD_JWKS: cannot fetch {url}: {e}"))?;
+    let text = response
+        .text()
+        .await
+        .map_err(|e| format!("NARAD_JWKS: cannot read {url}: {e}"))?;
+    parse_keys(&text, url)
+}
+
+/// Reads a key set, keeping each key with the one algorithm it may check.
+fn parse_keys(text: &str, origin: &str) -> Result<Vec<Key>, String> {
+    let set: JwkSet = serde_json::from_str(text)
+        .map_err(|e| format!("NARAD_JWKS: {origin} is not a JSON Web Key Set: {e}"))?;
     let mut keys = Vec::new();
     for jwk in &set.keys {
         let algorithm = match &jwk.algorithm {
@@ -412,8 +505,7 @@ fn load_keys(source: &JwksSource) -> Result<Vec<Key>, String> {
     }
     if keys.is_empty() {
         return Err(format!(
-            "NARAD_JWKS: {} holds no RSA, P-256 or Ed25519 public key",
-            path.display()
+            "NARAD_JWKS: {origin} holds no RSA, P-256 or Ed25519 public key"
         ));
     }
     Ok(keys)
@@ -473,7 +565,7 @@ impl FromRequestParts<AppState> for Principal {
             .map(str::trim)
             .filter(|t| !t.is_empty())
             .ok_or(TokenError::Missing)?;
-        state.verifier.verify(token).map_err(|e| {
+        state.verifier.verify(token).await.map_err(|e| {
             tracing::debug!(error = %e, "a token was refused");
             ApiError::from(e)
         })

@@ -33,8 +33,8 @@ pub struct Config {
     pub max_body_bytes: usize,
 
     /// JSON Web Key Set that verifies RS256, ES256 and EdDSA tokens: a file
-    /// path, or an `https://` URL (fetched at start, refetched when a token
-    /// names an unknown key id).
+    /// path, or an `https://` URL (`http://` only to the loopback), fetched
+    /// at start and again when a token names an unknown key id.
     #[arg(long, env = "NARAD_JWKS")]
     pub jwks: Option<String>,
 

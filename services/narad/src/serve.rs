@@ -58,7 +58,7 @@ async fn serve_with(config: &Config, url: &Secret, embedded: bool) -> anyhow::Re
         );
         settings.hs256_secret = Some(secret.into_bytes());
     }
-    let verifier = Verifier::new(settings).map_err(anyhow::Error::msg)?;
+    let verifier = Verifier::new(settings).await.map_err(anyhow::Error::msg)?;
     let state = AppState {
         journal,
         verifier: Arc::new(verifier),
@@ -184,6 +184,7 @@ fn auth_settings(config: &Config) -> anyhow::Result<AuthSettings> {
             .map(JwksSource::parse)
             .transpose()
             .map_err(anyhow::Error::msg)?,
+        jwks_refetch_interval: narad_server::auth::JWKS_REFETCH_INTERVAL,
     })
 }
 
