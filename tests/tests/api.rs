@@ -469,3 +469,40 @@ async fn the_openapi_document_lists_exactly_the_routes_that_answer() {
     }
     s.stop().await;
 }
+
+#[tokio::test]
+async fn sessions_are_listed_in_pages() {
+    let s = Server::start().await;
+    let t = all_roles("acme");
+    for n in 0..5 {
+        s.post("/v1/sessions", &t, &json!({"sessionId": format!("s{n}")}))
+            .await
+            .expect(201);
+    }
+    let mut seen = Vec::new();
+    let mut path = "/v1/sessions?limit=2".to_owned();
+    loop {
+        let page = s.get(&path, &t).await;
+        let page = page.expect(200).clone();
+        let ids: Vec<String> = page["sessions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x["sessionId"].as_str().unwrap().to_owned())
+            .collect();
+        assert!(ids.len() <= 2);
+        seen.extend(ids);
+        match page["nextAfter"].as_str() {
+            Some(after) => path = format!("/v1/sessions?limit=2&after={after}"),
+            None => break,
+        }
+    }
+    assert_eq!(
+        seen,
+        ["s0", "s1", "s2", "s3", "s4"],
+        "each once, oldest first"
+    );
+    s.get("/v1/sessions?limit=0", &t).await.expect(400);
+    s.get("/v1/sessions?limit=501", &t).await.expect(400);
+    s.stop().await;
+}
