@@ -187,6 +187,12 @@ async fn disabled_extensions_and_other_routes_are_forbidden() {
         .await;
     elsewhere.expect(403);
     assert_eq!(elsewhere.code(), "NRD-0102");
+    for path in ["/healthz", "/openapi.json", "/v1/no-such-route"] {
+        let a = s
+            .signed_get(path, &Signed::now("acme-tools/indexer", &secret))
+            .await;
+        assert_eq!(a.status, 403, "a signed call to {path}: {:#}", a.body);
+    }
 
     // Disabled: a verified call is 403; enabled again, it passes.
     let patch = |enabled: bool| {

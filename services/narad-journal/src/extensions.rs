@@ -161,8 +161,10 @@ impl Journal {
     }
 
     /// Records that `extension` used `request_id`: `false` when it had
-    /// already used it within `window_seconds` (a replay). Older ids are
-    /// forgotten as new ones arrive.
+    /// already used it (a replay). An id is kept for twice the window and
+    /// five minutes more, so that clocks of replicas and database that
+    /// differ by minutes cannot reopen it; older ids are forgotten as new
+    /// ones arrive.
     pub async fn accept_request_id(
         &self,
         tenant: &TenantId,
@@ -177,7 +179,7 @@ impl Journal {
                     "with forgotten as (
                        delete from request_nonces
                        where tenant_id = $1 and extension = $2
-                         and seen_at < now() - make_interval(secs => $4::int * 2)
+                         and seen_at < now() - make_interval(secs => $4::int * 2 + 300)
                      )
                      insert into request_nonces (tenant_id, extension, request_id)
                      values ($1, $2, $3) on conflict do nothing returning 1",

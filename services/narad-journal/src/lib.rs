@@ -102,7 +102,10 @@ impl Journal {
             config,
             NoTls,
             ManagerConfig {
-                recycling_method: RecyclingMethod::Fast,
+                // A connection whose holder was cancelled mid-transaction
+                // (a client that went away) comes back with the transaction
+                // open: end it before anyone else uses the connection.
+                recycling_method: RecyclingMethod::Custom("rollback".to_owned()),
             },
         );
         let pool = Pool::builder(manager)

@@ -1415,3 +1415,28 @@ async fn cancel_workflow_stops_its_runs_and_cancels_in_the_append_that_leaves_it
         "{again:?}"
     );
 }
+
+#[tokio::test]
+async fn a_transaction_abandoned_on_a_pooled_connection_is_rolled_back_before_reuse() {
+    // One connection: whoever takes it next gets the one just abandoned.
+    let f = fixture_with(1, 1).await;
+    f.session("s1").await;
+    {
+        let client = f.journal.pool().get().await.unwrap();
+        client
+            .batch_execute(
+                "begin; select set_config('narad.tenant_id', 'org-a', true); \
+                 insert into sessions (tenant_id, session_id) values ('org-a', 'half-done')",
+            )
+            .await
+            .unwrap();
+        // Dropped without commit or rollback, as a cancelled request would.
+    }
+    // The next holder commits its own work, and only its own.
+    f.append(&SessionId::new("s1").unwrap(), &[user_message("m1")])
+        .await
+        .unwrap();
+    let listed = f.journal.sessions(&f.tenant, None, 10).await.unwrap();
+    let ids: Vec<&str> = listed.iter().map(|s| s.session_id.as_str()).collect();
+    assert_eq!(ids, ["s1"], "the abandoned insert never commits");
+}

@@ -316,6 +316,9 @@ impl Verifier {
                 install_tls_provider();
                 let client = reqwest::Client::builder()
                     .timeout(Duration::from_secs(10))
+                    // A key set is fetched from where it was configured,
+                    // never from where a redirect points.
+                    .redirect(reqwest::redirect::Policy::none())
                     .build()
                     .map_err(|e| format!("NARAD_JWKS: no HTTP client: {e}"))?;
                 let keys = fetch_keys(&client, url).await?;
@@ -491,12 +494,21 @@ fn parse_keys(text: &str, origin: &str) -> Result<Vec<Key>, String> {
         {
             continue;
         }
-        let key = DecodingKey::from_jwk(jwk).map_err(|e| {
-            format!(
-                "NARAD_JWKS: key {:?} cannot be used: {e}",
-                jwk.common.key_id
-            )
-        })?;
+        if jwk
+            .common
+            .public_key_use
+            .as_ref()
+            .is_some_and(|u| *u != jsonwebtoken::jwk::PublicKeyUse::Signature)
+        {
+            continue;
+        }
+        let key = match DecodingKey::from_jwk(jwk) {
+            Ok(key) => key,
+            Err(e) => {
+                tracing::warn!(kid = ?jwk.common.key_id, "{origin}: a key of the set cannot be used: {e}");
+                continue;
+            }
+        };
         keys.push(Key {
             kid: jwk.common.key_id.clone(),
             algorithm,
@@ -551,7 +563,8 @@ impl FromRequestParts<AppState> for Principal {
         if crate::signature::is_signed(&parts.headers) {
             return Err(ApiError::new(
                 ErrorCode::Forbidden,
-                "signed extension calls reach only the streaming endpoints;                  this route needs a bearer token",
+                "signed extension calls reach only the streaming endpoints; \
+                 this route needs a bearer token",
             ));
         }
         let header = parts
@@ -561,7 +574,11 @@ impl FromRequestParts<AppState> for Principal {
         let token = header
             .to_str()
             .ok()
-            .and_then(|h| h.strip_prefix("Bearer "))
+            .and_then(|h| {
+                // The scheme name is case-insensitive (RFC 9110 §11.1).
+                let (scheme, token) = h.split_once(' ')?;
+                scheme.eq_ignore_ascii_case("bearer").then_some(token)
+            })
             .map(str::trim)
             .filter(|t| !t.is_empty())
             .ok_or(TokenError::Missing)?;

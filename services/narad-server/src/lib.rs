@@ -24,6 +24,7 @@ use axum::extract::DefaultBodyLimit;
 use axum::http::{HeaderName, Request};
 use narad_journal::Journal;
 use narad_protocol::ErrorCode;
+use tower_http::catch_panic::CatchPanicLayer;
 use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
 use tower_http::trace::TraceLayer;
 
@@ -57,6 +58,8 @@ pub fn app(state: AppState, max_body_bytes: usize) -> Router {
         .method_not_allowed_fallback(method_not_allowed)
         .with_state(state)
         .layer(DefaultBodyLimit::max(max_body_bytes))
+        .layer(axum::middleware::from_fn(signature::streaming_only))
+        .layer(CatchPanicLayer::custom(panicked))
         .layer(PropagateRequestIdLayer::new(REQUEST_ID))
         .layer(
             TraceLayer::new_for_http().make_span_with(|req: &Request<_>| {
@@ -69,6 +72,19 @@ pub fn app(state: AppState, max_body_bytes: usize) -> Router {
             }),
         )
         .layer(SetRequestIdLayer::new(REQUEST_ID, MakeRequestUuid))
+}
+
+/// A handler that panicked answers the internal-error envelope (the panic
+/// is logged inside the request's span), and the server goes on.
+fn panicked(panic: Box<dyn std::any::Any + Send + 'static>) -> axum::response::Response {
+    let detail = panic
+        .downcast_ref::<String>()
+        .map(String::as_str)
+        .or_else(|| panic.downcast_ref::<&str>().copied())
+        .unwrap_or("a panic");
+    axum::response::IntoResponse::into_response(ApiError::internal(format!(
+        "a handler panicked: {detail}"
+    )))
 }
 
 async fn not_found() -> ApiError {

@@ -44,6 +44,30 @@ pub const ALGORITHM: &str = "hmac-sha256";
 /// The one sentence every refused signature gets.
 pub const REFUSED: &str = "the request's extension signature could not be verified";
 
+/// Refuses a signed call anywhere but a streaming endpoint (403), before
+/// routing: also on routes without a token, unknown routes and wrong methods.
+pub async fn streaming_only(
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    if is_signed(req.headers()) && !is_streaming(req.method(), req.uri().path()) {
+        return axum::response::IntoResponse::into_response(ApiError::new(
+            ErrorCode::Forbidden,
+            "signed extension calls reach only the streaming endpoints; \
+             this route needs a bearer token",
+        ));
+    }
+    next.run(req).await
+}
+
+/// The routes signed calls may reach: today, history reads
+/// (`GET /v1/sessions/{sessionId}/events`).
+fn is_streaming(method: &axum::http::Method, path: &str) -> bool {
+    let segments: Vec<&str> = path.split('/').collect();
+    method == axum::http::Method::GET
+        && matches!(segments[..], ["", "v1", "sessions", id, "events"] if !id.is_empty())
+}
+
 /// Whether a request carries an extension signature.
 pub fn is_signed(headers: &HeaderMap) -> bool {
     headers.contains_key(SIGNATURE) || headers.contains_key(EXTENSION)
@@ -134,6 +158,19 @@ async fn verify(parts: &Parts, state: &AppState) -> Result<Principal, ApiError> 
     }
     if request_id.len() > 256 {
         return Err(refused("the request id is too long"));
+    }
+    // Streaming calls carry no body: the MAC covers the empty one, and a
+    // body it did not cover is refused.
+    let has_body = parts
+        .headers
+        .contains_key(axum::http::header::TRANSFER_ENCODING)
+        || parts
+            .headers
+            .get(axum::http::header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.trim() != "0");
+    if has_body {
+        return Err(refused("a streaming call carries a body"));
     }
     let Some((publisher, name)) = extension.split_once('/') else {
         return Err(refused("the extension is not publisher/name"));
