@@ -145,13 +145,7 @@ impl Combiner {
         let mut client = None;
         loop {
             if client.is_none() {
-                client = match self.pool.get().await {
-                    Ok(c) => Some(c),
-                    Err(e) => {
-                        tracing::warn!("an append worker has no connection: {e}");
-                        None
-                    }
-                };
+                client = self.connection().await;
             }
             let group = worker.take();
             if group.is_empty() {
@@ -173,6 +167,17 @@ impl Combiner {
                 }
             }
             worker.release();
+        }
+    }
+
+    /// A connection for a worker.
+    async fn connection(&self) -> Option<deadpool_postgres::Client> {
+        match self.pool.get().await {
+            Ok(c) => Some(c),
+            Err(e) => {
+                tracing::warn!("an append worker has no connection: {e}");
+                None
+            }
         }
     }
 

@@ -209,7 +209,7 @@ impl Journal {
     ) -> Result<Option<(String, Option<String>)>, JournalError> {
         let client = self.pool.get().await?;
         let queue_id = EventId::new_v7().to_string();
-        in_tenant(&client, tenant, async |c| {
+        in_tenant(client, tenant, async |c| {
             let row = c
                 .query_opt(
                     "select core from sessions where tenant_id = $1 and session_id = $2 for update",
@@ -269,7 +269,7 @@ impl Journal {
         session: &str,
     ) -> Result<Vec<QueuedStart>, JournalError> {
         let client = self.pool.get().await?;
-        in_tenant(&client, tenant, async |c| {
+        in_tenant(client, tenant, async |c| {
             Ok(c.query(
                 "select queue_id, priority, proposal from queued_starts \
                  where tenant_id = $1 and session_id = $2 order by priority, position",
@@ -303,7 +303,7 @@ impl Journal {
         queue_id: &str,
     ) -> Result<(), JournalError> {
         let client = self.pool.get().await?;
-        in_tenant(&client, tenant, async |c| {
+        in_tenant(client, tenant, async |c| {
             let n = c
                 .execute(
                     "delete from queued_starts where tenant_id = $1 and session_id = $2 and queue_id = $3",
@@ -384,7 +384,7 @@ impl Journal {
         id: &str,
     ) -> Result<(String, Value, Option<Value>), JournalError> {
         let client = self.pool.get().await?;
-        let rows = in_tenant(&client, tenant, async |c| {
+        let rows = in_tenant(client, tenant, async |c| {
             Ok(c.query(
                 "select i.session_id, i.state, r.state from entities i \
                  left join entities r on r.tenant_id = i.tenant_id and r.session_id = i.session_id \
@@ -533,7 +533,7 @@ impl Journal {
         let sid = SessionId::new(session.clone()).map_err(JournalError::Corrupt)?;
         // Under the session lock: idle now, or record the cancellation.
         let client = self.pool.get().await?;
-        let open_runs = in_tenant(&client, tenant, async |c| {
+        let open_runs = in_tenant(client, tenant, async |c| {
             c.query_opt(
                 "select 1 from sessions where tenant_id = $1 and session_id = $2 for update",
                 &[&tenant.as_str(), &session],
@@ -570,7 +570,6 @@ impl Journal {
             }
         })
         .await?;
-        drop(client);
         match open_runs {
             None => {
                 let event = cancelled_proposal(workflow_id, cmd.reason.as_deref());
@@ -635,7 +634,7 @@ impl Journal {
         session: &str,
     ) -> Result<SessionRecord, JournalError> {
         let client = self.pool.get().await?;
-        in_tenant(&client, tenant, async |c| {
+        in_tenant(client, tenant, async |c| {
             let n = c
                 .execute(
                     "update sessions set archived_at = coalesce(archived_at, now())                      where tenant_id = $1 and session_id = $2",
@@ -660,7 +659,7 @@ impl Journal {
         id: &str,
     ) -> Result<(String, Value), JournalError> {
         let client = self.pool.get().await?;
-        let rows = in_tenant(&client, tenant, async |c| {
+        let rows = in_tenant(client, tenant, async |c| {
             Ok(c.query(
                 "select session_id, state from entities where tenant_id = $1 and kind = $2 and id = $3",
                 &[&tenant.as_str(), &kind, &id],
@@ -687,7 +686,7 @@ impl Journal {
         id: &str,
     ) -> Result<Option<Value>, JournalError> {
         let client = self.pool.get().await?;
-        in_tenant(&client, tenant, async |c| {
+        in_tenant(client, tenant, async |c| {
             Ok(c.query_opt(
                 "select state from entities where tenant_id = $1 and session_id = $2 and kind = $3 and id = $4",
                 &[&tenant.as_str(), &session.as_str(), &kind, &id],

@@ -68,7 +68,7 @@ impl Journal {
         getrandom::fill(&mut secret)
             .map_err(|e| JournalError::Corrupt(format!("no randomness for a secret: {e}")))?;
         let client = self.pool.get().await?;
-        let row = in_tenant(&client, tenant, async |c| {
+        let row = in_tenant(client, tenant, async |c| {
             Ok(c.query_opt(
                 &format!(
                     "insert into extensions (publisher, name, tenant_id, secret, created_by) \
@@ -100,7 +100,7 @@ impl Journal {
         enabled: bool,
     ) -> Result<ExtensionRecord, JournalError> {
         let client = self.pool.get().await?;
-        in_tenant(&client, tenant, async |c| {
+        in_tenant(client, tenant, async |c| {
             let row = c
                 .query_opt(
                     &format!(
@@ -122,7 +122,7 @@ impl Journal {
         tenant: &TenantId,
     ) -> Result<Vec<ExtensionRecord>, JournalError> {
         let client = self.pool.get().await?;
-        in_tenant(&client, tenant, async |c| {
+        in_tenant(client, tenant, async |c| {
             Ok(c.query(
                 &format!(
                     "select {COLUMNS} from extensions where tenant_id = $1 order by publisher, name"
@@ -173,7 +173,7 @@ impl Journal {
         window_seconds: u32,
     ) -> Result<bool, JournalError> {
         let client = self.pool.get().await?;
-        in_tenant(&client, tenant, async |c| {
+        in_tenant(client, tenant, async |c| {
             let fresh = c
                 .query_opt(
                     "with forgotten as (

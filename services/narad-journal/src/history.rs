@@ -105,7 +105,7 @@ impl Journal {
     ) -> Result<HistoryPage, JournalError> {
         let limit = query.check()?;
         let client = self.pool.get().await?;
-        in_tenant(&client, tenant, async |c| {
+        in_tenant(client, tenant, async |c| {
             let exists = c
                 .query_opt(
                     "select 1 from sessions where tenant_id = $1 and session_id = $2",

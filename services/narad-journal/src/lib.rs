@@ -102,10 +102,10 @@ impl Journal {
             config,
             NoTls,
             ManagerConfig {
-                // A connection whose holder was cancelled mid-transaction
-                // (a client that went away) comes back with the transaction
-                // open: end it before anyone else uses the connection.
-                recycling_method: RecyclingMethod::Custom("rollback".to_owned()),
+                // Connections come back clean: a transaction abandoned
+                // mid-way closes its connection (see `in_tenant`), and
+                // append transactions run in tasks nobody cancels.
+                recycling_method: RecyclingMethod::Fast,
             },
         );
         let pool = Pool::builder(manager)
@@ -169,9 +169,44 @@ pub const CONNECTION_SETUP: &str = "set role narad_app";
 const BEGIN_SCOPED: &str = "begin";
 const SET_TENANT: &str = "select set_config('narad.tenant_id', $1, true)";
 
-/// Runs `body` in a tenant-scoped transaction: commits when it returns
-/// `Ok`, rolls back otherwise.
+/// Runs `body` in a tenant-scoped transaction on `client`: commits when it
+/// returns `Ok`, rolls back otherwise.
+///
+/// If the caller stops waiting mid-way (an HTTP client that went away
+/// drops the request's future), the connection is closed instead of going
+/// back to the pool with its transaction open, where the next holder's
+/// commit would commit it; closing it rolls the transaction back.
 pub(crate) async fn in_tenant<T, F>(
+    client: deadpool_postgres::Client,
+    tenant: &TenantId,
+    body: F,
+) -> Result<T, JournalError>
+where
+    F: AsyncFnOnce(&deadpool_postgres::Client) -> Result<T, JournalError>,
+{
+    let mut guard = Abandoned(Some(client));
+    let client = guard.0.as_ref().expect("held");
+    let result = scoped(client, tenant, body).await;
+    // Finished: the transaction is over, the connection goes back.
+    drop(guard.0.take());
+    result
+}
+
+/// A connection inside a transaction; dropped before [`in_tenant`] ends
+/// it, the connection is closed rather than returned to the pool.
+struct Abandoned(Option<deadpool_postgres::Client>);
+
+impl Drop for Abandoned {
+    fn drop(&mut self) {
+        if let Some(client) = self.0.take() {
+            // Detached from the pool and dropped: its connection ends, and
+            // Postgres rolls the transaction back.
+            drop(deadpool_postgres::Object::take(client));
+        }
+    }
+}
+
+async fn scoped<T, F>(
     client: &deadpool_postgres::Client,
     tenant: &TenantId,
     body: F,

@@ -41,7 +41,7 @@ impl Journal {
         session_id: &str,
     ) -> Result<StoredState, JournalError> {
         let client = self.pool.get().await?;
-        let rows = in_tenant(&client, tenant, async |c| {
+        let rows = in_tenant(client, tenant, async |c| {
             Ok(c.query(
                 "select body from events where tenant_id = $1 and session_id = $2 \
                  order by session_sequence",
@@ -81,7 +81,7 @@ impl Journal {
         session_id: &str,
     ) -> Result<StoredState, JournalError> {
         let client = self.pool.get().await?;
-        in_tenant(&client, tenant, async |c| {
+        in_tenant(client, tenant, async |c| {
             let row = c
                 .query_opt(
                     "select core, session_sequence from sessions where tenant_id = $1 and session_id = $2",
@@ -122,7 +122,7 @@ impl Journal {
             return Ok(false);
         }
         let client = self.pool.get().await?;
-        in_tenant(&client, tenant, async |c| {
+        in_tenant(client, tenant, async |c| {
             c.execute(
                 "select 1 from sessions where tenant_id = $1 and session_id = $2 for update",
                 &[&tenant.as_str(), &session_id],

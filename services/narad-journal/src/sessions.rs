@@ -78,7 +78,7 @@ impl Journal {
             .unwrap_or_else(|| narad_protocol::primitives::EventId::new_v7().to_string());
         let metadata = new.metadata.map(Value::Object);
         let client = self.pool.get().await?;
-        in_tenant(&client, tenant, async |c| {
+        in_tenant(client, tenant, async |c| {
             let stmt = c
                 .prepare_cached(&format!(
                     "insert into sessions (tenant_id, session_id, title, metadata) \
@@ -103,7 +103,7 @@ impl Journal {
         session_id: &str,
     ) -> Result<SessionRecord, JournalError> {
         let client = self.pool.get().await?;
-        in_tenant(&client, tenant, async |c| {
+        in_tenant(client, tenant, async |c| {
             let stmt = c
                 .prepare_cached(&format!(
                     "select {SESSION_COLUMNS} from sessions where tenant_id = $1 and session_id = $2"
@@ -126,7 +126,7 @@ impl Journal {
         limit: u32,
     ) -> Result<Vec<SessionRecord>, JournalError> {
         let client = self.pool.get().await?;
-        in_tenant(&client, tenant, async |c| {
+        in_tenant(client, tenant, async |c| {
             let stmt = c
                 .prepare_cached(&format!(
                     "select {SESSION_COLUMNS} from sessions \

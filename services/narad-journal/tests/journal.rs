@@ -1417,26 +1417,32 @@ async fn cancel_workflow_stops_its_runs_and_cancels_in_the_append_that_leaves_it
 }
 
 #[tokio::test]
-async fn a_transaction_abandoned_on_a_pooled_connection_is_rolled_back_before_reuse() {
-    // One connection: whoever takes it next gets the one just abandoned.
+async fn a_caller_that_stops_waiting_mid_transaction_leaves_nothing_for_the_next_one() {
+    // One connection: whoever takes it next would get the abandoned one.
     let f = fixture_with(1, 1).await;
     f.session("s1").await;
-    {
-        let client = f.journal.pool().get().await.unwrap();
-        client
-            .batch_execute(
-                "begin; select set_config('narad.tenant_id', 'org-a', true); \
-                 insert into sessions (tenant_id, session_id) values ('org-a', 'half-done')",
-            )
-            .await
-            .unwrap();
-        // Dropped without commit or rollback, as a cancelled request would.
-    }
-    // The next holder commits its own work, and only its own.
+    // Hold s1's row so that archiving it waits inside its transaction.
+    let (holder, conn) = tokio_postgres::connect(f.db.url(), tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(conn);
+    holder
+        .batch_execute("begin; select * from sessions where session_id = 's1' for update")
+        .await
+        .unwrap();
+    // The caller gives up (as a request whose client went away).
+    let gave_up = tokio::time::timeout(
+        Duration::from_millis(300),
+        f.journal.archive_session(&f.tenant, "s1"),
+    )
+    .await;
+    assert!(gave_up.is_err(), "the archive was waiting on the lock");
+    holder.batch_execute("commit").await.unwrap();
+    // The next holder of a connection commits its own work, and only its own.
     f.append(&SessionId::new("s1").unwrap(), &[user_message("m1")])
         .await
         .unwrap();
-    let listed = f.journal.sessions(&f.tenant, None, 10).await.unwrap();
-    let ids: Vec<&str> = listed.iter().map(|s| s.session_id.as_str()).collect();
-    assert_eq!(ids, ["s1"], "the abandoned insert never commits");
+    let s1 = f.journal.session(&f.tenant, "s1").await.unwrap();
+    assert_eq!(s1.archived_at, None, "the abandoned archive never commits");
+    assert_eq!(s1.session_sequence, 1);
 }

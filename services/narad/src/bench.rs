@@ -199,8 +199,8 @@ pub async fn append(args: &AppendBench) -> anyhow::Result<()> {
                 .append(&tenant, &sid, &open, AppendOptions::default())
                 .await?;
         }
-        // The baseline: a plain INSERT of the same JSON row, committed, on
-        // the same pool.
+        // The baseline: a plain INSERT of the same JSON row, committed, with
+        // as many connections (see `baseline_pool`).
         {
             // Created by the database's owner; written as narad_app, like
             // the journal's tables.
@@ -232,7 +232,7 @@ pub async fn append(args: &AppendBench) -> anyhow::Result<()> {
             e
         };
         let batch = s.batch;
-        let pool = journal.pool().clone();
+        let pool = baseline_pool(db.url(), args.pool)?;
         let baseline = move |w: usize, _: u64| {
             let (pool, body) = (pool.clone(), sample.clone());
             async move {
@@ -337,3 +337,29 @@ async fn warm_up(journal: &Journal, tenant: &TenantId, s: &Scenario) {
 
 /// Batches each writer appends before a measurement.
 const WARM_UP: u64 = 50;
+
+/// The baseline's pool: as large as the journal's, its connections running
+/// as the same role and handed out the same way, but its own, so that the
+/// two never queue behind each other.
+fn baseline_pool(url: &str, size: usize) -> anyhow::Result<deadpool_postgres::Pool> {
+    use deadpool_postgres::{Hook, HookError, Manager, ManagerConfig, Pool, RecyclingMethod};
+    let config: tokio_postgres::Config = url.parse()?;
+    let manager = Manager::from_config(
+        config,
+        tokio_postgres::NoTls,
+        ManagerConfig {
+            recycling_method: RecyclingMethod::Fast,
+        },
+    );
+    Ok(Pool::builder(manager)
+        .max_size(size)
+        .post_create(Hook::async_fn(|client, _| {
+            Box::pin(async move {
+                client
+                    .batch_execute(narad_journal::CONNECTION_SETUP)
+                    .await
+                    .map_err(HookError::Backend)
+            })
+        }))
+        .build()?)
+}

@@ -212,6 +212,20 @@ struct Served {
     child: std::process::Child,
     base: String,
     stdout: std::sync::Arc<std::sync::Mutex<String>>,
+    stopped: bool,
+}
+
+impl Drop for Served {
+    /// A test that failed midway still stops its server (SIGTERM, so that
+    /// an embedded database stops too).
+    fn drop(&mut self) {
+        if !self.stopped {
+            let _ = Command::new("kill")
+                .args(["-TERM", &self.child.id().to_string()])
+                .status();
+            let _ = self.child.wait();
+        }
+    }
 }
 
 impl Served {
@@ -248,6 +262,7 @@ impl Served {
                 child,
                 base,
                 stdout,
+                stopped: false,
             }),
             Err(_) => {
                 let _ = child.kill();
@@ -263,6 +278,7 @@ impl Served {
 
     /// Sends SIGTERM and waits; returns everything it printed.
     fn stop(mut self) -> String {
+        self.stopped = true;
         let _ = Command::new("kill")
             .args(["-TERM", &self.child.id().to_string()])
             .status();
