@@ -183,25 +183,7 @@ impl Server {
         if let Some(b) = body {
             req = req.header("content-type", "application/json").body(b);
         }
-        let res = req.send().await.expect("the server answers");
-        let status = res.status().as_u16();
-        let request_id = res
-            .headers()
-            .get("x-request-id")
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_owned);
-        let bytes = res.bytes().await.expect("a body");
-        let body = if bytes.is_empty() {
-            Value::Null
-        } else {
-            serde_json::from_slice(&bytes)
-                .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into_owned()))
-        };
-        Answer {
-            status,
-            request_id,
-            body,
-        }
+        Answer::of(req.send().await.expect("the server answers")).await
     }
 
     /// GET with a token.
@@ -234,6 +216,29 @@ pub struct Answer {
 }
 
 impl Answer {
+    /// Reads a response: status, `x-request-id`, JSON body (`Null` when
+    /// empty, a string when not JSON).
+    pub async fn of(res: reqwest::Response) -> Answer {
+        let status = res.status().as_u16();
+        let request_id = res
+            .headers()
+            .get("x-request-id")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
+        let bytes = res.bytes().await.expect("a body");
+        let body = if bytes.is_empty() {
+            Value::Null
+        } else {
+            serde_json::from_slice(&bytes)
+                .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into_owned()))
+        };
+        Answer {
+            status,
+            request_id,
+            body,
+        }
+    }
+
     /// The error code of an error answer.
     pub fn code(&self) -> &str {
         self.body["code"].as_str().unwrap_or("")
@@ -325,15 +330,26 @@ impl Signed {
 impl Server {
     /// A GET signed as `signed` says.
     pub async fn signed_get(&self, path: &str, signed: &Signed) -> Answer {
+        self.signed_call(path, signed, b"", b"").await
+    }
+
+    /// A GET that sends `body` under a MAC computed over `signed_body`.
+    pub async fn signed_call(
+        &self,
+        path: &str,
+        signed: &Signed,
+        body: &[u8],
+        signed_body: &[u8],
+    ) -> Answer {
         let ts = signed.timestamp.to_string();
         let bytes = narad_server::signature::signed_bytes(
             "GET",
             signed.signed_path.as_deref().unwrap_or(path),
             &ts,
             &signed.request_id,
-            b"",
+            signed_body,
         );
-        let res = self
+        let mut req = self
             .http
             .get(format!("{}{path}", self.base))
             .header(
@@ -342,21 +358,10 @@ impl Server {
             )
             .header("narad-timestamp", ts)
             .header("narad-request-id", &signed.request_id)
-            .header("narad-extension", &signed.extension)
-            .send()
-            .await
-            .expect("the server answers");
-        let status = res.status().as_u16();
-        let request_id = res
-            .headers()
-            .get("x-request-id")
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_owned);
-        let body = res.json().await.unwrap_or(Value::Null);
-        Answer {
-            status,
-            request_id,
-            body,
+            .header("narad-extension", &signed.extension);
+        if !body.is_empty() {
+            req = req.body(body.to_vec());
         }
+        Answer::of(req.send().await.expect("the server answers")).await
     }
 }

@@ -152,29 +152,21 @@ async fn a_tampered_body_is_refused() {
     // empty one does not verify.
     let (s, _, secret) = setup().await;
     let signed = Signed::now("acme-tools/indexer", &secret);
-    let ts = signed.timestamp.to_string();
-    let bytes = narad_server::signature::signed_bytes(
-        "GET",
-        HISTORY,
-        &ts,
-        &signed.request_id,
-        b"{\"x\":1}",
-    );
-    let res = s
-        .http
-        .get(format!("{}{HISTORY}", s.base))
-        .header(
-            "narad-signature",
-            narad_server::signature::sign(&signed.secret, &bytes),
+    let tampered = s
+        .signed_call(HISTORY, &signed, b"{\"x\":2}", b"{\"x\":1}")
+        .await;
+    assert_eq!(tampered.status, 401);
+    assert_eq!(tampered.body["message"], REFUSED);
+    // Even a body the MAC covers: streaming calls carry none.
+    let covered = s
+        .signed_call(
+            HISTORY,
+            &Signed::now("acme-tools/indexer", &secret),
+            b"{}",
+            b"{}",
         )
-        .header("narad-timestamp", ts)
-        .header("narad-request-id", &signed.request_id)
-        .header("narad-extension", &signed.extension)
-        .body("{\"x\":2}")
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(res.status(), 401);
+        .await;
+    assert_eq!(covered.status, 401);
     s.stop().await;
 }
 
