@@ -128,7 +128,11 @@ impl Server {
     async fn start_on(db: Arc<TestDatabase>, auth: AuthSettings) -> Server {
         let journal = Journal::connect(db.url(), 16).expect("a journal");
         let verifier = Verifier::new(auth).await.expect("a verifier");
+        let hub = narad_server::hub::Hub::new(journal.clone());
+        let relay = tokio::spawn(hub.clone().run());
+        let closing = hub.clone();
         let state = AppState {
+            hub,
             journal,
             verifier: Arc::new(verifier),
             openapi: Arc::new(OnceLock::new()),
@@ -139,11 +143,13 @@ impl Server {
         let base = format!("http://{}", listener.local_addr().expect("an address"));
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let task = tokio::spawn(async move {
-            serve_on(listener, app(state, MAX_BODY), async {
+            serve_on(listener, app(state, MAX_BODY), async move {
                 let _ = stopped.await;
+                closing.close();
             })
             .await
             .expect("serves");
+            relay.abort();
         });
         Server {
             base,
@@ -363,5 +369,107 @@ impl Server {
             req = req.body(body.to_vec());
         }
         Answer::of(req.send().await.expect("the server answers")).await
+    }
+}
+
+/// One frame of an SSE stream.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Frame {
+    /// `event:`, when given.
+    pub event: Option<String>,
+    /// `id:`, when given.
+    pub id: Option<String>,
+    /// `data:`, parsed.
+    pub data: Value,
+}
+
+/// An open SSE stream.
+pub struct SseStream {
+    response: reqwest::Response,
+    buffer: String,
+}
+
+impl SseStream {
+    /// The next frame (comments skipped); `None` when the stream ended.
+    pub async fn next(&mut self) -> Option<Frame> {
+        loop {
+            if let Some(end) = self.buffer.find("\n\n") {
+                let block: String = self.buffer.drain(..end + 2).collect();
+                let (mut event, mut id, mut data) = (None, None, String::new());
+                for line in block.lines() {
+                    if let Some(v) = line.strip_prefix("event: ") {
+                        event = Some(v.to_owned());
+                    } else if let Some(v) = line.strip_prefix("id: ") {
+                        id = Some(v.to_owned());
+                    } else if let Some(v) = line.strip_prefix("data: ") {
+                        data.push_str(v);
+                    }
+                }
+                if data.is_empty() {
+                    continue;
+                }
+                return Some(Frame {
+                    event,
+                    id,
+                    data: serde_json::from_str(&data).expect("frames carry JSON"),
+                });
+            }
+            let chunk = self.response.chunk().await.ok()??;
+            self.buffer.push_str(&String::from_utf8_lossy(&chunk));
+        }
+    }
+
+    /// Authority events until one with `sessionSequence` `upto` arrives,
+    /// within `seconds`.
+    pub async fn events_until(&mut self, upto: u64, seconds: u64) -> Vec<Value> {
+        let mut got = Vec::new();
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(seconds);
+        while got
+            .last()
+            .is_none_or(|e: &Value| e["sessionSequence"].as_u64() != Some(upto))
+        {
+            let frame = tokio::time::timeout_at(deadline, self.next())
+                .await
+                .unwrap_or_else(|_| {
+                    panic!(
+                        "no sessionSequence {upto} within {seconds} s; got {}",
+                        got.len()
+                    )
+                })
+                .expect("the stream stays open");
+            if frame.event.is_none() {
+                assert_eq!(
+                    frame.id.as_deref(),
+                    frame.data["eventId"].as_str(),
+                    "id is the eventId"
+                );
+                got.push(frame.data);
+            }
+        }
+        got
+    }
+}
+
+impl Server {
+    /// Opens `path` as an SSE stream, with extra headers.
+    pub async fn stream(&self, path: &str, token: &str, headers: &[(&str, &str)]) -> SseStream {
+        let mut req = self
+            .http
+            .get(format!("{}{path}", self.base))
+            .bearer_auth(token);
+        for (k, v) in headers {
+            req = req.header(*k, *v);
+        }
+        let response = req.send().await.expect("the server answers");
+        assert_eq!(response.status(), 200, "{path}");
+        assert_eq!(
+            response.headers()["content-type"],
+            "text/event-stream",
+            "{path}"
+        );
+        SseStream {
+            response,
+            buffer: String::new(),
+        }
     }
 }

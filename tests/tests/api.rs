@@ -410,6 +410,7 @@ const ROUTES: &[(&str, &str)] = &[
     ("post", "/api/narad/v1/commands/resolve-interrupt"),
     ("post", "/v1/sessions/{sessionId}/events"),
     ("get", "/v1/sessions/{sessionId}/events"),
+    ("get", "/v1/sessions/{sessionId}/stream"),
     ("post", "/v1/extensions"),
     ("get", "/v1/extensions"),
     ("patch", "/v1/extensions/{publisher}/{name}"),

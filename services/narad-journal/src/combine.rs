@@ -44,6 +44,8 @@ pub(crate) struct Combiner {
     max_groups: usize,
     queue: Mutex<Queue>,
     counters: Counters,
+    /// Woken after every committed group.
+    committed: tokio::sync::Notify,
 }
 
 #[derive(Default)]
@@ -93,7 +95,13 @@ impl Combiner {
             max_groups: max_groups.max(1),
             queue: Mutex::new(Queue::default()),
             counters: Counters::default(),
+            committed: tokio::sync::Notify::new(),
         }
+    }
+
+    /// Completes after the next group of this process commits.
+    pub(crate) async fn committed(&self) {
+        self.committed.notified().await;
     }
 
     /// The counters so far.
@@ -183,7 +191,11 @@ impl Combiner {
 
     /// Runs one group on `client` and answers each of its requests;
     /// `false` when its transaction failed.
-    async fn run(&self, client: &deadpool_postgres::Client, group: Vec<Waiting>) -> bool {
+    async fn run(
+        self: &Arc<Self>,
+        client: &deadpool_postgres::Client,
+        group: Vec<Waiting>,
+    ) -> bool {
         let (mut requests, replies): (Vec<Request>, Vec<Reply>) =
             group.into_iter().map(|w| (w.request, w.reply)).unzip();
         let c = &self.counters;
@@ -192,6 +204,7 @@ impl Combiner {
             .fetch_add(requests.len() as u64, Ordering::Relaxed);
         match group::write(client, &mut requests, Locking::Skip).await {
             Ok(outcomes) => {
+                self.committed.notify_one();
                 for ((request, reply), outcome) in requests.into_iter().zip(replies).zip(outcomes) {
                     match outcome {
                         Outcome::Done(answer) => {
@@ -222,9 +235,10 @@ impl Combiner {
 
     /// Appends `request` in a transaction of its own that waits for its
     /// session's lock.
-    fn alone(&self, request: Request, reply: Reply) {
+    fn alone(self: &Arc<Self>, request: Request, reply: Reply) {
         self.counters.alone.fetch_add(1, Ordering::Relaxed);
         let pool = self.pool.clone();
+        let this = self.clone();
         tokio::spawn(async move {
             let mut requests = [request];
             let answer = match pool.get().await {
@@ -238,6 +252,9 @@ impl Combiner {
                     }),
                 Err(e) => Err(e.into()),
             };
+            if answer.as_ref().is_ok_and(|a| !a.duplicate) {
+                this.committed.notify_one();
+            }
             let _ = reply.send(answer);
         });
     }

@@ -25,6 +25,7 @@ pub mod extensions;
 mod group;
 pub mod history;
 pub mod rebuild;
+pub mod relay;
 pub mod sessions;
 
 use std::fmt;
@@ -39,6 +40,7 @@ pub use commands::{QueuedStart, RunStart, WorkflowCancel};
 pub use error::JournalError;
 pub use extensions::{ExtensionRecord, SigningKey};
 pub use history::{HistoryPage, HistoryQuery};
+pub use relay::{RelayCursor, Relayed};
 pub use sessions::{NewSession, SessionRecord};
 
 /// The migrations of `migrations/`, embedded.
@@ -86,6 +88,7 @@ impl fmt::Display for TenantId {
 #[derive(Clone)]
 pub struct Journal {
     pool: Pool,
+    config: std::sync::Arc<tokio_postgres::Config>,
     combiner: std::sync::Arc<combine::Combiner>,
 }
 
@@ -99,7 +102,7 @@ impl Journal {
     pub fn connect(url: &str, max_connections: usize) -> Result<Journal, JournalError> {
         let config = tokio_postgres::Config::from_str(url)?;
         let manager = Manager::from_config(
-            config,
+            config.clone(),
             NoTls,
             ManagerConfig {
                 // Connections come back clean: a transaction abandoned
@@ -122,7 +125,11 @@ impl Journal {
             .map_err(|e| JournalError::Corrupt(format!("cannot build the pool: {e}")))?;
         let combiner =
             std::sync::Arc::new(combine::Combiner::new(pool.clone(), DEFAULT_APPEND_GROUPS));
-        Ok(Journal { pool, combiner })
+        Ok(Journal {
+            pool,
+            config: std::sync::Arc::new(config),
+            combiner,
+        })
     }
 
     /// The same journal running at most `groups` append transactions at a
@@ -131,6 +138,7 @@ impl Journal {
         let combiner = std::sync::Arc::new(combine::Combiner::new(self.pool.clone(), groups));
         Journal {
             pool: self.pool,
+            config: self.config,
             combiner,
         }
     }

@@ -5,6 +5,7 @@
 //! - [`config`]: settings from flags and `NARAD_*` environment variables;
 //! - [`auth`]: bearer JWTs, roles and permissions;
 //! - [`routes`]: every route, documented where it is registered;
+//! - [`hub`]: the relay and fan-out of committed events to live streams;
 //! - [`signature`]: signed calls of registered extensions;
 //! - [`body`]: request bodies and query strings, with the API's errors;
 //! - [`error`]: the error envelope as an HTTP answer.
@@ -13,6 +14,7 @@ pub mod auth;
 pub mod body;
 pub mod config;
 pub mod error;
+pub mod hub;
 pub mod routes;
 pub mod signature;
 
@@ -40,6 +42,8 @@ pub struct AppState {
     pub verifier: Arc<Verifier>,
     /// The OpenAPI document, as served.
     pub openapi: Arc<OnceLock<String>>,
+    /// Live subscribers and the relay that feeds them.
+    pub hub: Arc<hub::Hub>,
 }
 
 /// The header that carries the request id, in requests and answers.

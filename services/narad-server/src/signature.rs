@@ -60,12 +60,12 @@ pub async fn streaming_only(
     next.run(req).await
 }
 
-/// The routes signed calls may reach: today, history reads
-/// (`GET /v1/sessions/{sessionId}/events`).
+/// The routes signed calls may reach: history reads and session streams
+/// (`GET /v1/sessions/{sessionId}/events`, `…/stream`).
 fn is_streaming(method: &axum::http::Method, path: &str) -> bool {
     let segments: Vec<&str> = path.split('/').collect();
     method == axum::http::Method::GET
-        && matches!(segments[..], ["", "v1", "sessions", id, "events"] if !id.is_empty())
+        && matches!(segments[..], ["", "v1", "sessions", id, "events" | "stream"] if !id.is_empty())
 }
 
 /// Whether a request carries an extension signature.

@@ -59,7 +59,10 @@ async fn serve_with(config: &Config, url: &Secret, embedded: bool) -> anyhow::Re
         settings.hs256_secret = Some(secret.into_bytes());
     }
     let verifier = Verifier::new(settings).await.map_err(anyhow::Error::msg)?;
+    let hub = narad_server::hub::Hub::new(journal.clone());
+    tokio::spawn(hub.clone().run());
     let state = AppState {
+        hub,
         journal,
         verifier: Arc::new(verifier),
         openapi: Arc::new(OnceLock::new()),
@@ -79,11 +82,12 @@ async fn serve_with(config: &Config, url: &Secret, embedded: bool) -> anyhow::Re
     }
     // Last: this line says the server is ready.
     println!("narad is serving on http://{addr}");
-    serve_on(
-        listener,
-        app(state, config.max_body_bytes),
-        shutdown_signal(),
-    )
+    let hub = state.hub.clone();
+    serve_on(listener, app(state, config.max_body_bytes), async move {
+        shutdown_signal().await;
+        // Streams end at a frame boundary, so that clients resume.
+        hub.close();
+    })
     .await?;
     println!("narad stopped");
     Ok(())

@@ -34,6 +34,17 @@ pub async fn capabilities(
     principal.require(Permission::Read)?;
     let session_id = query.text("sessionId");
     query.finish()?;
+    Ok(Json(
+        capability_document(&state, &principal.tenant, session_id.as_deref()).await?,
+    ))
+}
+
+/// The `capabilities` control message, for a session when one is named.
+pub async fn capability_document(
+    state: &AppState,
+    tenant: &narad_journal::TenantId,
+    session_id: Option<&str>,
+) -> ApiResult<Value> {
     let profiles: Vec<&str> = ProfileSet::all().iter().map(Profile::id).collect();
     let mut doc = json!({
         "type": "capabilities",
@@ -46,14 +57,14 @@ pub async fn capabilities(
         "heartbeat": {"intervalMs": HEARTBEAT_INTERVAL_MS, "leaseTtlMs": LEASE_TTL_MS},
     });
     if let Some(id) = session_id {
-        let session = state.journal.session(&principal.tenant, &id).await?;
+        let session = state.journal.session(tenant, id).await?;
         doc["sessionId"] = json!(session.session_id);
         doc["currentSessionSequence"] = json!(session.session_sequence);
         if let Some(active) = session.active_execution {
             doc["activeExecution"] = active;
         }
     }
-    Ok(Json(doc))
+    Ok(doc)
 }
 
 /// The process is up.

@@ -6,6 +6,7 @@ pub mod events;
 pub mod extensions;
 pub mod meta;
 pub mod sessions;
+pub mod stream;
 
 use narad_protocol::commands::Command;
 use serde_json::Value;
@@ -68,6 +69,7 @@ pub fn router() -> OpenApiRouter<AppState> {
         .routes(routes!(commands::run))
         .routes(routes!(commands::resolve_interrupt_alias))
         .routes(routes!(events::append, events::history))
+        .routes(routes!(stream::stream))
         .routes(routes!(extensions::register, extensions::list))
         .routes(routes!(extensions::update))
         .routes(routes!(meta::capabilities))

@@ -1,0 +1,167 @@
+//! Session streams: capabilities first, then every event exactly once, in
+//! order, however clients attach, resume, or which replica they use.
+
+use std::time::Duration;
+
+use narad_server::auth::Role;
+use narad_tests::*;
+use serde_json::{Value, json};
+
+fn delta(id: &str) -> Value {
+    json!({"protocolVersion": "narad/v1", "type": "message.text.delta", "eventId": id,
+        "rootRunId": "r1", "runId": "r1", "messageId": "m1", "delta": "x"})
+}
+
+/// A session with a running run and an open message: sequences 1 and 2.
+async fn session(s: &Server, t: &str) {
+    s.post("/v1/sessions", t, &json!({"sessionId": "s1"}))
+        .await
+        .expect(201);
+    s.post(
+        "/v1/commands/start-run",
+        t,
+        &json!({"sessionId": "s1", "runId": "r1"}),
+    )
+    .await
+    .expect(201);
+    s.post(
+        "/v1/sessions/s1/events",
+        t,
+        &json!({"events": [{"protocolVersion": "narad/v1", "type": "message.text.started",
+            "eventId": "start-m1", "rootRunId": "r1", "runId": "r1", "messageId": "m1",
+            "role": "assistant", "messageScope": "run"}]}),
+    )
+    .await
+    .expect(201);
+}
+
+fn sequences(events: &[Value]) -> Vec<u64> {
+    events
+        .iter()
+        .map(|e| e["sessionSequence"].as_u64().unwrap())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_stream_opens_with_capabilities_replays_then_follows_live() {
+    let s = Server::start().await;
+    let t = token("acme", &Role::ALL);
+    session(&s, &t).await;
+    let mut stream = s.stream("/v1/sessions/s1/stream", &t, &[]).await;
+    let first = stream.next().await.unwrap();
+    assert_eq!(first.event.as_deref(), Some("capabilities"));
+    assert_eq!(first.id, None, "control frames carry no id");
+    assert_eq!(first.data["currentSessionSequence"], 2);
+    assert_eq!(sequences(&stream.events_until(2, 10).await), [1, 2]);
+    s.post(
+        "/v1/sessions/s1/events",
+        &t,
+        &json!({"events": [delta("d1"), delta("d2")]}),
+    )
+    .await
+    .expect(201);
+    let live = stream.events_until(4, 10).await;
+    assert_eq!(sequences(&live), [3, 4]);
+    assert_eq!(live[0]["eventId"], "d1");
+
+    // Resume after an event id, or after a sequence.
+    let mut resumed = s
+        .stream("/v1/sessions/s1/stream", &t, &[("last-event-id", "d1")])
+        .await;
+    resumed.next().await.unwrap();
+    assert_eq!(sequences(&resumed.events_until(4, 10).await), [4]);
+    let mut after = s
+        .stream("/v1/sessions/s1/stream?afterSessionSequence=3", &t, &[])
+        .await;
+    after.next().await.unwrap();
+    assert_eq!(sequences(&after.events_until(4, 10).await), [4]);
+    let bad = s
+        .http
+        .get(format!("{}/v1/sessions/s1/stream", s.base))
+        .bearer_auth(&t)
+        .header("last-event-id", "no-such-event")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(bad.status(), 400);
+    let other = token("globex", &Role::ALL);
+    let theirs = s
+        .http
+        .get(format!("{}/v1/sessions/s1/stream", s.base))
+        .bearer_auth(&other)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(theirs.status(), 404);
+    s.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn clients_attaching_during_appends_miss_nothing_and_repeat_nothing() {
+    let s = std::sync::Arc::new(Server::start().await);
+    let t = token("acme", &Role::ALL);
+    session(&s, &t).await;
+    const BATCHES: usize = 120;
+    let writer = {
+        let (s, t) = (s.clone(), t.clone());
+        tokio::spawn(async move {
+            for b in 0..BATCHES {
+                let events: Vec<Value> = (0..1 + b % 3)
+                    .map(|k| delta(&format!("d{b}-{k}")))
+                    .collect();
+                s.post("/v1/sessions/s1/events", &t, &json!({"events": events}))
+                    .await
+                    .expect(201);
+                if b % 10 == 0 {
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
+            }
+        })
+    };
+    // The last sessionSequence: 2 + 1 + 2 + 3 + 1 + ... over the batches.
+    let last = 2 + (0..BATCHES).map(|b| 1 + b % 3).sum::<usize>() as u64;
+    let mut readers = Vec::new();
+    for n in 0..8u64 {
+        let (s, t) = (s.clone(), t.clone());
+        readers.push(tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(n * 15)).await;
+            let mut stream = s.stream("/v1/sessions/s1/stream", &t, &[]).await;
+            stream.next().await.unwrap();
+            stream.events_until(last, 60).await
+        }));
+    }
+    writer.await.unwrap();
+    for r in readers {
+        let got = sequences(&r.await.unwrap());
+        assert_eq!(
+            got,
+            (1..=last).collect::<Vec<_>>(),
+            "every event once, in order"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_append_through_one_replica_reaches_a_subscriber_of_another() {
+    let a = Server::start().await;
+    let b = a.replica().await;
+    let t = token("acme", &Role::ALL);
+    session(&a, &t).await;
+    let mut on_b = b.stream("/v1/sessions/s1/stream", &t, &[]).await;
+    on_b.next().await.unwrap();
+    assert_eq!(sequences(&on_b.events_until(2, 10).await), [1, 2]);
+    a.post(
+        "/v1/sessions/s1/events",
+        &t,
+        &json!({"events": [delta("via-a")]}),
+    )
+    .await
+    .expect(201);
+    let got = on_b.events_until(3, 10).await;
+    assert_eq!(got[0]["eventId"], "via-a");
+    // A stopping server ends its streams, so that clients resume elsewhere.
+    b.stop().await;
+    let ended = tokio::time::timeout(Duration::from_secs(5), on_b.next()).await;
+    assert!(matches!(ended, Ok(None)), "the stream ended: {ended:?}");
+    a.stop().await;
+}
