@@ -30,7 +30,7 @@ use crate::append::{AppendOptions, Appended, AppendedEvent, Prepared, prepare};
 use crate::{BEGIN_SCOPED, JournalError, SET_TENANT, TenantId};
 
 /// One caller's append: a prepared batch for one session.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub(crate) struct Request {
     /// The tenant.
     pub tenant: TenantId,

@@ -50,11 +50,6 @@ impl ApiError {
         )
     }
 
-    /// The envelope.
-    pub fn body(&self) -> &ErrorBody {
-        &self.body
-    }
-
     fn status(&self) -> StatusCode {
         ErrorCode::from_code(&self.body.code)
             .and_then(|c| StatusCode::from_u16(c.status()).ok())
