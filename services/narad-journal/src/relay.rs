@@ -86,6 +86,23 @@ impl Journal {
             .collect()
     }
 
+    /// Deletes up to `max` outbox rows older than `older_than` that every
+    /// relay has passed; returns how many. Events stay in the journal.
+    pub async fn forget_outbox(
+        &self,
+        older_than: std::time::Duration,
+        max: u32,
+    ) -> Result<u64, JournalError> {
+        let client = self.pool.get().await?;
+        let row = client
+            .query_one(
+                "select outbox_forget($1, $2)",
+                &[&(older_than.as_secs() as i64), &(max as i32)],
+            )
+            .await?;
+        Ok(row.get::<_, i64>(0) as u64)
+    }
+
     /// Completes after a group of appends of this process commits: the
     /// local relay's fast wake-up.
     pub async fn committed(&self) {

@@ -1446,3 +1446,41 @@ async fn a_caller_that_stops_waiting_mid_transaction_leaves_nothing_for_the_next
     assert_eq!(s1.archived_at, None, "the abandoned archive never commits");
     assert_eq!(s1.session_sequence, 1);
 }
+
+#[tokio::test]
+async fn outbox_retention_forgets_old_relayed_rows_and_never_events() {
+    let f = fixture().await;
+    let s = f.session("s1").await;
+    for n in 0..5 {
+        f.append(&s, &[user_message(&format!("m{n}"))])
+            .await
+            .unwrap();
+    }
+    let (admin, conn) = tokio_postgres::connect(f.db.url(), tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(conn);
+    // Three rows are two days old.
+    admin
+        .batch_execute(
+            "update outbox set created_at = now() - interval '2 days' where session_sequence <= 3",
+        )
+        .await
+        .unwrap();
+    let day = Duration::from_secs(24 * 3600);
+    assert_eq!(
+        f.journal.forget_outbox(day, 2).await.unwrap(),
+        2,
+        "in batches"
+    );
+    assert_eq!(f.journal.forget_outbox(day, 2).await.unwrap(), 1);
+    assert_eq!(f.journal.forget_outbox(day, 2).await.unwrap(), 0);
+    let left: i64 = admin
+        .query_one("select count(*) from outbox", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(left, 2, "the recent rows stay");
+    let page = f.history("s1", HistoryQuery::default()).await.unwrap();
+    assert_eq!(page.events.len(), 5, "the journal is never touched");
+}

@@ -50,6 +50,11 @@ pub struct Config {
     #[arg(long, env = "NARAD_JWT_AUDIENCE", default_value = "narad")]
     pub jwt_audience: String,
 
+    /// How long delivered events stay in the outbox for stream replays, in
+    /// seconds (history keeps them for good).
+    #[arg(long, env = "NARAD_OUTBOX_RETENTION_SECONDS", default_value_t = 24 * 3600)]
+    pub outbox_retention_seconds: u64,
+
     /// Connections in the database pool.
     #[arg(long, env = "NARAD_DATABASE_POOL", default_value_t = 32)]
     pub database_pool: usize,

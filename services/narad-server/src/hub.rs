@@ -25,6 +25,34 @@ pub const POLL: Duration = Duration::from_millis(250);
 pub const SUBSCRIBER_BACKLOG: usize = 1024;
 /// Events the relay reads at a time.
 const RELAY_BATCH: u32 = 500;
+/// Outbox rows retention deletes at a time.
+const FORGET_BATCH: u32 = 5_000;
+/// How often retention runs.
+pub const RETENTION_EVERY: Duration = Duration::from_secs(60);
+
+/// Deletes outbox rows older than `retention` (never events), in batches,
+/// every [`RETENTION_EVERY`], until the process ends. Every replica may run
+/// it: the deletes are idempotent.
+pub async fn retain_outbox(journal: Journal, retention: Duration) {
+    loop {
+        loop {
+            match journal.forget_outbox(retention, FORGET_BATCH).await {
+                Ok(n) if n == u64::from(FORGET_BATCH) => continue,
+                Ok(n) => {
+                    if n > 0 {
+                        tracing::info!(rows = n, "outbox rows past retention deleted");
+                    }
+                    break;
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "outbox retention failed; retrying later");
+                    break;
+                }
+            }
+        }
+        tokio::time::sleep(RETENTION_EVERY).await;
+    }
+}
 
 /// One committed event, encoded once for every subscriber.
 #[derive(Debug)]

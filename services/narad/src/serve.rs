@@ -61,6 +61,10 @@ async fn serve_with(config: &Config, url: &Secret, embedded: bool) -> anyhow::Re
     let verifier = Verifier::new(settings).await.map_err(anyhow::Error::msg)?;
     let hub = narad_server::hub::Hub::new(journal.clone());
     tokio::spawn(hub.clone().run());
+    tokio::spawn(narad_server::hub::retain_outbox(
+        journal.clone(),
+        Duration::from_secs(config.outbox_retention_seconds),
+    ));
     let state = AppState {
         hub,
         journal,
