@@ -31,6 +31,8 @@ pub struct Server {
     pub db: Arc<TestDatabase>,
     /// An HTTP client.
     pub http: reqwest::Client,
+    /// The server's fan-out hub.
+    pub hub: Arc<narad_server::hub::Hub>,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     task: Option<tokio::task::JoinHandle<()>>,
 }
@@ -132,7 +134,7 @@ impl Server {
         let relay = tokio::spawn(hub.clone().run());
         let closing = hub.clone();
         let state = AppState {
-            hub,
+            hub: hub.clone(),
             journal,
             verifier: Arc::new(verifier),
             openapi: Arc::new(OnceLock::new()),
@@ -154,6 +156,7 @@ impl Server {
         Server {
             base,
             db,
+            hub,
             http: {
                 narad_server::auth::install_tls_provider();
                 reqwest::Client::new()

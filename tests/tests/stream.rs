@@ -165,3 +165,45 @@ async fn an_append_through_one_replica_reaches_a_subscriber_of_another() {
     assert!(matches!(ended, Ok(None)), "the stream ended: {ended:?}");
     a.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_reader_that_does_not_keep_up_is_dropped_and_the_others_get_everything() {
+    let s = std::sync::Arc::new(Server::start().await);
+    let t = token("acme", &Role::ALL);
+    session(&s, &t).await;
+    // A reader that never reads past the headers.
+    let slow = s
+        .http
+        .get(format!("{}/v1/sessions/s1/stream", s.base))
+        .bearer_auth(&t)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(slow.status(), 200);
+    let mut fast = s.stream("/v1/sessions/s1/stream", &t, &[]).await;
+    fast.next().await.unwrap();
+    // More than the slow connection's socket buffers and queues hold.
+    const BATCHES: u64 = 150;
+    const PER_BATCH: u64 = 200;
+    let last = 2 + BATCHES * PER_BATCH;
+    let reader = tokio::spawn(async move { fast.events_until(last, 120).await });
+    for b in 0..BATCHES {
+        let events: Vec<Value> = (0..PER_BATCH)
+            .map(|k| delta(&format!("d{b}-{k}")))
+            .collect();
+        s.post("/v1/sessions/s1/events", &t, &json!({"events": events}))
+            .await
+            .expect(201);
+    }
+    let got = sequences(&reader.await.unwrap());
+    assert_eq!(
+        got,
+        (1..=last).collect::<Vec<_>>(),
+        "the fast reader got everything"
+    );
+    assert!(
+        s.hub.slow_consumers_dropped() >= 1,
+        "the slow reader was dropped, not waited for"
+    );
+    drop(slow);
+}

@@ -84,6 +84,7 @@ pub struct Hub {
     sessions: Mutex<HashMap<Key, broadcast::Sender<Arc<Live>>>>,
     wake: Notify,
     closing: tokio::sync::watch::Sender<bool>,
+    slow_dropped: std::sync::atomic::AtomicU64,
 }
 
 impl Hub {
@@ -94,7 +95,19 @@ impl Hub {
             sessions: Mutex::new(HashMap::new()),
             wake: Notify::new(),
             closing: tokio::sync::watch::channel(false).0,
+            slow_dropped: std::sync::atomic::AtomicU64::new(0),
         })
+    }
+
+    /// Counts a stream closed because its client did not keep up.
+    pub fn dropped_slow_consumer(&self) {
+        self.slow_dropped
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Streams closed so far because their clients did not keep up.
+    pub fn slow_consumers_dropped(&self) -> u64 {
+        self.slow_dropped.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Ends every stream at a frame boundary (the server is stopping):

@@ -5,7 +5,12 @@
 //! its eventId (§10.1). The stream subscribes before it replays (§10.3):
 //! events committed during the replay wait in the subscription, and the
 //! stream delivers each sessionSequence exactly once, reading history
-//! whenever the live feed skips ahead or the client fell behind.
+//! whenever the live feed skips ahead.
+//!
+//! A client that does not keep up is dropped, never waited for: when its
+//! connection's queue is full, or it fell further behind the live feed than
+//! the hub keeps, the stream ends (counted), and the client resumes with
+//! `Last-Event-ID`.
 
 use std::time::Duration;
 
@@ -130,14 +135,20 @@ async fn feed(
                 let behind = match received {
                     Ok(event) if event.session_sequence <= last => continue,
                     Ok(event) if event.session_sequence == last + 1 => {
-                        if tx.send(event.frame.clone()).await.is_err() {
+                        if !deliver(&state, &tx, &live, &event.frame).await {
                             return;
                         }
                         last += 1;
                         continue;
                     }
-                    // The feed skipped ahead, or the client fell behind it.
-                    Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => true,
+                    // The client fell further behind than the hub keeps.
+                    Err(broadcast::error::RecvError::Lagged(_)) => {
+                        state.hub.dropped_slow_consumer();
+                        return;
+                    }
+                    // The feed skipped ahead (a relay that started later
+                    // than this stream's replay ended, say): read history.
+                    Ok(_) => true,
                     Err(broadcast::error::RecvError::Closed) => return,
                 };
                 if behind
@@ -149,7 +160,10 @@ async fn feed(
                 }
             }
             _ = keep_alive.tick() => {
-                if tx.send(Bytes::from_static(b": keep-alive\n\n")).await.is_err() {
+                // A connection whose queue is full needs no keep-alive.
+                if let Err(mpsc::error::TrySendError::Closed(_)) =
+                    tx.try_send(Bytes::from_static(b": keep-alive\n\n"))
+                {
                     return;
                 }
             }
@@ -158,6 +172,32 @@ async fn feed(
         }
     }
 }
+
+/// Hands a live frame to the connection, waiting while the client keeps
+/// up; `false` when the stream must end: the client went away, or it fell
+/// [`SUBSCRIBER_BACKLOG`](crate::hub::SUBSCRIBER_BACKLOG) events behind the
+/// live feed (it is dropped, counted, and resumes with `Last-Event-ID`).
+async fn deliver(
+    state: &AppState,
+    tx: &mpsc::Sender<Bytes>,
+    live: &broadcast::Receiver<std::sync::Arc<crate::hub::Live>>,
+    frame: &Bytes,
+) -> bool {
+    loop {
+        tokio::select! {
+            sent = tx.send(frame.clone()) => return sent.is_ok(),
+            () = tokio::time::sleep(LAG_CHECK) => {
+                if live.len() >= crate::hub::SUBSCRIBER_BACKLOG {
+                    state.hub.dropped_slow_consumer();
+                    return false;
+                }
+            }
+        }
+    }
+}
+
+/// How often a stream waiting on its client checks how far behind it is.
+const LAG_CHECK: Duration = Duration::from_millis(100);
 
 /// Sends every event after `last` that history holds; `Err` when the client
 /// went away or history cannot be read (the stream then ends, and the
