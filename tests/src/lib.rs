@@ -456,10 +456,20 @@ impl SseStream {
 impl Server {
     /// Opens `path` as an SSE stream, with extra headers.
     pub async fn stream(&self, path: &str, token: &str, headers: &[(&str, &str)]) -> SseStream {
-        let mut req = self
-            .http
-            .get(format!("{}{path}", self.base))
-            .bearer_auth(token);
+        SseStream::open(&self.http, &format!("{}{path}", self.base), token, headers).await
+    }
+}
+
+impl SseStream {
+    /// Opens `url` as an SSE stream, with extra headers.
+    pub async fn open(
+        http: &reqwest::Client,
+        url: &str,
+        token: &str,
+        headers: &[(&str, &str)],
+    ) -> SseStream {
+        let path = url;
+        let mut req = http.get(url).bearer_auth(token);
         for (k, v) in headers {
             req = req.header(*k, *v);
         }

@@ -450,3 +450,158 @@ async fn serve_without_a_database_url_runs_the_embedded_default() {
     again.stop();
     let _ = std::fs::remove_dir_all(&home);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_client_resumes_on_another_server_after_kill_9_and_misses_nothing() {
+    use narad_server::auth::{Role, mint_hs256};
+    use narad_tests::SseStream;
+    use serde_json::{Value, json};
+
+    let db = narad_testkit::TestDatabase::new(&narad_journal::MIGRATOR).await;
+    let env = [
+        ("NARAD_DATABASE_URL", db.url()),
+        ("NARAD_JWT_HS256_SECRET", DEV_SECRET),
+    ];
+    let a = Served::start(&env).expect("a serves");
+    let b = Served::start(&env).expect("b serves");
+    let token = mint_hs256(
+        DEV_SECRET.as_bytes(),
+        "narad",
+        "narad",
+        "acme",
+        "tester",
+        &Role::ALL,
+        std::time::Duration::from_secs(600),
+    )
+    .unwrap();
+    narad_server::auth::install_tls_provider();
+    let http = reqwest::Client::new();
+    let post = {
+        let (http, token) = (http.clone(), token.clone());
+        move |base: String, path: &'static str, body: Value| {
+            let (http, token) = (http.clone(), token.clone());
+            async move {
+                let res = http
+                    .post(format!("{base}{path}"))
+                    .bearer_auth(&token)
+                    .json(&body)
+                    .send()
+                    .await
+                    .unwrap();
+                assert!(
+                    res.status().is_success(),
+                    "{path}: {}",
+                    res.text().await.unwrap()
+                );
+            }
+        }
+    };
+    post(a.base.clone(), "/v1/sessions", json!({"sessionId": "s1"})).await;
+    post(
+        a.base.clone(),
+        "/v1/commands/start-run",
+        json!({"sessionId": "s1", "runId": "r1"}),
+    )
+    .await;
+    post(
+        a.base.clone(),
+        "/v1/sessions/s1/events",
+        json!({"events": [{"protocolVersion": "narad/v1", "type": "message.text.started",
+            "eventId": "m1-start", "rootRunId": "r1", "runId": "r1", "messageId": "m1",
+            "role": "assistant", "messageScope": "run"}]}),
+    )
+    .await;
+
+    // A client reads from A while a runtime appends through B.
+    let mut on_a = SseStream::open(
+        &http,
+        &format!("{}/v1/sessions/s1/stream", a.base),
+        &token,
+        &[],
+    )
+    .await;
+    assert_eq!(
+        on_a.next().await.unwrap().event.as_deref(),
+        Some("capabilities")
+    );
+    const BATCHES: usize = 60;
+    let writer = {
+        let base = b.base.clone();
+        let post = post.clone();
+        tokio::spawn(async move {
+            for n in 0..BATCHES {
+                post(
+                    base.clone(),
+                    "/v1/sessions/s1/events",
+                    json!({"events": [{"protocolVersion": "narad/v1", "type": "message.text.delta",
+                        "eventId": format!("d{n}"), "rootRunId": "r1", "runId": "r1",
+                        "messageId": "m1", "delta": format!("{n} ")}]}),
+                )
+                .await;
+                tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+            }
+        })
+    };
+    let mut received: Vec<Value> = Vec::new();
+    while received.len() < 12 {
+        let frame = on_a.next().await.expect("A streams");
+        received.push(frame.data);
+    }
+    // kill -9: no graceful end, no last frame.
+    let mut a = a;
+    a.child.kill().unwrap();
+    a.child.wait().unwrap();
+    a.stopped = true;
+    while let Some(frame) = on_a.next().await {
+        received.push(frame.data);
+    }
+    writer.await.unwrap();
+
+    // Resume on B from the last id received.
+    let last_id = received.last().unwrap()["eventId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let mut on_b = SseStream::open(
+        &http,
+        &format!("{}/v1/sessions/s1/stream", b.base),
+        &token,
+        &[("last-event-id", &last_id)],
+    )
+    .await;
+    on_b.next().await.unwrap();
+    let last = 2 + BATCHES as u64;
+    received.extend(on_b.events_until(last, 30).await);
+    let sequences: Vec<u64> = received
+        .iter()
+        .map(|e| e["sessionSequence"].as_u64().unwrap())
+        .collect();
+    assert_eq!(
+        sequences,
+        (1..=last).collect::<Vec<_>>(),
+        "nothing missed, nothing twice"
+    );
+
+    // The state reduced from the stream equals the state reduced from history.
+    let history: Value = http
+        .get(format!("{}/v1/sessions/s1/events?limit=1000", b.base))
+        .bearer_auth(&token)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let reduce = |events: &[Value]| {
+        let mut r = narad_protocol::reducer::Reducer::new(narad_protocol::ProfileSet::all());
+        for e in events {
+            r.deliver_json(e).expect("a valid journal");
+        }
+        r.to_json()
+    };
+    assert_eq!(
+        reduce(&received),
+        reduce(history["events"].as_array().unwrap())
+    );
+    b.stop();
+}
