@@ -18,6 +18,16 @@ pub struct NewSession {
     pub metadata: Option<JsonObject>,
 }
 
+impl From<narad_protocol::commands::CreateSession> for NewSession {
+    fn from(cmd: narad_protocol::commands::CreateSession) -> NewSession {
+        NewSession {
+            session_id: cmd.session_id,
+            title: cmd.title,
+            metadata: cmd.metadata,
+        }
+    }
+}
+
 /// A session as stored.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]

@@ -34,10 +34,7 @@ impl ApiError {
 
     /// Adds a per-field problem (JSON pointer → what is wrong there).
     pub fn with_field(mut self, pointer: impl Into<String>, problem: impl Into<String>) -> Self {
-        self.body
-            .fields
-            .get_or_insert_with(Default::default)
-            .insert(pointer.into(), problem.into());
+        *self.body = self.body.with_field(pointer, problem);
         self
     }
 

@@ -131,20 +131,24 @@ impl Hub {
             .subscribe()
     }
 
-    fn publish(&self, event: Relayed) {
+    /// Hands a batch of relayed events to their subscribers, under one
+    /// lock; an event nobody subscribes to is never encoded.
+    fn publish(&self, batch: Vec<Relayed>) {
         let mut sessions = self.sessions.lock().expect("the subscribers");
-        let key = (event.tenant, event.session_id);
-        let Some(sender) = sessions.get(&key) else {
-            return;
-        };
-        if sender.receiver_count() == 0 {
-            sessions.remove(&key);
-            return;
+        for event in batch {
+            let key = (event.tenant, event.session_id);
+            let Some(sender) = sessions.get(&key) else {
+                continue;
+            };
+            if sender.receiver_count() == 0 {
+                sessions.remove(&key);
+                continue;
+            }
+            let _ = sender.send(Arc::new(Live {
+                session_sequence: event.session_sequence,
+                frame: frame(&event.event_id, &event.body),
+            }));
         }
-        let _ = sender.send(Arc::new(Live {
-            session_sequence: event.session_sequence,
-            frame: frame(&event.event_id, &event.body),
-        }));
     }
 
     /// Runs the relay, its listener and its notifier until the process ends.
@@ -169,10 +173,10 @@ impl Hub {
                 match self.journal.relay_after(cursor, RELAY_BATCH).await {
                     Ok(batch) => {
                         let full = batch.len() == RELAY_BATCH as usize;
-                        for event in batch {
-                            cursor = event.cursor;
-                            self.publish(event);
+                        if let Some(last) = batch.last() {
+                            cursor = last.cursor;
                         }
+                        self.publish(batch);
                         if !full {
                             break;
                         }

@@ -85,16 +85,7 @@ pub async fn run(
             ok(json!({"sessionId": cmd.session_id, "appended": appended}))
         }
         Command::CreateSession(cmd) => {
-            let record = journal
-                .create_session(
-                    tenant,
-                    narad_journal::NewSession {
-                        session_id: cmd.session_id,
-                        title: cmd.title,
-                        metadata: cmd.metadata,
-                    },
-                )
-                .await?;
+            let record = journal.create_session(tenant, cmd.into()).await?;
             created(to_json(&record))
         }
         Command::ArchiveSession(cmd) => ok(to_json(

@@ -3,7 +3,7 @@
 use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
-use narad_journal::{NewSession, QueuedStart, SessionRecord};
+use narad_journal::{QueuedStart, SessionRecord};
 use narad_protocol::commands::Command;
 use serde::Serialize;
 
@@ -35,14 +35,7 @@ pub async fn create(
     };
     let record = state
         .journal
-        .create_session(
-            &principal.tenant,
-            NewSession {
-                session_id: cmd.session_id,
-                title: cmd.title,
-                metadata: cmd.metadata,
-            },
-        )
+        .create_session(&principal.tenant, cmd.into())
         .await?;
     Ok((StatusCode::CREATED, Json(record)))
 }
