@@ -130,7 +130,8 @@ impl Server {
     async fn start_on(db: Arc<TestDatabase>, auth: AuthSettings) -> Server {
         let journal = Journal::connect(db.url(), 16).expect("a journal");
         let verifier = Verifier::new(auth).await.expect("a verifier");
-        let hub = narad_server::hub::Hub::new(journal.clone());
+        let hub =
+            narad_server::hub::Hub::new(journal.clone(), narad_server::coalesce::DEFAULT_WINDOW);
         let relay = tokio::spawn(hub.clone().run());
         let closing = hub.clone();
         let state = AppState {
@@ -278,6 +279,7 @@ pub fn claims(org: &str, sub: &str, roles: &[Role]) -> Claims {
         iat: Some(now),
         roles: roles.iter().map(|r| r.name().to_owned()).collect(),
         executors: None,
+        sessions: None,
     }
 }
 
@@ -350,6 +352,31 @@ impl Server {
         body: &[u8],
         signed_body: &[u8],
     ) -> Answer {
+        let req = self.signed_request(path, signed, body, signed_body);
+        Answer::of(req.send().await.expect("the server answers")).await
+    }
+
+    /// Opens a stream with a signed GET (it must answer 200).
+    pub async fn signed_stream(&self, path: &str, signed: &Signed) -> SseStream {
+        let response = self
+            .signed_request(path, signed, b"", b"")
+            .send()
+            .await
+            .expect("the server answers");
+        assert_eq!(response.status(), 200, "{path}");
+        SseStream {
+            response,
+            buffer: String::new(),
+        }
+    }
+
+    fn signed_request(
+        &self,
+        path: &str,
+        signed: &Signed,
+        body: &[u8],
+        signed_body: &[u8],
+    ) -> reqwest::RequestBuilder {
         let ts = signed.timestamp.to_string();
         let bytes = narad_server::signature::signed_bytes(
             "GET",
@@ -371,7 +398,7 @@ impl Server {
         if !body.is_empty() {
             req = req.body(body.to_vec());
         }
-        Answer::of(req.send().await.expect("the server answers")).await
+        req
     }
 }
 
@@ -446,7 +473,10 @@ impl SseStream {
                     frame.data["eventId"].as_str(),
                     "id is the eventId"
                 );
-                got.push(frame.data);
+                // Authority only (watch events carry a revision instead).
+                if frame.data.get("sessionSequence").is_some() {
+                    got.push(frame.data);
+                }
             }
         }
         got

@@ -47,7 +47,9 @@ async fn a_stream_opens_with_capabilities_replays_then_follows_live() {
     let s = Server::start().await;
     let t = token("acme", &Role::ALL);
     session(&s, &t).await;
-    let mut stream = s.stream("/v1/sessions/s1/stream", &t, &[]).await;
+    let mut stream = s
+        .stream("/v1/sessions/s1/stream?afterSessionSequence=0", &t, &[])
+        .await;
     let first = stream.next().await.unwrap();
     assert_eq!(first.event.as_deref(), Some("capabilities"));
     assert_eq!(first.id, None, "control frames carry no id");
@@ -125,7 +127,9 @@ async fn clients_attaching_during_appends_miss_nothing_and_repeat_nothing() {
         let (s, t) = (s.clone(), t.clone());
         readers.push(tokio::spawn(async move {
             tokio::time::sleep(Duration::from_millis(n * 15)).await;
-            let mut stream = s.stream("/v1/sessions/s1/stream", &t, &[]).await;
+            let mut stream = s
+                .stream("/v1/sessions/s1/stream?afterSessionSequence=0", &t, &[])
+                .await;
             stream.next().await.unwrap();
             stream.events_until(last, 60).await
         }));
@@ -147,7 +151,9 @@ async fn an_append_through_one_replica_reaches_a_subscriber_of_another() {
     let b = a.replica().await;
     let t = token("acme", &Role::ALL);
     session(&a, &t).await;
-    let mut on_b = b.stream("/v1/sessions/s1/stream", &t, &[]).await;
+    let mut on_b = b
+        .stream("/v1/sessions/s1/stream?afterSessionSequence=0", &t, &[])
+        .await;
     on_b.next().await.unwrap();
     assert_eq!(sequences(&on_b.events_until(2, 10).await), [1, 2]);
     a.post(
@@ -180,7 +186,9 @@ async fn a_reader_that_does_not_keep_up_is_dropped_and_the_others_get_everything
         .await
         .unwrap();
     assert_eq!(slow.status(), 200);
-    let mut fast = s.stream("/v1/sessions/s1/stream", &t, &[]).await;
+    let mut fast = s
+        .stream("/v1/sessions/s1/stream?afterSessionSequence=0", &t, &[])
+        .await;
     fast.next().await.unwrap();
     // More than the slow connection's socket buffers and queues hold.
     const BATCHES: u64 = 150;
@@ -206,4 +214,56 @@ async fn a_reader_that_does_not_keep_up_is_dropped_and_the_others_get_everything
         "the slow reader was dropped, not waited for"
     );
     drop(slow);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_client_without_a_position_is_hydrated_with_the_transcript() {
+    let s = Server::start().await;
+    let t = token("acme", &Role::ALL);
+    session(&s, &t).await;
+    s.post(
+        "/v1/sessions/s1/events",
+        &t,
+        &json!({"events": [delta("d1"), delta("d2")]}),
+    )
+    .await
+    .expect(201);
+    let mut stream = s.stream("/v1/sessions/s1/stream", &t, &[]).await;
+    assert_eq!(
+        stream.next().await.unwrap().event.as_deref(),
+        Some("capabilities")
+    );
+    let hydrate = stream.next().await.unwrap();
+    assert_eq!(hydrate.event.as_deref(), Some("hydrate"));
+    assert_eq!(hydrate.id, None, "hydrate records carry no id");
+    let snapshot = &hydrate.data;
+    assert_eq!(snapshot["type"], "messages.snapshot");
+    assert_eq!(snapshot["coversThroughSessionSequence"], 4);
+    assert_eq!(snapshot["messages"][0]["messageId"], "m1");
+    assert_eq!(snapshot["messages"][0]["content"], "xx");
+    assert!(snapshot.get("eventId").is_none() && snapshot.get("sessionSequence").is_none());
+    // Then the authority from the start (the client's lifecycle state),
+    // and live.
+    s.post(
+        "/v1/sessions/s1/events",
+        &t,
+        &json!({"events": [delta("d3")]}),
+    )
+    .await
+    .expect(201);
+    assert_eq!(
+        sequences(&stream.events_until(5, 10).await),
+        [1, 2, 3, 4, 5]
+    );
+
+    // A client that did not negotiate the conversation profile gets no
+    // snapshot: the authority it negotiated, from the start.
+    let mut core = s
+        .stream("/v1/sessions/s1/stream?profiles=narad.core/v1", &t, &[])
+        .await;
+    core.next().await.unwrap();
+    let first = core.next().await.unwrap();
+    assert_eq!(first.event, None);
+    assert_eq!(first.data["type"], "run.started");
+    s.stop().await;
 }

@@ -635,14 +635,29 @@ impl Journal {
     ) -> Result<SessionRecord, JournalError> {
         let client = self.pool.get().await?;
         in_tenant(client, tenant, async |c| {
-            let n = c
-                .execute(
-                    "update sessions set archived_at = coalesce(archived_at, now())                      where tenant_id = $1 and session_id = $2",
+            // Archiving twice is one archive: only the first is announced.
+            let row = c
+                .query_opt(
+                    "with before as (select archived_at from sessions \
+                       where tenant_id = $1 and session_id = $2 for update) \
+                     update sessions s set archived_at = coalesce(s.archived_at, now()) \
+                     from before where s.tenant_id = $1 and s.session_id = $2 \
+                     returning before.archived_at is null, s.session_sequence",
                     &[&tenant.as_str(), &session],
                 )
+                .await?
+                .ok_or_else(|| JournalError::SessionNotFound(session.to_owned()))?;
+            if row.get::<_, bool>(0) {
+                let sequence = row.get::<_, i64>(1) as u64;
+                crate::sessions::record_watch(
+                    c,
+                    tenant,
+                    session,
+                    "session.archived",
+                    sequence,
+                    serde_json::Map::new(),
+                )
                 .await?;
-            if n == 0 {
-                return Err(JournalError::SessionNotFound(session.to_owned()));
             }
             Ok(())
         })

@@ -27,6 +27,7 @@ pub mod history;
 pub mod rebuild;
 pub mod relay;
 pub mod sessions;
+pub mod tenant_relay;
 
 use std::fmt;
 use std::str::FromStr;
@@ -42,6 +43,7 @@ pub use extensions::{ExtensionRecord, SigningKey};
 pub use history::{HistoryPage, HistoryQuery};
 pub use relay::{RelayCursor, Relayed};
 pub use sessions::{NewSession, SessionRecord};
+pub use tenant_relay::{Horizon, StreamPosition};
 
 /// The migrations of `migrations/`, embedded.
 pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations");

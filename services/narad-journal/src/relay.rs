@@ -34,6 +34,10 @@ pub struct Relayed {
     pub event_id: String,
     /// The event as delivered.
     pub body: Value,
+    /// An authority event (`false`: a watch event the outbox carried, such
+    /// as `session.created`, whose sessionSequence is the session's
+    /// position when it was recorded).
+    pub authority: bool,
 }
 
 /// The name of the channel that wakes relays (`NOTIFY narad_outbox`,
@@ -63,7 +67,7 @@ impl Journal {
         let stmt = client
             .prepare_cached(
                 "select relay_txid, relay_position, tenant_id, session_id, session_sequence, \
-                 event_id, body from relay_after($1, $2, $3)",
+                 event_id, body, authority from relay_after($1, $2, $3)",
             )
             .await?;
         let rows = client
@@ -81,6 +85,7 @@ impl Journal {
                     session_sequence: r.get::<_, i64>(4) as u64,
                     event_id: r.get(5),
                     body: r.get(6),
+                    authority: r.get(7),
                 })
             })
             .collect()

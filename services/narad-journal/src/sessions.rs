@@ -95,13 +95,22 @@ impl Journal {
                      values ($1, $2, $3, $4) on conflict do nothing returning {SESSION_COLUMNS}"
                 ))
                 .await?;
-            match c
+            let Some(row) = c
                 .query_opt(&stmt, &[&tenant.as_str(), &id, &new.title, &metadata])
                 .await?
-            {
-                Some(row) => record(&row),
-                None => Err(JournalError::SessionExists(id.clone())),
+            else {
+                return Err(JournalError::SessionExists(id.clone()));
+            };
+            let created = record(&row)?;
+            let mut fields = serde_json::Map::new();
+            if let Some(title) = &created.title {
+                fields.insert("title".into(), Value::from(title.as_str()));
             }
+            if let Some(metadata) = &created.metadata {
+                fields.insert("metadata".into(), metadata.clone());
+            }
+            record_watch(c, tenant, &id, "session.created", 0, fields).await?;
+            Ok(created)
         })
         .await
     }
@@ -153,4 +162,55 @@ impl Journal {
         })
         .await
     }
+}
+
+/// Records a watch event that is a fact of its own (`session.created`,
+/// `session.archived`) in the outbox, in the caller's transaction, so that
+/// every replica's tenant stream delivers it. Its revision is the session's
+/// sequence when it happened; its eventId names the transaction, so that a
+/// stream can resume after it.
+pub(crate) async fn record_watch(
+    c: &deadpool_postgres::Client,
+    tenant: &TenantId,
+    session_id: &str,
+    type_name: &str,
+    revision: u64,
+    fields: serde_json::Map<String, Value>,
+) -> Result<(), JournalError> {
+    let txid: i64 = c
+        .query_one("select pg_current_xact_id()::text::bigint", &[])
+        .await?
+        .get(0);
+    let event_id = narad_protocol::watch::WatchId {
+        type_name: type_name.to_owned(),
+        session_id: Some(session_id.to_owned()),
+        scope_id: None,
+        revision,
+        covers: Some(revision),
+        txid: Some(txid),
+    }
+    .encode();
+    let mut body = serde_json::json!({
+        "protocolVersion": "narad/v1",
+        "eventId": event_id,
+        "type": type_name,
+        "timestamp": narad_protocol::primitives::Timestamp::now(),
+        "revision": revision,
+        "workspaceId": tenant.as_str(),
+        "sessionId": session_id,
+    });
+    body.as_object_mut().expect("an object").extend(fields);
+    c.execute(
+        "insert into outbox (tenant_id, session_id, session_sequence, event_id, body) \
+         values ($1, $2, $3, $4, $5)",
+        &[
+            &tenant.as_str(),
+            &session_id,
+            &(revision as i64),
+            &event_id,
+            &body,
+        ],
+    )
+    .await?;
+    Ok(())
 }

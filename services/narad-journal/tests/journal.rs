@@ -1460,7 +1460,7 @@ async fn outbox_retention_forgets_old_relayed_rows_and_never_events() {
         .await
         .unwrap();
     tokio::spawn(conn);
-    // Three rows are two days old.
+    // The session's creation and its first three events are two days old.
     admin
         .batch_execute(
             "update outbox set created_at = now() - interval '2 days' where session_sequence <= 3",
@@ -1475,12 +1475,12 @@ async fn outbox_retention_forgets_old_relayed_rows_and_never_events() {
         let n = f.journal.forget_outbox(day, 2).await.unwrap();
         assert!(n <= 2, "in batches of at most 2, got {n}");
         forgotten += n;
-        if forgotten >= 3 {
+        if forgotten >= 4 {
             break;
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    assert_eq!(forgotten, 3, "the old rows are forgotten");
+    assert_eq!(forgotten, 4, "the old rows are forgotten");
     assert_eq!(f.journal.forget_outbox(day, 2).await.unwrap(), 0);
     let left: i64 = admin
         .query_one("select count(*) from outbox", &[])
@@ -1488,6 +1488,32 @@ async fn outbox_retention_forgets_old_relayed_rows_and_never_events() {
         .unwrap()
         .get(0);
     assert_eq!(left, 2, "the recent rows stay");
+    let horizon = f.journal.horizon(&f.tenant).await.unwrap().unwrap();
+    let third = f
+        .history("s1", HistoryQuery::default())
+        .await
+        .unwrap()
+        .events[2]["eventId"]
+        .clone();
+    assert_eq!(
+        horizon.event_id, third,
+        "the horizon is the last forgotten row"
+    );
+    // Retention forgets a prefix of relay order only: an old row behind a
+    // young one stays until the young one is old too.
+    f.append(&s, &[user_message("m5")]).await.unwrap();
+    admin
+        .batch_execute(
+            "update outbox set created_at = now() - interval '2 days' where session_sequence = 6",
+        )
+        .await
+        .unwrap();
+    assert_eq!(f.journal.forget_outbox(day, 10).await.unwrap(), 0);
+    assert_eq!(
+        f.journal.horizon(&f.tenant).await.unwrap().unwrap(),
+        horizon,
+        "the horizon never moves without a deletion"
+    );
     let page = f.history("s1", HistoryQuery::default()).await.unwrap();
-    assert_eq!(page.events.len(), 5, "the journal is never touched");
+    assert_eq!(page.events.len(), 6, "the journal is never touched");
 }

@@ -223,6 +223,23 @@ commands! {
     ArchiveSession(ArchiveSession) = "archive-session";
 }
 
+impl Command {
+    /// The session the command names in its body; `None` for commands that
+    /// find their session from another id (a run, an interrupt, a
+    /// workflow) and for a create-session that lets the server choose.
+    pub fn session_id(&self) -> Option<&str> {
+        match self {
+            Command::StartRun(c) => Some(c.session_id.as_str()),
+            Command::RecordUserMessage(c) => Some(c.session_id.as_str()),
+            Command::StartWorkflow(c) => Some(c.session_id.as_str()),
+            Command::RedactMessage(c) => Some(c.session_id.as_str()),
+            Command::CreateSession(c) => c.session_id.as_ref().map(|s| s.as_str()),
+            Command::ArchiveSession(c) => Some(c.session_id.as_str()),
+            Command::StopRun(_) | Command::ResolveInterrupt(_) | Command::CancelWorkflow(_) => None,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -85,6 +85,8 @@ error_codes! {
     ExtensionExists = "NRD-0207", 409, "Extension exists";
     /// History cursors that identify different positions.
     CursorConflict = "NRD-0301", 400, "Cursor conflict";
+    /// A stream cursor past anything the store holds.
+    CursorAhead = "NRD-0302", 409, "Cursor ahead of the store";
     /// The database cannot be reached.
     DatabaseUnavailable = "NRD-0901", 503, "Database unavailable";
 }

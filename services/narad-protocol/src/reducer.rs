@@ -380,6 +380,65 @@ impl Reducer {
         })
     }
 
+    /// The whole transcript as a `messages.snapshot` body (§9.3) covering
+    /// authority through `covers` (the sessionSequence this reducer has
+    /// reduced through), every message with its reasoning joined to it.
+    /// `None` when the transcript holds reasoning not (yet) joined to a
+    /// message of the transcript, which a snapshot cannot express: the
+    /// caller then replays authority instead.
+    pub fn messages_snapshot(
+        &self,
+        snapshot_id: &str,
+        session_id: &str,
+        covers: u64,
+    ) -> Option<MessagesSnapshot> {
+        let mut messages: Vec<Value> = Vec::new();
+        let mut reasoning: BTreeMap<&str, Vec<Value>> = BTreeMap::new();
+        for item in &self.transcript {
+            match item {
+                TranscriptItem::Message(m) => {
+                    let mut v = json!({
+                        "messageId": m.message_id,
+                        "role": m.role,
+                        "messageScope": m.scope,
+                        "content": m.content,
+                        "completed": m.completed,
+                    });
+                    if let Some(r) = &m.run_id {
+                        v["runId"] = json!(r);
+                    }
+                    if let Some(r) = &m.redaction {
+                        v["redaction"] = r.clone();
+                    }
+                    messages.push(v);
+                }
+                TranscriptItem::Reasoning(r) => reasoning
+                    .entry(r.message_id.as_deref()?)
+                    .or_default()
+                    .push(json!({
+                        "reasoningId": r.reasoning_id,
+                        "text": r.text,
+                        "completed": r.completed,
+                    })),
+            }
+        }
+        for m in &mut messages {
+            if let Some(r) = reasoning.remove(m["messageId"].as_str().unwrap_or_default()) {
+                m["reasoning"] = Value::Array(r);
+            }
+        }
+        if !reasoning.is_empty() {
+            return None;
+        }
+        serde_json::from_value(json!({
+            "snapshotId": snapshot_id,
+            "sessionId": session_id,
+            "coversThroughSessionSequence": covers,
+            "messages": messages,
+        }))
+        .ok()
+    }
+
     /// The transcript a client shows (§9.2): session- and workflow-scoped
     /// items, the items of the most recently started top-level run, and
     /// those of the runs in `opened` (nested runs a client explicitly
@@ -516,6 +575,81 @@ mod tests {
             e[k] = v.clone();
         }
         e
+    }
+
+    #[test]
+    fn a_messages_snapshot_rebuilds_the_same_transcript() {
+        let run = Some(("r1", "r1", 0));
+        let at = |n: u64| run.map(|(a, b, _)| (a, b, n));
+        let lines = [
+            event(
+                1,
+                "message.user.recorded",
+                None,
+                json!({"messageId": "u1", "messageScope": "session", "content": "hi"}),
+            ),
+            event(2, "run.started", at(1), json!({})),
+            event(
+                3,
+                "reasoning.started",
+                at(2),
+                json!({"reasoningId": "reasoning:a1", "messageId": "a1"}),
+            ),
+            event(
+                4,
+                "reasoning.delta",
+                at(3),
+                json!({"reasoningId": "reasoning:a1", "delta": "hm"}),
+            ),
+            event(
+                5,
+                "message.text.started",
+                at(4),
+                json!({"messageId": "a1", "role": "assistant", "messageScope": "run"}),
+            ),
+            event(
+                6,
+                "message.text.delta",
+                at(5),
+                json!({"messageId": "a1", "delta": "hel"}),
+            ),
+        ];
+        let mut whole = Reducer::new(ProfileSet::all());
+        for l in &lines {
+            whole.deliver_json(l).unwrap();
+        }
+        let snapshot = whole.messages_snapshot("snap-1", "s", 6).unwrap();
+        assert_eq!(snapshot.messages.len(), 2);
+        let mut record = serde_json::to_value(&snapshot).unwrap();
+        record["type"] = json!("messages.snapshot");
+        record["protocolVersion"] = json!("narad/v1");
+        record["timestamp"] = json!("2026-08-05T04:00:00Z");
+        let shown =
+            |r: &Reducer| serde_json::to_value(r.transcript(&[RunId::new("r1").unwrap()])).unwrap();
+        // A client hydrated with the snapshot shows the transcript at once,
+        // then reduces the authority; what the snapshot covers is not
+        // applied twice.
+        let mut hydrated = Reducer::new(ProfileSet::all());
+        hydrated.deliver_json(&record).unwrap();
+        assert_eq!(shown(&hydrated), shown(&whole));
+        let more = event(
+            7,
+            "message.text.delta",
+            at(6),
+            json!({"messageId": "a1", "delta": "lo"}),
+        );
+        whole.deliver_json(&more).unwrap();
+        for l in lines.iter().chain([&more]) {
+            hydrated.deliver_json(l).unwrap();
+        }
+        assert_eq!(shown(&hydrated), shown(&whole));
+
+        // Reasoning not yet joined to a message of the transcript.
+        let mut open = Reducer::new(ProfileSet::all());
+        for l in &lines[..4] {
+            open.deliver_json(l).unwrap();
+        }
+        assert_eq!(open.messages_snapshot("snap-2", "s", 4), None);
     }
 
     #[test]

@@ -117,9 +117,35 @@ pub struct Principal {
     /// The client executor ids this principal may attach as, when the
     /// token limits them.
     pub executors: Option<Vec<String>>,
+    /// The sessions this principal may read, when the token limits them.
+    pub sessions: Option<Vec<String>>,
+    /// When its credential expires (seconds since the epoch); `None` for a
+    /// signed extension call, which is checked per request.
+    pub expires_at: Option<u64>,
 }
 
 impl Principal {
+    /// Whether the principal may see the session's events at all.
+    pub fn may_see(&self, session_id: &str) -> bool {
+        self.sessions
+            .as_ref()
+            .is_none_or(|allowed| allowed.iter().any(|s| s == session_id))
+    }
+
+    /// `Ok` when the principal may see the session; a 403 otherwise.
+    pub fn require_session(&self, session_id: &str) -> Result<(), ApiError> {
+        if self.may_see(session_id) {
+            return Ok(());
+        }
+        Err(ApiError::new(
+            ErrorCode::Forbidden,
+            format!(
+                "this token is limited to other sessions (its `sessions` claim does not \
+                 name {session_id:?}); ask for a token that names it"
+            ),
+        ))
+    }
+
     /// `Ok` when a role of the principal grants `permission`; a 403
     /// naming the roles that would otherwise.
     pub fn require(&self, permission: Permission) -> Result<(), ApiError> {
@@ -168,6 +194,10 @@ pub struct Claims {
     /// Client executor ids the principal may attach as.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub executors: Option<Vec<String>>,
+    /// The sessions the principal may read, when the token limits them
+    /// (a token shared for one conversation, say).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sessions: Option<Vec<String>>,
 }
 
 /// `aud`: one audience or several.
@@ -446,6 +476,8 @@ fn principal(claims: Claims) -> Result<Principal, TokenError> {
             .filter_map(|r| Role::from_name(r))
             .collect(),
         executors: claims.executors,
+        sessions: claims.sessions,
+        expires_at: Some(claims.exp),
     })
 }
 
@@ -548,6 +580,7 @@ pub fn mint_hs256(
         iat: Some(now),
         roles: roles.iter().map(|r| r.name().to_owned()).collect(),
         executors: None,
+        sessions: None,
     };
     let key = EncodingKey::from_secret(secret).map_err(|e| e.to_string())?;
     jsonwebtoken::encode(&Header::new(Algorithm::HS256), &claims, &key).map_err(|e| e.to_string())

@@ -54,6 +54,9 @@ pub struct Config {
     /// seconds (history keeps them for good).
     #[arg(long, env = "NARAD_OUTBOX_RETENTION_SECONDS", default_value_t = 24 * 3600)]
     pub outbox_retention_seconds: u64,
+    /// At most one watch event per scope this often, in milliseconds.
+    #[arg(long, env = "NARAD_WATCH_WINDOW_MS", default_value_t = 50)]
+    pub watch_window_ms: u64,
 
     /// Connections in the database pool.
     #[arg(long, env = "NARAD_DATABASE_POOL", default_value_t = 32)]

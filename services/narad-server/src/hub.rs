@@ -1,5 +1,6 @@
 //! The fan-out hub: committed events reach every subscriber of their
-//! session, on every replica.
+//! session and of their tenant, on every replica, with the watch events the
+//! coalescer makes of them.
 //!
 //! One relay per process reads committed events in relay order (see
 //! `narad_journal::relay`), encodes each once as an SSE frame, and hands
@@ -15,8 +16,13 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::body::Bytes;
-use narad_journal::{Journal, Relayed, TenantId};
+use narad_journal::{Journal, RelayCursor, Relayed, TenantId};
+use narad_protocol::profile::Profile;
+use narad_protocol::wire::WireType;
 use tokio::sync::{Notify, broadcast};
+use tokio::time::Instant;
+
+use crate::coalesce::Coalescer;
 
 /// The longest a relay sleeps without a wake-up.
 pub const POLL: Duration = Duration::from_millis(250);
@@ -54,16 +60,39 @@ pub async fn retain_outbox(journal: Journal, retention: Duration) {
     }
 }
 
-/// One committed event, encoded once for every subscriber.
+/// What a live frame carries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LiveKind {
+    /// An authority event.
+    Authority,
+    /// A watch event the outbox carried (`session.created`,
+    /// `session.archived`): a row of relay order like an authority event.
+    StoredWatch,
+    /// A watch event of the coalescer: it covers the authority at its
+    /// cursor and is delivered only after it.
+    Watch,
+}
+
+/// One committed event (or watch event), encoded once for every subscriber.
 #[derive(Debug)]
 pub struct Live {
-    /// Its sessionSequence.
+    /// What it is.
+    pub kind: LiveKind,
+    /// Its relay position; for a coalesced watch event, the position of
+    /// the authority it covers.
+    pub cursor: RelayCursor,
+    /// Its session (`None`: a workspace watch event).
+    pub session_id: Option<String>,
+    /// Its sessionSequence; for a watch event, that of the authority it
+    /// covers.
     pub session_sequence: u64,
+    /// The profile that defines its type, for negotiation (§2.1).
+    pub profile: Profile,
     /// The SSE frame: `id: <eventId>` and `data: <event>`.
     pub frame: Bytes,
 }
 
-/// An SSE frame of an authority event.
+/// An SSE frame of an authority or watch event.
 pub fn frame(event_id: &str, body: &serde_json::Value) -> Bytes {
     let data = serde_json::to_string(body).expect("events serialise");
     // An id holding a line break would end the field early; such an id
@@ -76,26 +105,42 @@ pub fn frame(event_id: &str, body: &serde_json::Value) -> Bytes {
     Bytes::from(format!("{id_line}data: {data}\n\n"))
 }
 
-type Key = (TenantId, String);
+/// The profile that defines an event's type (core for unknown types).
+pub fn profile_of(body: &serde_json::Value) -> Profile {
+    body["type"]
+        .as_str()
+        .and_then(WireType::from_name)
+        .map_or(Profile::Core, WireType::profile)
+}
 
-/// Subscribers by session, and the relay that feeds them.
+type SessionKey = (TenantId, String);
+type Channel = broadcast::Sender<Arc<Live>>;
+
+/// Subscribers by session and by tenant, and the relay that feeds them.
 pub struct Hub {
     journal: Journal,
-    sessions: Mutex<HashMap<Key, broadcast::Sender<Arc<Live>>>>,
+    sessions: Mutex<HashMap<SessionKey, Channel>>,
+    tenants: Mutex<HashMap<TenantId, Channel>>,
+    coalescer: Mutex<Coalescer>,
     wake: Notify,
     closing: tokio::sync::watch::Sender<bool>,
     slow_dropped: std::sync::atomic::AtomicU64,
+    watch_emitted: std::sync::atomic::AtomicU64,
 }
 
 impl Hub {
-    /// A hub over `journal`; [`Hub::run`] starts its relay.
-    pub fn new(journal: Journal) -> Arc<Hub> {
+    /// A hub over `journal` whose coalescer emits at most one watch event
+    /// per scope per `watch_window`; [`Hub::run`] starts its relay.
+    pub fn new(journal: Journal, watch_window: Duration) -> Arc<Hub> {
         Arc::new(Hub {
             journal,
             sessions: Mutex::new(HashMap::new()),
+            tenants: Mutex::new(HashMap::new()),
+            coalescer: Mutex::new(Coalescer::new(watch_window)),
             wake: Notify::new(),
             closing: tokio::sync::watch::channel(false).0,
             slow_dropped: std::sync::atomic::AtomicU64::new(0),
+            watch_emitted: std::sync::atomic::AtomicU64::new(0),
         })
     }
 
@@ -110,6 +155,12 @@ impl Hub {
         self.slow_dropped.load(std::sync::atomic::Ordering::Relaxed)
     }
 
+    /// Watch events the coalescer emitted so far.
+    pub fn watch_events_emitted(&self) -> u64 {
+        self.watch_emitted
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     /// Ends every stream at a frame boundary (the server is stopping):
     /// clients resume, on this replica or another, from their last id.
     pub fn close(&self) {
@@ -122,7 +173,8 @@ impl Hub {
         let _ = rx.wait_for(|closing| *closing).await;
     }
 
-    /// Subscribes to a session's committed events from now on.
+    /// Subscribes to a session's committed events (and its watch events)
+    /// from now on.
     pub fn subscribe(&self, tenant: &TenantId, session: &str) -> broadcast::Receiver<Arc<Live>> {
         let mut sessions = self.sessions.lock().expect("the subscribers");
         sessions
@@ -131,27 +183,89 @@ impl Hub {
             .subscribe()
     }
 
-    /// Hands a batch of relayed events to their subscribers, under one
-    /// lock; an event nobody subscribes to is never encoded.
+    /// Subscribes to every committed event and watch event of a tenant
+    /// from now on.
+    pub fn subscribe_tenant(&self, tenant: &TenantId) -> broadcast::Receiver<Arc<Live>> {
+        let mut tenants = self.tenants.lock().expect("the subscribers");
+        tenants
+            .entry(tenant.clone())
+            .or_insert_with(|| broadcast::channel(SUBSCRIBER_BACKLOG).0)
+            .subscribe()
+    }
+
+    /// Hands a batch of relayed events to their subscribers; an event
+    /// nobody subscribes to is never encoded. Every event also feeds the
+    /// coalescer.
     fn publish(&self, batch: Vec<Relayed>) {
+        {
+            let mut coalescer = self.coalescer.lock().expect("the coalescer");
+            let now = Instant::now();
+            for event in &batch {
+                coalescer.observe(event, now);
+            }
+        }
         let mut sessions = self.sessions.lock().expect("the subscribers");
+        let mut tenants = self.tenants.lock().expect("the subscribers");
         for event in batch {
-            let key = (event.tenant, event.session_id);
-            let Some(sender) = sessions.get(&key) else {
-                continue;
-            };
-            if sender.receiver_count() == 0 {
-                sessions.remove(&key);
+            let session = live_channel(
+                &mut sessions,
+                (event.tenant.clone(), event.session_id.clone()),
+            );
+            let tenant = live_channel(&mut tenants, event.tenant.clone());
+            if session.is_none() && tenant.is_none() {
                 continue;
             }
-            let _ = sender.send(Arc::new(Live {
-                session_sequence: event.session_sequence,
+            let live = Arc::new(Live {
+                kind: if event.authority {
+                    LiveKind::Authority
+                } else {
+                    LiveKind::StoredWatch
+                },
+                cursor: event.cursor,
+                profile: profile_of(&event.body),
                 frame: frame(&event.event_id, &event.body),
-            }));
+                session_id: Some(event.session_id),
+                session_sequence: event.session_sequence,
+            });
+            for sender in session.into_iter().chain(tenant) {
+                let _ = sender.send(live.clone());
+            }
         }
     }
 
-    /// Runs the relay, its listener and its notifier until the process ends.
+    /// Sends the coalescer's due watch events to their subscribers.
+    fn publish_watch(&self) {
+        let due = self.coalescer.lock().expect("the coalescer").flush();
+        let mut sessions = self.sessions.lock().expect("the subscribers");
+        let mut tenants = self.tenants.lock().expect("the subscribers");
+        for watch in due {
+            self.watch_emitted
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let session = watch
+                .session_id
+                .as_ref()
+                .and_then(|s| live_channel(&mut sessions, (watch.tenant.clone(), s.clone())));
+            let tenant = live_channel(&mut tenants, watch.tenant.clone());
+            if session.is_none() && tenant.is_none() {
+                continue;
+            }
+            let id = watch.body["eventId"].as_str().unwrap_or_default();
+            let live = Arc::new(Live {
+                kind: LiveKind::Watch,
+                cursor: watch.cursor,
+                profile: profile_of(&watch.body),
+                frame: frame(id, &watch.body),
+                session_id: watch.session_id,
+                session_sequence: watch.covers,
+            });
+            for sender in session.into_iter().chain(tenant) {
+                let _ = sender.send(live.clone());
+            }
+        }
+    }
+
+    /// Runs the relay, its listener, its notifier and the coalescer until
+    /// the process ends.
     pub async fn run(self: Arc<Self>) {
         tokio::spawn(self.clone().listen());
         tokio::spawn(self.clone().announce());
@@ -165,9 +279,14 @@ impl Hub {
             }
         };
         loop {
+            let due = self.coalescer.lock().expect("the coalescer").due();
             tokio::select! {
                 () = self.wake.notified() => {}
                 () = tokio::time::sleep(POLL) => {}
+                () = sleep_until(due) => {
+                    self.publish_watch();
+                    continue;
+                }
             }
             loop {
                 match self.journal.relay_after(cursor, RELAY_BATCH).await {
@@ -218,5 +337,27 @@ impl Hub {
                 tracing::debug!(error = %e, "cannot notify other replicas");
             }
         }
+    }
+}
+
+/// The channel of a key if anyone listens on it; a channel nobody listens
+/// on any more is removed.
+fn live_channel<K: std::hash::Hash + Eq>(
+    channels: &mut HashMap<K, Channel>,
+    key: K,
+) -> Option<Channel> {
+    let sender = channels.get(&key)?;
+    if sender.receiver_count() == 0 {
+        channels.remove(&key);
+        return None;
+    }
+    Some(sender.clone())
+}
+
+/// Sleeps until `due`, or forever when nothing is due.
+async fn sleep_until(due: Option<Instant>) {
+    match due {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
     }
 }

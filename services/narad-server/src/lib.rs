@@ -12,6 +12,7 @@
 
 pub mod auth;
 pub mod body;
+pub mod coalesce;
 pub mod config;
 pub mod error;
 pub mod hub;

@@ -60,12 +60,14 @@ pub async fn streaming_only(
     next.run(req).await
 }
 
-/// The routes signed calls may reach: history reads and session streams
-/// (`GET /v1/sessions/{sessionId}/events`, `…/stream`).
+/// The routes signed calls may reach: history reads, session streams and
+/// the tenant stream (`GET /v1/sessions/{sessionId}/events`, `…/stream`,
+/// `GET /v1/events`).
 fn is_streaming(method: &axum::http::Method, path: &str) -> bool {
     let segments: Vec<&str> = path.split('/').collect();
     method == axum::http::Method::GET
-        && matches!(segments[..], ["", "v1", "sessions", id, "events" | "stream"] if !id.is_empty())
+        && (matches!(segments[..], ["", "v1", "sessions", id, "events" | "stream"] if !id.is_empty())
+            || matches!(segments[..], ["", "v1", "events"]))
 }
 
 /// Whether a request carries an extension signature.
@@ -216,5 +218,7 @@ async fn verify(parts: &Parts, state: &AppState) -> Result<Principal, ApiError> 
         subject: format!("extension:{extension}"),
         roles: [Role::Reader].into_iter().collect(),
         executors: None,
+        sessions: None,
+        expires_at: None,
     })
 }

@@ -59,7 +59,10 @@ async fn serve_with(config: &Config, url: &Secret, embedded: bool) -> anyhow::Re
         settings.hs256_secret = Some(secret.into_bytes());
     }
     let verifier = Verifier::new(settings).await.map_err(anyhow::Error::msg)?;
-    let hub = narad_server::hub::Hub::new(journal.clone());
+    let hub = narad_server::hub::Hub::new(
+        journal.clone(),
+        Duration::from_millis(config.watch_window_ms),
+    );
     tokio::spawn(hub.clone().run());
     tokio::spawn(narad_server::hub::retain_outbox(
         journal.clone(),

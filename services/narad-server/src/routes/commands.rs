@@ -48,6 +48,20 @@ pub async fn run(
         Command::ResolveInterrupt(_) => Permission::Approve,
         _ => Permission::Command,
     })?;
+    // A token limited to sessions acts only on a session it names.
+    match command.session_id() {
+        Some(session) => principal.require_session(session)?,
+        None if principal.sessions.is_some() => {
+            return Err(ApiError::new(
+                ErrorCode::Forbidden,
+                format!(
+                    "{name} finds its session from the id it names, and this token is limited \
+                     to sessions; use a token without a `sessions` claim"
+                ),
+            ));
+        }
+        None => {}
+    }
     let journal = &state.journal;
     let tenant = &principal.tenant;
     Ok(match command {

@@ -34,6 +34,7 @@ pub async fn append(
     JsonBody(body): JsonBody,
 ) -> ApiResult<(StatusCode, Json<Appended>)> {
     principal.require(Permission::Append)?;
+    principal.require_session(&session_id)?;
     let session = SessionId::new(session_id).map_err(|e| {
         ApiError::new(ErrorCode::InvalidParameter, format!("sessionId: {e}"))
             .with_field("sessionId", e)
@@ -106,6 +107,7 @@ pub async fn history(
     mut query: Query,
 ) -> ApiResult<Json<HistoryPage>> {
     principal.require(Permission::Read)?;
+    principal.require_session(&session_id)?;
     let q = HistoryQuery {
         after_session_sequence: query.number("afterSessionSequence")?,
         root_run_id: query.text("rootRunId"),

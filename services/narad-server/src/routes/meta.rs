@@ -34,6 +34,9 @@ pub async fn capabilities(
     principal.require(Permission::Read)?;
     let session_id = query.text("sessionId");
     query.finish()?;
+    if let Some(s) = &session_id {
+        principal.require_session(s)?;
+    }
     Ok(Json(
         capability_document(&state, &principal.tenant, session_id.as_deref()).await?,
     ))

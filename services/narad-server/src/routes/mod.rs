@@ -6,7 +6,9 @@ pub mod events;
 pub mod extensions;
 pub mod meta;
 pub mod sessions;
+pub mod sse;
 pub mod stream;
+pub mod tenant_stream;
 
 use narad_protocol::commands::Command;
 use serde_json::Value;
@@ -70,6 +72,7 @@ pub fn router() -> OpenApiRouter<AppState> {
         .routes(routes!(commands::resolve_interrupt_alias))
         .routes(routes!(events::append, events::history))
         .routes(routes!(stream::stream))
+        .routes(routes!(tenant_stream::events))
         .routes(routes!(extensions::register, extensions::list))
         .routes(routes!(extensions::update))
         .routes(routes!(meta::capabilities))

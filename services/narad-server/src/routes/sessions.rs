@@ -92,6 +92,8 @@ pub async fn list(
     } else {
         None
     };
+    // A token limited to sessions lists only those.
+    sessions.retain(|s| principal.may_see(&s.session_id));
     Ok(Json(SessionPage {
         sessions,
         next_after,
@@ -112,6 +114,7 @@ pub async fn read(
     Path(session_id): Path<String>,
 ) -> ApiResult<Json<SessionRecord>> {
     principal.require(Permission::Read)?;
+    principal.require_session(&session_id)?;
     Ok(Json(
         state
             .journal
@@ -132,6 +135,7 @@ pub async fn queued_starts(
     Path(session_id): Path<String>,
 ) -> ApiResult<Json<serde_json::Value>> {
     principal.require(Permission::Read)?;
+    principal.require_session(&session_id)?;
     state
         .journal
         .session(&principal.tenant, &session_id)
@@ -160,6 +164,7 @@ pub async fn withdraw_start(
     Path((session_id, queue_id)): Path<(String, String)>,
 ) -> ApiResult<StatusCode> {
     principal.require(Permission::Command)?;
+    principal.require_session(&session_id)?;
     state
         .journal
         .withdraw_start(&principal.tenant, &session_id, &queue_id)

@@ -1,50 +1,52 @@
 //! `GET /v1/sessions/{sessionId}/stream`: a session, live, over SSE.
 //!
-//! First a `capabilities` frame (§10.4; no id), then every authority event
-//! after the client's position, in sessionSequence order, each frame's id
-//! its eventId (§10.1). The stream subscribes before it replays (§10.3):
-//! events committed during the replay wait in the subscription, and the
-//! stream delivers each sessionSequence exactly once, reading history
-//! whenever the live feed skips ahead.
+//! First a `capabilities` frame (§10.4; no id) naming the negotiated
+//! profiles, then every authority event after the client's position, in
+//! sessionSequence order, each frame's id its eventId (§10.1), and the
+//! session's watch events (`session.revision`, `run.revision`,
+//! `workflow.revision`, `session.archived`), each after the authority it
+//! covers, so that resuming from a watch event's id resumes after that
+//! authority. The stream subscribes before it replays (§10.3): events
+//! committed during the replay wait in the subscription, and the stream
+//! delivers each sessionSequence exactly once, reading history whenever the
+//! live feed skips ahead. Frames of profiles the client did not negotiate
+//! are not sent (their sequences still count).
 //!
 //! A client that does not keep up is dropped, never waited for: when its
 //! connection's queue is full, or it fell further behind the live feed than
 //! the hub keeps, the stream ends (counted), and the client resumes with
-//! `Last-Event-ID`.
+//! `Last-Event-ID`. A stream ends too when its token expires.
 
-use std::time::Duration;
-
-use axum::body::{Body, Bytes};
 use axum::extract::{Path, State};
-use axum::http::{HeaderMap, HeaderValue, header};
-use axum::response::{IntoResponse, Response};
+use axum::http::HeaderMap;
+use axum::response::Response;
 use narad_journal::HistoryQuery;
 use narad_protocol::ErrorCode;
-use tokio::sync::{broadcast, mpsc};
+use narad_protocol::watch::WatchId;
+use tokio::sync::broadcast;
 
+use super::sse::{self, Connection};
 use crate::AppState;
 use crate::auth::Permission;
 use crate::body::Query;
 use crate::error::{ApiError, ApiResult};
-use crate::hub::frame;
+use crate::hub::{LiveKind, frame, profile_of};
 use crate::signature::StreamCaller;
-
-/// How often an idle stream sends an SSE comment.
-pub const KEEP_ALIVE: Duration = Duration::from_secs(15);
-/// Frames a connection may hold unsent.
-const CONNECTION_BUFFER: usize = 64;
 
 /// Streams a session.
 #[utoipa::path(get, path = "/v1/sessions/{sessionId}/stream", tag = "events",
     params(
         ("sessionId" = String, Path, description = "The session"),
         ("afterSessionSequence" = Option<u64>, Query, description = "Start after this sessionSequence (default: the beginning)"),
-        ("Last-Event-ID" = Option<String>, Header, description = "Resume after this eventId (wins over afterSessionSequence)"),
+        ("profiles" = Option<String>, Query, description = "The profiles the client negotiates, comma-separated (default: every profile); frames of other profiles are not sent"),
+        ("Last-Event-ID" = Option<String>, Header, description = "Resume after this eventId, of an authority or a watch event (wins over afterSessionSequence)"),
     ),
     responses(
-        (status = 200, description = "text/event-stream: a `capabilities` frame, then authority events with `id` = eventId", content_type = "text/event-stream"),
+        (status = 200, description = "text/event-stream: a `capabilities` frame, then authority and watch events with `id` = eventId", content_type = "text/event-stream"),
         (status = 400, description = "NRD-0008: an unknown Last-Event-ID, or a bad parameter"),
+        (status = 403, description = "NRD-0102: the token does not reach this session"),
         (status = 404, description = "NRD-0007: no such session"),
+        (status = 409, description = "NRD-0302: a cursor past the session's last event (the store was replaced); reconnect without it"),
     ),
     security(("bearer" = []), ("extensionSignature" = [])))]
 pub async fn stream(
@@ -55,104 +57,144 @@ pub async fn stream(
     mut query: Query,
 ) -> ApiResult<Response> {
     principal.require(Permission::Read)?;
+    principal.require_session(&session_id)?;
     let after = query.number("afterSessionSequence")?;
+    let profiles = sse::negotiated(&mut query);
     query.finish()?;
     let tenant = principal.tenant.clone();
-    state.journal.session(&tenant, &session_id).await?;
-    let after = match headers
-        .get("last-event-id")
-        .and_then(|v| v.to_str().ok())
-        .map(str::trim)
-        .filter(|v| !v.is_empty())
-    {
-        Some(id) => state
-            .journal
-            .event_sequence(&tenant, &session_id, id)
-            .await?
-            .ok_or_else(|| {
-                ApiError::new(
-                    ErrorCode::InvalidParameter,
-                    format!(
-                        "Last-Event-ID {id:?} is no event of this session; \
-                         reconnect without it (or with afterSessionSequence)"
-                    ),
-                )
-                .with_field("Last-Event-ID", "unknown event")
-            })?,
+    let session = state.journal.session(&tenant, &session_id).await?;
+    let last_event_id = sse::last_event_id(&headers);
+    // A client that names no position is hydrated: the transcript as one
+    // messages.snapshot first, then the authority from the start.
+    let hydrate = last_event_id.is_none()
+        && after.is_none()
+        && profiles.contains(narad_protocol::profile::Profile::Conversation);
+    let after = match last_event_id {
+        Some(id) => match WatchId::decode(&id) {
+            Some(watch) if watch.session_id.as_deref() == Some(session_id.as_str()) => {
+                watch.covers.unwrap_or(0)
+            }
+            _ => state
+                .journal
+                .event_sequence(&tenant, &session_id, &id)
+                .await?
+                .ok_or_else(|| {
+                    ApiError::new(
+                        ErrorCode::InvalidParameter,
+                        format!(
+                            "Last-Event-ID {id:?} is no event of this session; \
+                             reconnect without it (or with afterSessionSequence)"
+                        ),
+                    )
+                    .with_field("Last-Event-ID", "unknown event")
+                })?,
+        },
         None => after.unwrap_or(0),
     };
+    if after > session.session_sequence {
+        return Err(ApiError::new(
+            ErrorCode::CursorAhead,
+            format!(
+                "the cursor names sessionSequence {after}, and this session holds {} events: \
+                 the store under the client changed; reconnect without a cursor and re-read history",
+                session.session_sequence
+            ),
+        ));
+    }
     // Subscribe first: what commits from here on waits in `live`.
     let live = state.hub.subscribe(&tenant, &session_id);
-    let capabilities = super::meta::capability_document(&state, &tenant, Some(&session_id)).await?;
-    let (tx, rx) = mpsc::channel::<Bytes>(CONNECTION_BUFFER);
-    let first = Bytes::from(format!(
-        "event: capabilities\ndata: {}\n\n",
-        serde_json::to_string(&capabilities).expect("serialises")
-    ));
-    tokio::spawn(feed(state, tenant, session_id, after, live, first, tx));
-    let body = Body::from_stream(tokio_stream_of(rx));
-    let mut response = body.into_response();
-    let h = response.headers_mut();
-    h.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("text/event-stream"),
+    let mut capabilities =
+        super::meta::capability_document(&state, &tenant, Some(&session_id)).await?;
+    capabilities["activeProfiles"] = serde_json::json!(
+        profiles
+            .iter()
+            .map(narad_protocol::profile::Profile::id)
+            .collect::<Vec<_>>()
     );
-    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
-    h.insert("x-accel-buffering", HeaderValue::from_static("no"));
-    Ok(response)
-}
-
-fn tokio_stream_of(
-    mut rx: mpsc::Receiver<Bytes>,
-) -> impl futures::Stream<Item = Result<Bytes, std::convert::Infallible>> {
-    futures::stream::poll_fn(move |cx| rx.poll_recv(cx).map(|f| f.map(Ok)))
+    let (connection, rx) = Connection::new(profiles, principal);
+    let first = sse::capabilities_frame(&capabilities);
+    tokio::spawn(feed(
+        state, connection, session_id, after, hydrate, live, first,
+    ));
+    sse::response(rx)
 }
 
 /// Writes one connection's frames until the client goes away.
 async fn feed(
     state: AppState,
-    tenant: narad_journal::TenantId,
+    connection: Connection,
     session_id: String,
     mut last: u64,
+    hydrate: bool,
     mut live: broadcast::Receiver<std::sync::Arc<crate::hub::Live>>,
-    first: Bytes,
-    tx: mpsc::Sender<Bytes>,
+    first: axum::body::Bytes,
 ) {
-    if tx.send(first).await.is_err() {
+    if connection.send(first).await.is_err() {
         return;
     }
-    if catch_up(&state, &tenant, &session_id, &mut last, &tx)
+    if hydrate {
+        // The authority still follows from the start, for the lifecycle
+        // state; the client's transcript skips what the snapshot covers
+        // (§9.3), so a UI draws the conversation before the replay ends.
+        match transcript_snapshot(&state, &connection, &session_id).await {
+            Ok(Some(frame)) => {
+                if connection.send(frame).await.is_err() {
+                    return;
+                }
+            }
+            // Not expressible as a snapshot: the authority alone follows.
+            Ok(None) => {}
+            Err(()) => return,
+        }
+    }
+    if catch_up(&state, &connection, &session_id, &mut last)
         .await
         .is_err()
     {
         return;
     }
-    let mut keep_alive = tokio::time::interval(KEEP_ALIVE);
+    let mut keep_alive = tokio::time::interval(sse::KEEP_ALIVE);
     keep_alive.tick().await;
     loop {
         tokio::select! {
             received = live.recv() => {
-                let behind = match received {
-                    Ok(event) if event.session_sequence <= last => continue,
-                    Ok(event) if event.session_sequence == last + 1 => {
-                        if !deliver(&state, &tx, &live, &event.frame).await {
-                            return;
-                        }
-                        last += 1;
-                        continue;
-                    }
+                let event = match received {
+                    Ok(event) => event,
                     // The client fell further behind than the hub keeps.
                     Err(broadcast::error::RecvError::Lagged(_)) => {
                         state.hub.dropped_slow_consumer();
                         return;
                     }
-                    // The feed skipped ahead (a relay that started later
-                    // than this stream's replay ended, say): read history.
-                    Ok(_) => true,
                     Err(broadcast::error::RecvError::Closed) => return,
                 };
+                let behind = match event.kind {
+                    // A watch event goes out only after the authority it
+                    // covers (a client resuming from its id resumes there).
+                    LiveKind::Watch | LiveKind::StoredWatch => {
+                        if event.session_sequence <= last
+                            && connection.wants(event.profile, Some(&session_id))
+                            && !connection.deliver(&state, &live, &event.frame).await
+                        {
+                            return;
+                        }
+                        false
+                    }
+                    LiveKind::Authority if event.session_sequence <= last => false,
+                    LiveKind::Authority if event.session_sequence == last + 1 => {
+                        if connection.wants(event.profile, Some(&session_id))
+                            && !connection.deliver(&state, &live, &event.frame).await
+                        {
+                            return;
+                        }
+                        last += 1;
+                        false
+                    }
+                    // The feed skipped ahead (a relay that started later
+                    // than this stream's replay ended, say): read history.
+                    LiveKind::Authority => true,
+                };
                 if behind
-                    && catch_up(&state, &tenant, &session_id, &mut last, &tx)
+                    && catch_up(&state, &connection, &session_id, &mut last)
                         .await
                         .is_err()
                 {
@@ -160,55 +202,27 @@ async fn feed(
                 }
             }
             _ = keep_alive.tick() => {
-                // A connection whose queue is full needs no keep-alive.
-                if let Err(mpsc::error::TrySendError::Closed(_)) =
-                    tx.try_send(Bytes::from_static(b": keep-alive\n\n"))
-                {
+                if !connection.keep_alive() {
                     return;
                 }
             }
-            () = tx.closed() => return,
+            () = connection.tx.closed() => return,
             () = state.hub.closed() => return,
+            () = connection.expired() => return,
         }
     }
 }
-
-/// Hands a live frame to the connection, waiting while the client keeps
-/// up; `false` when the stream must end: the client went away, or it fell
-/// [`SUBSCRIBER_BACKLOG`](crate::hub::SUBSCRIBER_BACKLOG) events behind the
-/// live feed (it is dropped, counted, and resumes with `Last-Event-ID`).
-async fn deliver(
-    state: &AppState,
-    tx: &mpsc::Sender<Bytes>,
-    live: &broadcast::Receiver<std::sync::Arc<crate::hub::Live>>,
-    frame: &Bytes,
-) -> bool {
-    loop {
-        tokio::select! {
-            sent = tx.send(frame.clone()) => return sent.is_ok(),
-            () = tokio::time::sleep(LAG_CHECK) => {
-                if live.len() >= crate::hub::SUBSCRIBER_BACKLOG {
-                    state.hub.dropped_slow_consumer();
-                    return false;
-                }
-            }
-        }
-    }
-}
-
-/// How often a stream waiting on its client checks how far behind it is.
-const LAG_CHECK: Duration = Duration::from_millis(100);
 
 /// Sends every event after `last` that history holds; `Err` when the client
 /// went away or history cannot be read (the stream then ends, and the
 /// client resumes from its last id).
 async fn catch_up(
     state: &AppState,
-    tenant: &narad_journal::TenantId,
+    connection: &Connection,
     session_id: &str,
     last: &mut u64,
-    tx: &mpsc::Sender<Bytes>,
 ) -> Result<(), ()> {
+    let tenant = &connection.principal.tenant;
     loop {
         let page = state
             .journal
@@ -224,12 +238,66 @@ async fn catch_up(
             .await
             .map_err(|e| tracing::warn!(error = %e, "a stream cannot read history"))?;
         for event in &page.events {
-            let id = event["eventId"].as_str().unwrap_or("");
-            tx.send(frame(id, event)).await.map_err(|_| ())?;
+            if connection.wants(profile_of(event), Some(session_id)) {
+                let id = event["eventId"].as_str().unwrap_or("");
+                connection.send(frame(id, event)).await?;
+            }
             *last = event["sessionSequence"].as_u64().unwrap_or(*last + 1);
         }
         if page.next_session_sequence.is_none() {
             return Ok(());
         }
     }
+}
+
+/// The session's transcript as a `messages.snapshot` hydrate frame (no
+/// id); `None` when the transcript cannot be expressed as one (reasoning
+/// not yet joined to a message).
+async fn transcript_snapshot(
+    state: &AppState,
+    connection: &Connection,
+    session_id: &str,
+) -> Result<Option<axum::body::Bytes>, ()> {
+    let tenant = &connection.principal.tenant;
+    let mut reducer = narad_protocol::reducer::Reducer::new(connection.profiles);
+    let mut covers = 0;
+    loop {
+        let page = state
+            .journal
+            .history(
+                tenant,
+                session_id,
+                &HistoryQuery {
+                    after_session_sequence: Some(covers),
+                    limit: Some(narad_journal::history::MAX_LIMIT),
+                    ..HistoryQuery::default()
+                },
+            )
+            .await
+            .map_err(|e| tracing::warn!(error = %e, "a stream cannot read history"))?;
+        for event in &page.events {
+            // The journal holds only what the rules accepted.
+            if let Err(v) = reducer.deliver_json(event) {
+                tracing::warn!(rule = ?v, "a stored event does not reduce; replaying instead");
+                return Ok(None);
+            }
+            covers = event["sessionSequence"].as_u64().unwrap_or(covers + 1);
+        }
+        if page.next_session_sequence.is_none() {
+            break;
+        }
+    }
+    let snapshot_id = narad_protocol::primitives::EventId::new_v7();
+    let Some(snapshot) = reducer.messages_snapshot(snapshot_id.as_str(), session_id, covers) else {
+        return Ok(None);
+    };
+    let mut record = serde_json::to_value(&snapshot).expect("serialises");
+    record["type"] = serde_json::json!("messages.snapshot");
+    record["protocolVersion"] = serde_json::json!("narad/v1");
+    record["timestamp"] = serde_json::json!(narad_protocol::primitives::Timestamp::now());
+    let frame = axum::body::Bytes::from(format!(
+        "event: hydrate\ndata: {}\n\n",
+        serde_json::to_string(&record).expect("serialises")
+    ));
+    Ok(Some(frame))
 }

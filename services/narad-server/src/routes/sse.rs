@@ -1,0 +1,164 @@
+//! What the session stream and the tenant stream share: the response, the
+//! negotiated profiles, the connection's bounded queue, keep-alives, and
+//! the end of a stream whose credential expired.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use axum::body::{Body, Bytes};
+use axum::http::{HeaderMap, HeaderValue, header};
+use axum::response::{IntoResponse, Response};
+use narad_protocol::profile::{Profile, ProfileSet};
+use tokio::sync::{broadcast, mpsc};
+
+use crate::AppState;
+use crate::auth::Principal;
+use crate::body::Query;
+use crate::error::ApiResult;
+use crate::hub::Live;
+
+/// How often an idle stream sends an SSE comment.
+pub const KEEP_ALIVE: Duration = Duration::from_secs(15);
+/// Frames a connection may hold unsent.
+pub const CONNECTION_BUFFER: usize = 64;
+/// How often a stream waiting on its client checks how far behind it is.
+const LAG_CHECK: Duration = Duration::from_millis(100);
+
+/// The profiles a stream's client negotiated: `?profiles=a,b` (core is
+/// always in); every profile when the parameter is absent. Unknown ids are
+/// ignored: negotiation keeps what both sides know (§2.1).
+pub fn negotiated(query: &mut Query) -> ProfileSet {
+    match query.text("profiles") {
+        None => ProfileSet::all(),
+        Some(list) => {
+            ProfileSet::from_ids(list.split(',').map(str::trim).filter(|s| !s.is_empty())).0
+        }
+    }
+}
+
+/// The `Last-Event-ID` header, when it holds something.
+pub fn last_event_id(headers: &HeaderMap) -> Option<String> {
+    headers
+        .get("last-event-id")
+        .and_then(|v| v.to_str().ok())
+        .map(str::trim)
+        .filter(|v| !v.is_empty())
+        .map(str::to_owned)
+}
+
+/// The `capabilities` frame (control class, no id).
+pub fn capabilities_frame(document: &serde_json::Value) -> Bytes {
+    Bytes::from(format!(
+        "event: capabilities\ndata: {}\n\n",
+        serde_json::to_string(document).expect("serialises")
+    ))
+}
+
+/// An SSE response whose frames come from `rx`.
+pub fn response(mut rx: mpsc::Receiver<Bytes>) -> ApiResult<Response> {
+    let stream = futures::stream::poll_fn(move |cx| {
+        rx.poll_recv(cx)
+            .map(|f| f.map(Ok::<_, std::convert::Infallible>))
+    });
+    let mut response = Body::from_stream(stream).into_response();
+    let h = response.headers_mut();
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/event-stream"),
+    );
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    h.insert("x-accel-buffering", HeaderValue::from_static("no"));
+    Ok(response)
+}
+
+/// The connection of one stream: its queue, its client's profiles and
+/// credential.
+pub struct Connection {
+    /// The queue the response drains.
+    pub tx: mpsc::Sender<Bytes>,
+    /// The negotiated profiles.
+    pub profiles: ProfileSet,
+    /// The caller.
+    pub principal: Principal,
+}
+
+impl Connection {
+    /// A connection and the receiver its response drains.
+    pub fn new(profiles: ProfileSet, principal: Principal) -> (Connection, mpsc::Receiver<Bytes>) {
+        let (tx, rx) = mpsc::channel(CONNECTION_BUFFER);
+        (
+            Connection {
+                tx,
+                profiles,
+                principal,
+            },
+            rx,
+        )
+    }
+
+    /// Whether the client may receive a frame of this profile and session
+    /// (per-frame authorisation and negotiation).
+    pub fn wants(&self, profile: Profile, session_id: Option<&str>) -> bool {
+        self.profiles.contains(profile)
+            && match session_id {
+                Some(s) => self.principal.may_see(s),
+                // Workspace-wide frames only for an unlimited token.
+                None => self.principal.sessions.is_none(),
+            }
+    }
+
+    /// Sends a frame, waiting while the client keeps up; `Err` when the
+    /// client went away.
+    pub async fn send(&self, frame: Bytes) -> Result<(), ()> {
+        self.tx.send(frame).await.map_err(|_| ())
+    }
+
+    /// Hands a live frame to the client, waiting while it keeps up;
+    /// `false` when the stream must end: the client went away, or it fell
+    /// [`SUBSCRIBER_BACKLOG`](crate::hub::SUBSCRIBER_BACKLOG) events
+    /// behind the live feed (it is dropped, counted, and resumes with
+    /// `Last-Event-ID`).
+    pub async fn deliver(
+        &self,
+        state: &AppState,
+        live: &broadcast::Receiver<std::sync::Arc<Live>>,
+        frame: &Bytes,
+    ) -> bool {
+        loop {
+            tokio::select! {
+                sent = self.tx.send(frame.clone()) => return sent.is_ok(),
+                () = tokio::time::sleep(LAG_CHECK) => {
+                    if live.len() >= crate::hub::SUBSCRIBER_BACKLOG {
+                        state.hub.dropped_slow_consumer();
+                        return false;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Sends a keep-alive comment unless the queue is full (a connection
+    /// with frames waiting needs none); `false` when the client went away.
+    pub fn keep_alive(&self) -> bool {
+        !matches!(
+            self.tx.try_send(Bytes::from_static(b": keep-alive\n\n")),
+            Err(mpsc::error::TrySendError::Closed(_))
+        )
+    }
+
+    /// Completes when the caller's credential expires: the stream then
+    /// ends, and the client reconnects with a fresh one. Never, for a
+    /// signed extension call (verified once, when it connected).
+    pub async fn expired(&self) {
+        match self.principal.expires_at {
+            Some(exp) => {
+                let now = SystemTime::now()
+                    .duration_since(UNIX_EPOCH)
+                    .map(|d| d.as_secs())
+                    .unwrap_or(0);
+                let left = exp.saturating_sub(now) + crate::auth::LEEWAY_SECONDS;
+                tokio::time::sleep(Duration::from_secs(left)).await;
+            }
+            None => std::future::pending().await,
+        }
+    }
+}
