@@ -267,3 +267,98 @@ async fn a_client_without_a_position_is_hydrated_with_the_transcript() {
     assert_eq!(first.data["type"], "run.started");
     s.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_dropped_listen_connection_is_re_established_and_nothing_is_lost() {
+    let a = Server::start().await;
+    let b = a.replica().await;
+    let t = token("acme", &Role::ALL);
+    session(&a, &t).await;
+    let mut on_b = b
+        .stream("/v1/sessions/s1/stream?afterSessionSequence=0", &t, &[])
+        .await;
+    on_b.next().await.unwrap();
+    assert_eq!(sequences(&on_b.events_until(2, 10).await), [1, 2]);
+    let (admin, conn) = tokio_postgres::connect(a.db.url(), tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(conn);
+    let listening = |n: u64| {
+        let b = &b;
+        async move {
+            for _ in 0..100 {
+                if b.hub.listens() >= n {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            panic!("the relay listens {n} time(s)");
+        }
+    };
+    listening(1).await;
+    // Every relay listener of this database loses its connection, while
+    // appends go on through A.
+    let killed: i64 = admin
+        .query_one(
+            "select count(*) from (select pg_terminate_backend(pid) from pg_stat_activity \
+             where datname = current_database() and application_name = $1) k",
+            &[&narad_journal::relay::LISTENER_APPLICATION_NAME],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(killed, 2, "one listener per replica");
+    for n in 0..20 {
+        a.post(
+            "/v1/sessions/s1/events",
+            &t,
+            &json!({"events": [delta(&format!("during-{n}"))]}),
+        )
+        .await
+        .expect(201);
+    }
+    listening(2).await;
+    let got = on_b.events_until(22, 15).await;
+    assert_eq!(sequences(&got), (3..=22).collect::<Vec<_>>());
+    a.stop().await;
+    b.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_hundred_readers_each_get_every_event_once() {
+    let s = std::sync::Arc::new(Server::start().await);
+    let t = token("acme", &Role::ALL);
+    session(&s, &t).await;
+    let mut readers = Vec::new();
+    for _ in 0..100 {
+        let mut stream = s
+            .stream("/v1/sessions/s1/stream?afterSessionSequence=0", &t, &[])
+            .await;
+        stream.next().await.unwrap();
+        readers.push(stream);
+    }
+    const BATCHES: u64 = 50;
+    const PER_BATCH: u64 = 20;
+    let last = 2 + BATCHES * PER_BATCH;
+    let tasks: Vec<_> = readers
+        .into_iter()
+        .map(|mut r| tokio::spawn(async move { sequences(&r.events_until(last, 120).await) }))
+        .collect();
+    for b in 0..BATCHES {
+        let events: Vec<Value> = (0..PER_BATCH)
+            .map(|k| delta(&format!("d{b}-{k}")))
+            .collect();
+        s.post("/v1/sessions/s1/events", &t, &json!({ "events": events }))
+            .await
+            .expect(201);
+    }
+    let expected: Vec<u64> = (1..=last).collect();
+    for task in tasks {
+        assert_eq!(task.await.unwrap(), expected);
+    }
+    assert_eq!(
+        s.hub.slow_consumers_dropped(),
+        0,
+        "readers that keep up stay"
+    );
+}

@@ -44,6 +44,10 @@ pub struct Relayed {
 /// sent after commits, never inside an append transaction).
 pub const RELAY_CHANNEL: &str = "narad_outbox";
 
+/// The `application_name` of a relay's LISTEN connection (as
+/// `pg_stat_activity` shows it).
+pub const LISTENER_APPLICATION_NAME: &str = "narad relay listener";
+
 impl Journal {
     /// Where a relay starting now begins: after every event committed by a
     /// transaction older than every running one.
@@ -143,7 +147,9 @@ impl Journal {
     /// Opens a connection of its own (not the pool's: its notifications
     /// must reach this listener) listening on [`RELAY_CHANNEL`].
     pub async fn listen_relays(&self) -> Result<RelayListener, JournalError> {
-        let (client, mut connection) = self.config.connect(tokio_postgres::NoTls).await?;
+        let mut config = (*self.config).clone();
+        config.application_name(LISTENER_APPLICATION_NAME);
+        let (client, mut connection) = config.connect(tokio_postgres::NoTls).await?;
         let (tx, notifications) = tokio::sync::mpsc::unbounded_channel();
         tokio::spawn(async move {
             let mut messages = futures::stream::poll_fn(move |cx| connection.poll_message(cx));

@@ -126,6 +126,7 @@ pub struct Hub {
     closing: tokio::sync::watch::Sender<bool>,
     slow_dropped: std::sync::atomic::AtomicU64,
     watch_emitted: std::sync::atomic::AtomicU64,
+    listens: std::sync::atomic::AtomicU64,
 }
 
 impl Hub {
@@ -141,6 +142,7 @@ impl Hub {
             closing: tokio::sync::watch::channel(false).0,
             slow_dropped: std::sync::atomic::AtomicU64::new(0),
             watch_emitted: std::sync::atomic::AtomicU64::new(0),
+            listens: std::sync::atomic::AtomicU64::new(0),
         })
     }
 
@@ -159,6 +161,12 @@ impl Hub {
     pub fn watch_events_emitted(&self) -> u64 {
         self.watch_emitted
             .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// How many times the relay's LISTEN connection was established (more
+    /// than once: it dropped and was re-established).
+    pub fn listens(&self) -> u64 {
+        self.listens.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Ends every stream at a frame boundary (the server is stopping):
@@ -315,6 +323,9 @@ impl Hub {
         loop {
             match self.journal.listen_relays().await {
                 Ok(mut listener) => {
+                    self.listens
+                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    // Catch up on what committed while nobody listened.
                     self.wake.notify_one();
                     while listener.notified().await {
                         self.wake.notify_one();
