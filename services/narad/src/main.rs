@@ -9,6 +9,7 @@ use clap::{Parser, Subcommand};
 
 mod bench;
 mod serve;
+mod tail;
 
 /// A general-purpose allocator that holds up under many threads doing
 /// small JSON allocations: with the system allocator, malloc and free were
@@ -44,6 +45,9 @@ enum Command {
     Serve(Config),
     /// Sign a development token (HS256) with NARAD_JWT_HS256_SECRET.
     Token(serve::TokenArgs),
+    /// Follow a session (or the tenant) live, one JSON line per frame;
+    /// resumes across disconnects and fails over between `--server`s.
+    Tail(tail::TailArgs),
     /// Apply the database migrations (idempotent).
     Migrate {
         /// The database to migrate.
@@ -116,6 +120,9 @@ fn main() -> ExitCode {
                 .map(|()| ExitCode::SUCCESS)
         }
         Command::Token(args) => serve::token(&args).map(|()| ExitCode::SUCCESS),
+        Command::Tail(args) => runtime()
+            .block_on(tail::tail(args))
+            .map(|()| ExitCode::SUCCESS),
         Command::Check(args) => check(&args),
         Command::Conformance(ConformanceCommand::Check { dir, quiet }) => {
             conformance_check(&dir, quiet)

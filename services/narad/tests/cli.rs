@@ -611,3 +611,58 @@ async fn a_client_resumes_on_another_server_after_kill_9_and_misses_nothing() {
     );
     b.stop();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn tail_prints_a_sessions_events_as_json_lines_live() {
+    use narad_server::auth::Role;
+    use serde_json::{Value, json};
+    use std::io::{BufRead, BufReader};
+    let s = narad_tests::Server::start().await;
+    let t = narad_tests::token("acme", &Role::ALL);
+    s.post("/v1/sessions", &t, &json!({"sessionId": "s1"}))
+        .await
+        .expect(201);
+    s.post(
+        "/v1/commands/record-user-message",
+        &t,
+        &json!({"sessionId": "s1", "messageScope": "session", "content": "first"}),
+    )
+    .await
+    .expect(201);
+    let mut child = Command::new(env!("CARGO_BIN_EXE_narad"))
+        .args(["tail", "s1", "--authority-only", "--server", &s.base])
+        .env("NARAD_TOKEN", &t)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("narad runs");
+    let (tx, rx) = std::sync::mpsc::channel();
+    let out = child.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        for line in BufReader::new(out).lines() {
+            if tx.send(line.unwrap()).is_err() {
+                break;
+            }
+        }
+    });
+    s.post(
+        "/v1/commands/record-user-message",
+        &t,
+        &json!({"sessionId": "s1", "messageScope": "session", "content": "second"}),
+    )
+    .await
+    .expect(201);
+    let mut contents = Vec::new();
+    while contents.len() < 2 {
+        let line = rx
+            .recv_timeout(std::time::Duration::from_secs(20))
+            .expect("tail prints each event");
+        let event: Value = serde_json::from_str(&line).expect("one JSON object per line");
+        assert_eq!(event["type"], "message.user.recorded");
+        contents.push(event["content"].as_str().unwrap().to_owned());
+    }
+    assert_eq!(contents, ["first", "second"], "history, then live");
+    child.kill().unwrap();
+    child.wait().unwrap();
+    s.stop().await;
+}

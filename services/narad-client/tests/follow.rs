@@ -1,0 +1,127 @@
+//! The SDK's stream consumer against real servers: it resumes across a
+//! replica stopping mid-stream and across replay blocks, and delivers each
+//! authority event once, in order.
+
+use std::time::Duration;
+
+use narad_client::{Client, Item};
+use narad_server::auth::Role;
+use narad_tests::{Server, token};
+use serde_json::{Value, json};
+
+fn delta(id: &str) -> Value {
+    json!({"protocolVersion": "narad/v1", "type": "message.text.delta", "eventId": id,
+        "rootRunId": "r1", "runId": "r1", "messageId": "m1", "delta": "x"})
+}
+
+/// Session s1 with a running run and an open message (sequences 1, 2).
+async fn session(s: &Server, t: &str) {
+    s.post("/v1/sessions", t, &json!({"sessionId": "s1"}))
+        .await
+        .expect(201);
+    s.post(
+        "/v1/commands/start-run",
+        t,
+        &json!({"sessionId": "s1", "runId": "r1"}),
+    )
+    .await
+    .expect(201);
+    s.post(
+        "/v1/sessions/s1/events",
+        t,
+        &json!({"events": [{"protocolVersion": "narad/v1", "type": "message.text.started",
+            "eventId": "m1-start", "rootRunId": "r1", "runId": "r1", "messageId": "m1",
+            "role": "assistant", "messageScope": "run"}]}),
+    )
+    .await
+    .expect(201);
+}
+
+/// Authority sequences until `last`, within `seconds`.
+async fn authority_until(follow: &mut narad_client::Follow, last: u64, seconds: u64) -> Vec<u64> {
+    let mut got = Vec::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(seconds);
+    while got.last() != Some(&last) {
+        let item = tokio::time::timeout_at(deadline, follow.next())
+            .await
+            .unwrap_or_else(|_| panic!("no sequence {last} within {seconds} s: {got:?}"))
+            .expect("the stream goes on")
+            .expect("an item");
+        if let Item::Authority(e) = item {
+            got.push(e["sessionSequence"].as_u64().unwrap());
+        }
+    }
+    got
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn following_survives_a_replica_stopping_mid_stream() {
+    let a = Server::start().await;
+    let b = a.replica().await;
+    let t = token("acme", &Role::ALL);
+    session(&b, &t).await;
+    let client = Client::new(vec![a.base.clone(), b.base.clone()], &t);
+    let mut follow = client.follow_session("s1");
+    assert_eq!(authority_until(&mut follow, 2, 10).await, [1, 2]);
+    const BATCHES: u64 = 40;
+    let writer = {
+        let (base, t) = (b.base.clone(), t.clone());
+        tokio::spawn(async move {
+            let http = reqwest::Client::new();
+            for n in 0..BATCHES {
+                let r = http
+                    .post(format!("{base}/v1/sessions/s1/events"))
+                    .bearer_auth(&t)
+                    .json(&json!({"events": [delta(&format!("d{n}"))]}))
+                    .send()
+                    .await
+                    .unwrap();
+                assert_eq!(r.status(), 201);
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        })
+    };
+    let mut got = authority_until(&mut follow, 12, 10).await;
+    // The replica the client reads from stops; the client goes on on b.
+    a.stop().await;
+    got.extend(authority_until(&mut follow, 2 + BATCHES, 30).await);
+    writer.await.unwrap();
+    assert_eq!(
+        got,
+        (3..=2 + BATCHES).collect::<Vec<_>>(),
+        "once each, in order"
+    );
+    assert!(follow.connections() >= 2, "it reconnected");
+    b.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn following_the_tenant_stream_crosses_replay_blocks() {
+    let s = Server::start().await;
+    let t = token("acme", &Role::ALL);
+    session(&s, &t).await;
+    let total = narad_server::routes::tenant_stream::REPLAY_BLOCK as u64 + 700;
+    for chunk in 0..total.div_ceil(100) {
+        let events: Vec<Value> = (chunk * 100..((chunk + 1) * 100).min(total))
+            .map(|n| delta(&format!("e{n}")))
+            .collect();
+        s.post("/v1/sessions/s1/events", &t, &json!({ "events": events }))
+            .await
+            .expect(201);
+    }
+    let client = Client::new(vec![s.base.clone()], &t);
+    let mut follow = client.follow_tenant(None, Some("m1-start"));
+    let got = authority_until(&mut follow, 2 + total, 60).await;
+    assert_eq!(got, (3..=2 + total).collect::<Vec<_>>());
+    assert_eq!(follow.connections(), 2, "one block, then the rest");
+    // A cursor from another store is refused for good.
+    let mut lost = client.follow_tenant(None, Some("no-such-event"));
+    match lost.next().await {
+        Err(narad_client::ClientError::Refused { status, body }) => {
+            assert_eq!(status, 400);
+            assert_eq!(body["code"], "NRD-0008");
+        }
+        other => panic!("refused, got {other:?}"),
+    }
+    s.stop().await;
+}
