@@ -127,6 +127,12 @@ impl Server {
         Server::start_on(self.db.clone(), test_auth()).await
     }
 
+    /// Starts a server on a database of the caller's (a cluster it
+    /// controls, say).
+    pub async fn start_on_database(db: Arc<TestDatabase>) -> Server {
+        Server::start_on(db, test_auth()).await
+    }
+
     async fn start_on(db: Arc<TestDatabase>, auth: AuthSettings) -> Server {
         let journal = Journal::connect(db.url(), 16).expect("a journal");
         let verifier = Verifier::new(auth).await.expect("a verifier");

@@ -7,12 +7,14 @@
 //! skipped, so the caller sees each once, in order, whatever the transport
 //! did.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::pin::Pin;
 use std::time::Duration;
 
 use eventsource_stream::Eventsource;
 use futures::{Stream, StreamExt};
+use narad_protocol::ProfileSet;
+use narad_protocol::reducer::Reducer;
 use serde_json::Value;
 
 use crate::{Client, ClientError};
@@ -71,6 +73,10 @@ pub struct Follow {
     replica: usize,
     failures: u32,
     connections: u64,
+    /// Items read from history after a replay gap, delivered first.
+    pending: VecDeque<Item>,
+    /// A session stream's reduced state.
+    reducer: Option<Reducer>,
 }
 
 impl Follow {
@@ -95,8 +101,12 @@ impl Follow {
     }
 
     fn new(client: Client, target: Target) -> Follow {
+        let reducer =
+            matches!(target, Target::Session { .. }).then(|| Reducer::new(ProfileSet::all()));
         Follow {
             client,
+            pending: VecDeque::new(),
+            reducer,
             target,
             delivered: HashMap::new(),
             events: None,
@@ -106,13 +116,24 @@ impl Follow {
         }
     }
 
-    /// Starts after `session_sequence` (a session stream).
+    /// Starts after `session_sequence` (a session stream). The reducer
+    /// ([`Follow::reducer`]) then holds only what follows, so it is
+    /// dropped: a reducer needs the session from its start.
     pub fn after(mut self, session_sequence: u64) -> Follow {
         if let Target::Session { id, after } = &mut self.target {
             *after = session_sequence;
             self.delivered.insert(id.clone(), session_sequence);
         }
+        if session_sequence > 0 {
+            self.reducer = None;
+        }
         self
+    }
+
+    /// The session's state as the client reducer has reduced it from the
+    /// start (session streams followed from their start).
+    pub fn reducer(&self) -> Option<&Reducer> {
+        self.reducer.as_ref()
     }
 
     /// Connections opened so far (more than one: the stream resumed).
@@ -123,6 +144,23 @@ impl Follow {
     /// The next item; `Ok(None)` never happens for a live stream unless
     /// the caller drops it, so loop until an error.
     pub async fn next(&mut self) -> Result<Option<Item>, ClientError> {
+        let item = self.next_item().await?;
+        if let (Some(reducer), Some(item)) = (&mut self.reducer, &item) {
+            let value = match item {
+                Item::Authority(v) | Item::Watch(v) | Item::Hydrate(v) => Some(v),
+                _ => None,
+            };
+            if let Some(v) = value {
+                reducer.deliver_json(v).map_err(ClientError::Protocol)?;
+            }
+        }
+        Ok(item)
+    }
+
+    async fn next_item(&mut self) -> Result<Option<Item>, ClientError> {
+        if let Some(item) = self.pending.pop_front() {
+            return Ok(Some(item));
+        }
         loop {
             let Some(events) = self.events.as_mut() else {
                 self.connect().await?;
@@ -131,8 +169,16 @@ impl Follow {
             match events.next().await {
                 Some(Ok(event)) => {
                     self.failures = 0;
-                    if let Some(item) = self.item(event) {
-                        return Ok(Some(item));
+                    match self.item(event) {
+                        // What retention forgot, history still holds: the
+                        // sessions this client follows are re-read from
+                        // where it stood, before the stream goes on.
+                        Some(Item::ReplayGap(gap)) => {
+                            self.reread_history().await?;
+                            return Ok(Some(Item::ReplayGap(gap)));
+                        }
+                        Some(item) => return Ok(Some(item)),
+                        None => {}
                     }
                 }
                 Some(Err(e)) => {
@@ -147,6 +193,60 @@ impl Follow {
                 }
             }
         }
+    }
+
+    /// Queues, for every session delivered so far, the events history
+    /// holds after the last one delivered.
+    async fn reread_history(&mut self) -> Result<(), ClientError> {
+        let base = self.client.bases[self.replica % self.client.bases.len()].clone();
+        let sessions: Vec<(String, u64)> = self
+            .delivered
+            .iter()
+            .map(|(s, n)| (s.clone(), *n))
+            .collect();
+        for (session, mut after) in sessions {
+            loop {
+                let mut url = reqwest::Url::parse(&base)
+                    .map_err(|e| ClientError::Unavailable(format!("{base}: {e}")))?;
+                url.path_segments_mut()
+                    .map_err(|()| ClientError::Unavailable(base.clone()))?
+                    .pop_if_empty()
+                    .extend(["v1", "sessions", &session, "events"]);
+                url.query_pairs_mut()
+                    .append_pair("afterSessionSequence", &after.to_string())
+                    .append_pair("limit", "1000");
+                let response = self
+                    .client
+                    .http
+                    .get(url)
+                    .bearer_auth(&self.client.token)
+                    .send()
+                    .await
+                    .map_err(|e| ClientError::Unavailable(e.to_string()))?;
+                let status = response.status().as_u16();
+                let page: Value = response
+                    .json()
+                    .await
+                    .map_err(|e| ClientError::Unavailable(e.to_string()))?;
+                if status != 200 {
+                    return Err(ClientError::Refused { status, body: page });
+                }
+                for event in page["events"].as_array().into_iter().flatten() {
+                    let n = event["sessionSequence"].as_u64().unwrap_or(after + 1);
+                    let seen = self.delivered.entry(session.clone()).or_insert(0);
+                    if n > *seen {
+                        *seen = n;
+                        self.pending.push_back(Item::Authority(event.clone()));
+                    }
+                    after = n;
+                }
+                let empty = page["events"].as_array().is_none_or(Vec::is_empty);
+                if empty || page["nextSessionSequence"].is_null() {
+                    break;
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Classifies a frame, skipping authority already delivered.

@@ -80,6 +80,10 @@ pub enum ClientError {
         /// The error envelope (`{code, title, message}`), as sent.
         body: serde_json::Value,
     },
+    /// The stream carried what the protocol forbids (the client reducer
+    /// refused it, with the rule broken).
+    #[error("the stream broke a protocol rule: {0:?}")]
+    Protocol(narad_protocol::rules::Violation),
     /// No replica answered within the retry budget.
     #[error("no replica answered: {0}")]
     Unavailable(String),

@@ -92,6 +92,17 @@ async fn following_survives_a_replica_stopping_mid_stream() {
         "once each, in order"
     );
     assert!(follow.connections() >= 2, "it reconnected");
+    // The reducer fed across both connections holds what one fed from
+    // history alone holds.
+    let page = b.get("/v1/sessions/s1/events?limit=1000", &t).await;
+    let mut from_history = narad_protocol::reducer::Reducer::new(narad_protocol::ProfileSet::all());
+    for e in page.expect(200)["events"].as_array().unwrap() {
+        from_history.deliver_json(e).unwrap();
+    }
+    assert_eq!(
+        follow.reducer().expect("followed from the start").state(),
+        from_history.state()
+    );
     b.stop().await;
 }
 
@@ -124,4 +135,87 @@ async fn following_the_tenant_stream_crosses_replay_blocks() {
         other => panic!("refused, got {other:?}"),
     }
     s.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_replay_gap_is_filled_from_history() {
+    let a = Server::start().await;
+    let b = a.replica().await;
+    let t = token("acme", &Role::ALL);
+    session(&a, &t).await;
+    let client = Client::new(vec![a.base.clone(), b.base.clone()], &t);
+    let mut follow = client.follow_tenant(None, Some("m1-start"));
+    a.post(
+        "/v1/sessions/s1/events",
+        &t,
+        &json!({"events": [delta("old1"), delta("old2")]}),
+    )
+    .await
+    .expect(201);
+    assert_eq!(authority_until(&mut follow, 4, 10).await, [3, 4]);
+    // While the client is away, its replica stops, more is appended, and
+    // retention forgets everything up to old2.
+    a.stop().await;
+    b.post(
+        "/v1/sessions/s1/events",
+        &t,
+        &json!({"events": [delta("new1")]}),
+    )
+    .await
+    .expect(201);
+    let (admin, conn) = tokio_postgres::connect(b.db.url(), tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(conn);
+    admin
+        .batch_execute(
+            "update outbox set created_at = now() - interval '2 days' where event_id <> 'new1'",
+        )
+        .await
+        .unwrap();
+    let journal = narad_journal::Journal::connect(b.db.url(), 2).unwrap();
+    let mut forgotten = 0;
+    for _ in 0..400 {
+        forgotten += journal
+            .forget_outbox(Duration::from_secs(86_400), 1_000)
+            .await
+            .unwrap();
+        if forgotten >= 5 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(forgotten, 5);
+    // Resuming after old2 finds it forgotten: the client re-reads the
+    // session's history from where it stood, and sees new1 once.
+    let mut items = Vec::new();
+    loop {
+        let item = tokio::time::timeout(Duration::from_secs(10), follow.next())
+            .await
+            .expect("the stream goes on")
+            .unwrap()
+            .unwrap();
+        let done = matches!(&item, Item::Authority(e) if e["eventId"] == "new1");
+        if !matches!(item, Item::Capabilities(_) | Item::Watch(_)) {
+            items.push(item);
+        }
+        if done {
+            break;
+        }
+    }
+    assert!(
+        matches!(&items[0], Item::ReplayGap(g) if g["forgottenThrough"] == "old2"),
+        "{items:?}"
+    );
+    assert_eq!(items.len(), 2, "{items:?}");
+    b.post(
+        "/v1/sessions/s1/events",
+        &t,
+        &json!({"events": [delta("new2")]}),
+    )
+    .await
+    .expect(201);
+    // new1 again from the stream is skipped; new2 follows.
+    assert_eq!(authority_until(&mut follow, 6, 10).await, [6]);
+    b.stop().await;
 }
