@@ -42,6 +42,8 @@ type Reply = oneshot::Sender<Result<Appended, JournalError>>;
 pub(crate) struct Combiner {
     pool: Pool,
     max_groups: usize,
+    /// The statement that ends a group's transaction.
+    commit: &'static str,
     queue: Mutex<Queue>,
     counters: Counters,
     /// Woken after every committed group.
@@ -89,10 +91,15 @@ struct Queue {
 
 impl Combiner {
     /// A combiner running at most `max_groups` transactions at a time.
-    pub(crate) fn new(pool: Pool, max_groups: usize) -> Combiner {
+    pub(crate) fn new(pool: Pool, max_groups: usize, notify_in_transaction: bool) -> Combiner {
         Combiner {
             pool,
             max_groups: max_groups.max(1),
+            commit: if notify_in_transaction {
+                group::NOTIFY_AND_COMMIT
+            } else {
+                "commit"
+            },
             queue: Mutex::new(Queue::default()),
             counters: Counters::default(),
             committed: tokio::sync::Notify::new(),
@@ -202,7 +209,7 @@ impl Combiner {
         c.groups.fetch_add(1, Ordering::Relaxed);
         c.grouped
             .fetch_add(requests.len() as u64, Ordering::Relaxed);
-        match group::write(client, &mut requests, Locking::Skip).await {
+        match group::write(client, &mut requests, Locking::Skip, self.commit).await {
             Ok(outcomes) => {
                 self.committed.notify_one();
                 for ((request, reply), outcome) in requests.into_iter().zip(replies).zip(outcomes) {
@@ -242,7 +249,7 @@ impl Combiner {
         tokio::spawn(async move {
             let mut requests = [request];
             let answer = match pool.get().await {
-                Ok(client) => group::write(&client, &mut requests, Locking::Wait)
+                Ok(client) => group::write(&client, &mut requests, Locking::Wait, this.commit)
                     .await
                     .and_then(|outcomes| match outcomes.into_iter().next() {
                         Some(Outcome::Done(answer)) => answer,

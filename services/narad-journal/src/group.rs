@@ -144,6 +144,11 @@ update sessions s set session_sequence = u.last, core = u.core
 from unnest($17::text[], $18::bigint[], $19::jsonb[]) as u(session_id, last, core)
 where s.tenant_id = $1 and s.session_id = u.session_id";
 
+/// Ends a group's transaction with a NOTIFY of the relays: how appends
+/// would wake relays if the notification were part of the transaction
+/// (measured against one NOTIFY per burst after commits; BENCHMARKS.md).
+pub(crate) const NOTIFY_AND_COMMIT: &str = "notify narad_outbox; commit";
+
 /// A statement parameter.
 type Param<'a> = dyn tokio_postgres::types::ToSql + Sync + 'a;
 
@@ -161,8 +166,9 @@ pub(crate) async fn write(
     client: &Client,
     requests: &mut [Request],
     locking: Locking,
+    commit: &str,
 ) -> Result<Vec<Outcome>, JournalError> {
-    let result = run(client, requests, locking).await;
+    let result = run(client, requests, locking, commit).await;
     if result.is_err() {
         // The transaction may be open or already ended; either way the
         // connection goes back to the pool outside one.
@@ -175,6 +181,7 @@ async fn run(
     client: &Client,
     requests: &mut [Request],
     locking: Locking,
+    commit: &str,
 ) -> Result<Vec<Outcome>, JournalError> {
     let (set, lock, load, find, write) = futures::try_join!(
         client.prepare_cached(SET_TENANT),
@@ -350,7 +357,7 @@ async fn run(
     });
     futures::try_join!(
         futures::future::try_join_all(statements),
-        client.batch_execute("commit"),
+        client.batch_execute(commit),
     )
     .map_err(|e| {
         if single {

@@ -125,8 +125,11 @@ impl Journal {
             }))
             .build()
             .map_err(|e| JournalError::Corrupt(format!("cannot build the pool: {e}")))?;
-        let combiner =
-            std::sync::Arc::new(combine::Combiner::new(pool.clone(), DEFAULT_APPEND_GROUPS));
+        let combiner = std::sync::Arc::new(combine::Combiner::new(
+            pool.clone(),
+            DEFAULT_APPEND_GROUPS,
+            false,
+        ));
         Ok(Journal {
             pool,
             config: std::sync::Arc::new(config),
@@ -137,7 +140,23 @@ impl Journal {
     /// The same journal running at most `groups` append transactions at a
     /// time (at least 1).
     pub fn with_append_groups(self, groups: usize) -> Journal {
-        let combiner = std::sync::Arc::new(combine::Combiner::new(self.pool.clone(), groups));
+        self.with_combiner(groups, false)
+    }
+
+    /// The same journal sending `NOTIFY narad_outbox` inside every append
+    /// transaction: for measurement only (`narad bench stream`). Postgres
+    /// serialises the commits of notifying transactions on one lock; the
+    /// server notifies once per burst after commits instead.
+    pub fn with_notify_in_transaction(self, groups: usize) -> Journal {
+        self.with_combiner(groups, true)
+    }
+
+    fn with_combiner(self, groups: usize, notify_in_transaction: bool) -> Journal {
+        let combiner = std::sync::Arc::new(combine::Combiner::new(
+            self.pool.clone(),
+            groups,
+            notify_in_transaction,
+        ));
         Journal {
             pool: self.pool,
             config: self.config,

@@ -38,26 +38,26 @@ pub struct AppendBench {
 }
 
 #[derive(Default)]
-struct Stats {
-    ops: u64,
-    events: u64,
-    elapsed: Duration,
-    latencies: Vec<Duration>,
+pub(crate) struct Stats {
+    pub(crate) ops: u64,
+    pub(crate) events: u64,
+    pub(crate) elapsed: Duration,
+    pub(crate) latencies: Vec<Duration>,
 }
 
 impl Stats {
-    fn add(&mut self, other: Stats) {
+    pub(crate) fn add(&mut self, other: Stats) {
         self.ops += other.ops;
         self.events += other.events;
         self.elapsed += other.elapsed;
         self.latencies.extend(other.latencies);
     }
 
-    fn per_second(&self, n: u64) -> f64 {
+    pub(crate) fn per_second(&self, n: u64) -> f64 {
         n as f64 / self.elapsed.as_secs_f64()
     }
 
-    fn percentile(&mut self, p: f64) -> Duration {
+    pub(crate) fn percentile(&mut self, p: f64) -> Duration {
         self.latencies.sort_unstable();
         let i = ((self.latencies.len() as f64 - 1.0) * p).round() as usize;
         self.latencies.get(i).copied().unwrap_or_default()
@@ -67,7 +67,7 @@ impl Stats {
 /// Runs `writers` tasks, each calling `op(writer, n)` back to back until
 /// `duration` has passed, with `n` counting from `first`; `op` returns the
 /// number of events it wrote.
-async fn measure<F, Fut>(writers: usize, duration: Duration, first: u64, op: F) -> Stats
+pub(crate) async fn measure<F, Fut>(writers: usize, duration: Duration, first: u64, op: F) -> Stats
 where
     F: Fn(usize, u64) -> Fut + Send + Sync + 'static,
     Fut: std::future::Future<Output = u64> + Send,
@@ -105,7 +105,7 @@ where
     stats
 }
 
-fn delta(id: &str, run: &str, message: &str) -> Value {
+pub(crate) fn delta(id: &str, run: &str, message: &str) -> Value {
     json!({
         "protocolVersion": "narad/v1", "type": "message.text.delta", "eventId": id,
         "rootRunId": run, "runId": run, "messageId": message,

@@ -8,6 +8,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 mod bench;
+mod bench_stream;
 mod serve;
 mod tail;
 
@@ -65,6 +66,10 @@ enum BenchCommand {
     /// Appends per second and latency at 1, 8 and 32 writers, beside a
     /// plain INSERT of the same rows.
     Append(bench::AppendBench),
+    /// Live delivery: append throughput with subscribers, append→frame
+    /// latency, memory per idle stream, replay rate, fan-out beside a
+    /// minimal axum server, and where the NOTIFY goes.
+    Stream(bench_stream::StreamBench),
 }
 
 #[derive(Subcommand)]
@@ -111,6 +116,9 @@ fn main() -> ExitCode {
         }),
         Command::Bench(BenchCommand::Append(args)) => runtime()
             .block_on(bench::append(&args))
+            .map(|()| ExitCode::SUCCESS),
+        Command::Bench(BenchCommand::Stream(args)) => runtime()
+            .block_on(bench_stream::stream(&args))
             .map(|()| ExitCode::SUCCESS),
         Command::Config(config) => print_config(&config),
         Command::Serve(config) => {
