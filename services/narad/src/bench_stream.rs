@@ -37,6 +37,9 @@ pub struct StreamBench {
     /// Events replayed by the replay scenario.
     #[arg(long, default_value_t = 100_000)]
     replay_events: u64,
+    /// Events per append in the latency scenario (1,000 events/s in all).
+    #[arg(long, default_value_t = 10)]
+    latency_batch: u64,
     /// Subscribers of the fan-out comparison.
     #[arg(long, default_value_t = 100)]
     fanout_subscribers: usize,
@@ -413,9 +416,10 @@ async fn latency(args: &StreamBench, bench: &Bench) -> anyhow::Result<()> {
             lat
         }));
     }
-    let mut tick = tokio::time::interval(Duration::from_micros(1_000_000 / RATE));
+    let batch = args.latency_batch.max(1);
+    let mut tick = tokio::time::interval(Duration::from_micros(1_000_000 * batch / RATE));
     let mut writes = Vec::new();
-    for n in 0..total {
+    for n in 0..total / batch {
         tick.tick().await;
         let (http, base, token, session) = (
             bench.writes.clone(),
@@ -424,16 +428,24 @@ async fn latency(args: &StreamBench, bench: &Bench) -> anyhow::Result<()> {
             session.clone(),
         );
         writes.push(tokio::spawn(async move {
+            let events: Vec<Value> = (0..batch)
+                .map(|k| timed_delta(&format!("lat-{n}-{k}")))
+                .collect();
+            let start = Instant::now();
             let _ = http
                 .post(format!("{base}/v1/sessions/{session}/events"))
                 .bearer_auth(&token)
-                .json(&json!({"events": [timed_delta(&format!("lat-{n}"))]}))
+                .json(&json!({ "events": events }))
                 .send()
                 .await;
+            start.elapsed()
         }));
     }
+    let mut appends = Stats::default();
     for w in writes {
-        let _ = w.await;
+        if let Ok(took) = w.await {
+            appends.latencies.push(took);
+        }
     }
     let mut lat = Stats::default();
     for s in samplers {
@@ -446,16 +458,20 @@ async fn latency(args: &StreamBench, bench: &Bench) -> anyhow::Result<()> {
     }
     let received = lat.latencies.len();
     println!("\n### Append→frame latency\n");
-    println!("| events/s | subscribers | frames sampled (of sent) | p50 ms | p99 ms | max ms |");
+    println!(
+        "| events/s | events per append | subscribers | frames sampled (of sent) | append→frame p50 / p99 / max ms | append request p50 / p99 ms |"
+    );
     println!("|---|---|---|---|---|---|");
     let max = lat.percentile(1.0);
     println!(
-        "| {RATE} | {} | {received} ({}) | {} | {} | {} |",
+        "| {RATE} | {batch} | {} | {received} ({}) | {} / {} / {} | {} / {} |",
         args.subscribers.max(SAMPLED),
         total * SAMPLED as u64,
         ms(lat.percentile(0.5)),
         ms(lat.percentile(0.99)),
         ms(max),
+        ms(appends.percentile(0.5)),
+        ms(appends.percentile(0.99)),
     );
     Ok(())
 }

@@ -53,11 +53,26 @@ pub fn capabilities_frame(document: &serde_json::Value) -> Bytes {
     ))
 }
 
-/// An SSE response whose frames come from `rx`.
+/// Bytes of waiting frames joined into one body chunk at most.
+const CHUNK: usize = 32 * 1024;
+
+/// An SSE response whose frames come from `rx`. Frames waiting together
+/// leave as one chunk: one write instead of one per frame.
 pub fn response(mut rx: mpsc::Receiver<Bytes>) -> ApiResult<Response> {
     let stream = futures::stream::poll_fn(move |cx| {
-        rx.poll_recv(cx)
-            .map(|f| f.map(Ok::<_, std::convert::Infallible>))
+        rx.poll_recv(cx).map(|first| {
+            let first = first?;
+            let mut joined: Option<Vec<u8>> = None;
+            while joined.as_ref().map_or(first.len(), Vec::len) < CHUNK {
+                let Ok(next) = rx.try_recv() else { break };
+                joined
+                    .get_or_insert_with(|| first.to_vec())
+                    .extend_from_slice(&next);
+            }
+            Some(Ok::<_, std::convert::Infallible>(
+                joined.map_or(first, Bytes::from),
+            ))
+        })
     });
     let mut response = Body::from_stream(stream).into_response();
     let h = response.headers_mut();
