@@ -567,6 +567,9 @@ async fn replay(args: &StreamBench, bench: &Bench) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Events per append of the fan-out scenario's writers.
+const FANOUT_BATCH: u64 = 50;
+
 /// Fan-out frames/s of narad beside a minimal axum + broadcast SSE server.
 async fn fanout(args: &StreamBench, bench: &Bench) -> anyhow::Result<()> {
     let seconds = Duration::from_secs(args.seconds);
@@ -594,7 +597,7 @@ async fn fanout(args: &StreamBench, bench: &Bench) -> anyhow::Result<()> {
         writers.push(tokio::spawn(async move {
             let mut n = 0u64;
             while start.elapsed() < seconds {
-                let events: Vec<Value> = (0..50)
+                let events: Vec<Value> = (0..FANOUT_BATCH)
                     .map(|k| delta(&format!("fan-{w}-{n}-{k}"), "r", "m"))
                     .collect();
                 let _ = http
@@ -612,6 +615,8 @@ async fn fanout(args: &StreamBench, bench: &Bench) -> anyhow::Result<()> {
     }
     tokio::time::sleep(Duration::from_millis(500)).await;
     let narad_rate = narad_frames.load(Ordering::Relaxed) as f64 / start.elapsed().as_secs_f64();
+    // A stream that ended before the bench closed it was dropped as slow.
+    let narad_dropped = readers.iter().filter(|r| r.is_finished()).count();
     for r in readers {
         r.abort();
     }
@@ -638,14 +643,17 @@ async fn fanout(args: &StreamBench, bench: &Bench) -> anyhow::Result<()> {
     }
     tokio::time::sleep(Duration::from_millis(500)).await;
     let base_rate = base_frames.load(Ordering::Relaxed) as f64 / start.elapsed().as_secs_f64();
+    let base_dropped = readers.iter().filter(|r| r.is_finished()).count();
     for r in readers {
         r.abort();
     }
     println!("\n### Fan-out\n");
-    println!("| subscribers | axum + broadcast frames/s | narad frames/s | ratio |");
-    println!("|---|---|---|---|");
     println!(
-        "| {} | {base_rate:.0} | {narad_rate:.0} | {:.2} |",
+        "| subscribers | axum + broadcast frames/s | narad frames/s | ratio | streams dropped as slow (baseline / narad) |"
+    );
+    println!("|---|---|---|---|---|");
+    println!(
+        "| {} | {base_rate:.0} | {narad_rate:.0} | {:.2} | {base_dropped} / {narad_dropped} |",
         args.fanout_subscribers,
         narad_rate / base_rate
     );
