@@ -14,6 +14,15 @@
 //! - A `Last-Event-ID` past anything the store holds is refused with 409
 //!   (NRD-0302): a stream from there could never carry a frame. An id the
 //!   store never held is 400.
+//! - Within a session, relay order is sessionSequence order. This relies
+//!   on an append transaction's first write being the lock of its
+//!   sessions' rows (true of the journal's append path), so that a
+//!   transaction that appends to a session after another got its
+//!   transaction id after it too (groups lock with SKIP LOCKED and never
+//!   wait; an append that waits for a lock does so alone, before any other
+//!   write). A change that lets a transaction write before it waits for a
+//!   session lock breaks this, and clients that skip sequences they
+//!   already hold would then skip events.
 //! - Every frame is authorised for the caller: only its tenant's rows
 //!   reach the stream, only sessions its token may see, only profiles it
 //!   negotiated. Signed extension calls may use this stream.
