@@ -495,3 +495,59 @@ async fn signed_extensions_read_the_tenant_stream_and_archives_are_announced() {
     );
     s.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_extensions_open_stream_ends_when_it_is_disabled() {
+    let s = Server::start().await;
+    let admin = token("acme", &Role::ALL);
+    session(&s, &admin, "s1").await;
+    let secret = s
+        .post(
+            "/v1/extensions",
+            &admin,
+            &json!({"publisher": "acme-tools", "name": "tap"}),
+        )
+        .await
+        .expect(201)["secret"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let mut stream = s
+        .signed_stream("/v1/events", &Signed::now("acme-tools/tap", &secret))
+        .await;
+    stream.next().await.unwrap();
+    // Frames keep coming while the registration is disabled: the check
+    // keeps its own schedule.
+    let writer = {
+        let (base, t) = (s.base.clone(), admin.clone());
+        tokio::spawn(async move {
+            let http = reqwest::Client::new();
+            for n in 0..60 {
+                let _ = http
+                    .post(format!("{base}/v1/sessions/s1/events"))
+                    .bearer_auth(&t)
+                    .json(&json!({"events": [delta(&format!("x{n}"))]}))
+                    .send()
+                    .await;
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        })
+    };
+    let disabled = s
+        .call(
+            reqwest::Method::PATCH,
+            "/v1/extensions/acme-tools/tap",
+            Some(&admin),
+            Some(serde_json::to_vec(&json!({"enabled": false})).unwrap()),
+        )
+        .await;
+    assert_eq!(disabled.expect(200)["enabled"], false);
+    let limit = narad_server::routes::sse::EXTENSION_RECHECK + Duration::from_secs(5);
+    let ended = tokio::time::timeout(limit, async { while stream.next().await.is_some() {} }).await;
+    assert!(
+        ended.is_ok(),
+        "the stream ended within {limit:?} of the disable"
+    );
+    writer.abort();
+    s.stop().await;
+}

@@ -120,8 +120,11 @@ pub struct Principal {
     /// The sessions this principal may read, when the token limits them.
     pub sessions: Option<Vec<String>>,
     /// When its credential expires (seconds since the epoch); `None` for a
-    /// signed extension call, which is checked per request.
+    /// signed extension call.
     pub expires_at: Option<u64>,
+    /// The registered extension (publisher, name) a signed call came
+    /// from; `None` for a token.
+    pub extension: Option<(String, String)>,
 }
 
 impl Principal {
@@ -478,6 +481,7 @@ fn principal(claims: Claims) -> Result<Principal, TokenError> {
         executors: claims.executors,
         sessions: claims.sessions,
         expires_at: Some(claims.exp),
+        extension: None,
     })
 }
 

@@ -220,5 +220,6 @@ async fn verify(parts: &Parts, state: &AppState) -> Result<Principal, ApiError> 
         executors: None,
         sessions: None,
         expires_at: None,
+        extension: Some((publisher.to_owned(), name.to_owned())),
     })
 }

@@ -20,6 +20,9 @@ use crate::hub::Live;
 pub const KEEP_ALIVE: Duration = Duration::from_secs(15);
 /// Frames a connection may hold unsent.
 pub const CONNECTION_BUFFER: usize = 64;
+/// How often an extension's stream checks that its registration is still
+/// enabled.
+pub const EXTENSION_RECHECK: Duration = Duration::from_secs(5);
 /// How often a stream waiting on its client checks how far behind it is.
 const LAG_CHECK: Duration = Duration::from_millis(100);
 
@@ -160,10 +163,23 @@ impl Connection {
         )
     }
 
-    /// Completes when the caller's credential expires: the stream then
-    /// ends, and the client reconnects with a fresh one. Never, for a
-    /// signed extension call (verified once, when it connected).
-    pub async fn expired(&self) {
+    /// Completes when the caller may no longer read: its token expired
+    /// (the client reconnects with a fresh one), or, for a signed
+    /// extension call, its registration was disabled or removed (checked
+    /// every [`EXTENSION_RECHECK`]).
+    pub async fn revoked(&self, state: &AppState) {
+        if let Some((publisher, name)) = &self.principal.extension {
+            loop {
+                tokio::time::sleep(EXTENSION_RECHECK).await;
+                match state.journal.signing_key(publisher, name).await {
+                    Ok(Some(key)) if key.enabled => {}
+                    Ok(_) => return,
+                    // The database is away: keep serving; the next check
+                    // decides.
+                    Err(e) => tracing::debug!(error = %e, "cannot recheck an extension"),
+                }
+            }
+        }
         match self.principal.expires_at {
             Some(exp) => {
                 let now = SystemTime::now()

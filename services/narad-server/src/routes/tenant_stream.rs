@@ -252,6 +252,10 @@ async fn feed(
     }
     let mut keep_alive = tokio::time::interval(sse::KEEP_ALIVE);
     keep_alive.tick().await;
+    // One future for the stream's life, so that its checks keep their
+    // schedule however often frames arrive.
+    let revoked = connection.revoked(&state);
+    tokio::pin!(revoked);
     loop {
         tokio::select! {
             received = live.recv() => {
@@ -289,7 +293,7 @@ async fn feed(
             }
             () = connection.tx.closed() => return,
             () = state.hub.closed() => return,
-            () = connection.expired() => return,
+            () = &mut revoked => return,
         }
     }
 }
