@@ -522,3 +522,40 @@ impl SseStream {
         }
     }
 }
+
+/// A `message.text.delta` of run r1's open message m1 (see
+/// [`open_session`]).
+pub fn delta(id: &str) -> Value {
+    serde_json::json!({"protocolVersion": "narad/v1", "type": "message.text.delta",
+        "eventId": id, "rootRunId": "r1", "runId": "r1", "messageId": "m1", "delta": "x"})
+}
+
+/// Creates session `id` with run r1 running and message m1 open
+/// (sequences 1 and 2; the message's start has eventId `start-{id}`), so
+/// that [`delta`]s can be appended to it.
+pub async fn open_session(s: &Server, token: &str, id: &str) {
+    s.post(
+        "/v1/sessions",
+        token,
+        &serde_json::json!({ "sessionId": id }),
+    )
+    .await
+    .expect(201);
+    s.post(
+        "/v1/commands/start-run",
+        token,
+        &serde_json::json!({"sessionId": id, "runId": "r1"}),
+    )
+    .await
+    .expect(201);
+    s.post(
+        &format!("/v1/sessions/{id}/events"),
+        token,
+        &serde_json::json!({"events": [{"protocolVersion": "narad/v1",
+            "type": "message.text.started", "eventId": format!("start-{id}"),
+            "rootRunId": "r1", "runId": "r1", "messageId": "m1", "role": "assistant",
+            "messageScope": "run"}]}),
+    )
+    .await
+    .expect(201);
+}

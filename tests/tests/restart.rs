@@ -8,11 +8,6 @@ use narad_server::auth::Role;
 use narad_tests::*;
 use serde_json::{Value, json};
 
-fn delta(id: &str) -> Value {
-    json!({"protocolVersion": "narad/v1", "type": "message.text.delta", "eventId": id,
-        "rootRunId": "r1", "runId": "r1", "messageId": "m1", "delta": "x"})
-}
-
 /// Posts until the server answers `expected` (the database may be down).
 async fn post_until(s: &Server, path: &str, t: &str, body: &Value, expected: u16) {
     for _ in 0..200 {

@@ -7,34 +7,6 @@ use narad_server::auth::Role;
 use narad_tests::*;
 use serde_json::{Value, json};
 
-fn delta(id: &str) -> Value {
-    json!({"protocolVersion": "narad/v1", "type": "message.text.delta", "eventId": id,
-        "rootRunId": "r1", "runId": "r1", "messageId": "m1", "delta": "x"})
-}
-
-/// A session with a running run and an open message: sequences 1 and 2.
-async fn session(s: &Server, t: &str) {
-    s.post("/v1/sessions", t, &json!({"sessionId": "s1"}))
-        .await
-        .expect(201);
-    s.post(
-        "/v1/commands/start-run",
-        t,
-        &json!({"sessionId": "s1", "runId": "r1"}),
-    )
-    .await
-    .expect(201);
-    s.post(
-        "/v1/sessions/s1/events",
-        t,
-        &json!({"events": [{"protocolVersion": "narad/v1", "type": "message.text.started",
-            "eventId": "start-m1", "rootRunId": "r1", "runId": "r1", "messageId": "m1",
-            "role": "assistant", "messageScope": "run"}]}),
-    )
-    .await
-    .expect(201);
-}
-
 fn sequences(events: &[Value]) -> Vec<u64> {
     events
         .iter()
@@ -46,7 +18,7 @@ fn sequences(events: &[Value]) -> Vec<u64> {
 async fn a_stream_opens_with_capabilities_replays_then_follows_live() {
     let s = Server::start().await;
     let t = token("acme", &Role::ALL);
-    session(&s, &t).await;
+    open_session(&s, &t, "s1").await;
     let mut stream = s
         .stream("/v1/sessions/s1/stream?afterSessionSequence=0", &t, &[])
         .await;
@@ -102,7 +74,7 @@ async fn a_stream_opens_with_capabilities_replays_then_follows_live() {
 async fn clients_attaching_during_appends_miss_nothing_and_repeat_nothing() {
     let s = std::sync::Arc::new(Server::start().await);
     let t = token("acme", &Role::ALL);
-    session(&s, &t).await;
+    open_session(&s, &t, "s1").await;
     const BATCHES: usize = 120;
     let writer = {
         let (s, t) = (s.clone(), t.clone());
@@ -150,7 +122,7 @@ async fn an_append_through_one_replica_reaches_a_subscriber_of_another() {
     let a = Server::start().await;
     let b = a.replica().await;
     let t = token("acme", &Role::ALL);
-    session(&a, &t).await;
+    open_session(&a, &t, "s1").await;
     let mut on_b = b
         .stream("/v1/sessions/s1/stream?afterSessionSequence=0", &t, &[])
         .await;
@@ -176,7 +148,7 @@ async fn an_append_through_one_replica_reaches_a_subscriber_of_another() {
 async fn a_reader_that_does_not_keep_up_is_dropped_and_the_others_get_everything() {
     let s = std::sync::Arc::new(Server::start().await);
     let t = token("acme", &Role::ALL);
-    session(&s, &t).await;
+    open_session(&s, &t, "s1").await;
     // A reader that never reads past the headers.
     let slow = s
         .http
@@ -220,7 +192,7 @@ async fn a_reader_that_does_not_keep_up_is_dropped_and_the_others_get_everything
 async fn a_client_without_a_position_is_hydrated_with_the_transcript() {
     let s = Server::start().await;
     let t = token("acme", &Role::ALL);
-    session(&s, &t).await;
+    open_session(&s, &t, "s1").await;
     s.post(
         "/v1/sessions/s1/events",
         &t,
@@ -273,7 +245,7 @@ async fn a_dropped_listen_connection_is_re_established_and_nothing_is_lost() {
     let a = Server::start().await;
     let b = a.replica().await;
     let t = token("acme", &Role::ALL);
-    session(&a, &t).await;
+    open_session(&a, &t, "s1").await;
     let mut on_b = b
         .stream("/v1/sessions/s1/stream?afterSessionSequence=0", &t, &[])
         .await;
@@ -328,7 +300,7 @@ async fn a_dropped_listen_connection_is_re_established_and_nothing_is_lost() {
 async fn a_hundred_readers_each_get_every_event_once() {
     let s = std::sync::Arc::new(Server::start().await);
     let t = token("acme", &Role::ALL);
-    session(&s, &t).await;
+    open_session(&s, &t, "s1").await;
     let mut readers = Vec::new();
     for _ in 0..100 {
         let mut stream = s

@@ -9,35 +9,6 @@ use narad_server::auth::Role;
 use narad_tests::*;
 use serde_json::{Value, json};
 
-fn delta(id: &str) -> Value {
-    json!({"protocolVersion": "narad/v1", "type": "message.text.delta", "eventId": id,
-        "rootRunId": "r1", "runId": "r1", "messageId": "m1", "delta": "x"})
-}
-
-/// Session `id` with a running run r1 and an open message m1 (sequences 1
-/// and 2).
-async fn session(s: &Server, t: &str, id: &str) {
-    s.post("/v1/sessions", t, &json!({"sessionId": id}))
-        .await
-        .expect(201);
-    s.post(
-        "/v1/commands/start-run",
-        t,
-        &json!({"sessionId": id, "runId": "r1"}),
-    )
-    .await
-    .expect(201);
-    s.post(
-        &format!("/v1/sessions/{id}/events"),
-        t,
-        &json!({"events": [{"protocolVersion": "narad/v1", "type": "message.text.started",
-            "eventId": format!("start-{id}"), "rootRunId": "r1", "runId": "r1",
-            "messageId": "m1", "role": "assistant", "messageScope": "run"}]}),
-    )
-    .await
-    .expect(201);
-}
-
 async fn append(s: &Server, t: &str, session: &str, ids: &[String]) {
     let events: Vec<Value> = ids.iter().map(|id| delta(id)).collect();
     s.post(
@@ -102,11 +73,11 @@ async fn the_tenant_stream_is_live_resumable_and_never_shows_another_tenant() {
     let s = Server::start().await;
     let t = token("acme", &Role::ALL);
     let other = token("globex", &Role::ALL);
-    session(&s, &t, "s1").await;
-    session(&s, &other, "s1").await;
+    open_session(&s, &t, "s1").await;
+    open_session(&s, &other, "s1").await;
     let mut live = open(&s, "/v1/events", &t, &[]).await;
     let mut theirs = open(&s, "/v1/events", &other, &[]).await;
-    session(&s, &t, "s2").await;
+    open_session(&s, &t, "s2").await;
     let mut narrowed = open(&s, "/v1/events?sessionId=s2", &t, &[]).await;
     append(&s, &t, "s1", &["a1".into(), "a2".into()]).await;
     append(&s, &other, "s1", &["g1".into()]).await;
@@ -182,7 +153,7 @@ fn uuid_v7_at_hours_from_now(hours: u64) -> String {
 async fn a_long_backlog_is_served_in_blocks_that_resume_exactly() {
     let s = Server::start().await;
     let t = token("acme", &Role::ALL);
-    session(&s, &t, "s1").await;
+    open_session(&s, &t, "s1").await;
     append(&s, &t, "s1", &["first".into()]).await;
     let total = narad_server::routes::tenant_stream::REPLAY_BLOCK + 1_500;
     let ids: Vec<String> = (0..total).map(|n| format!("e{n}")).collect();
@@ -211,7 +182,7 @@ async fn a_long_backlog_is_served_in_blocks_that_resume_exactly() {
 async fn a_replay_from_a_forgotten_event_opens_with_a_replay_gap() {
     let s = Server::start().await;
     let t = token("acme", &Role::ALL);
-    session(&s, &t, "s1").await;
+    open_session(&s, &t, "s1").await;
     append(&s, &t, "s1", &["old1".into(), "old2".into()]).await;
     append(&s, &t, "s1", &["new1".into()]).await;
     // Everything up to old2 is two days old; retention forgets it.
@@ -266,7 +237,7 @@ async fn a_replay_from_a_forgotten_event_opens_with_a_replay_gap() {
 async fn watch_events_coalesce_bursts_and_resume_after_what_they_cover() {
     let s = Server::start().await;
     let t = token("acme", &Role::ALL);
-    session(&s, &t, "s1").await;
+    open_session(&s, &t, "s1").await;
     let mut stream = open(&s, "/v1/sessions/s1/stream?afterSessionSequence=2", &t, &[]).await;
     let ids: Vec<String> = (0..40).map(|n| format!("w{n}")).collect();
     for chunk in ids.chunks(4) {
@@ -367,8 +338,8 @@ async fn watch_events_coalesce_bursts_and_resume_after_what_they_cover() {
 async fn a_token_limited_to_sessions_sees_only_those_and_profiles_filter_frames() {
     let s = Server::start().await;
     let t = token("acme", &Role::ALL);
-    session(&s, &t, "s1").await;
-    session(&s, &t, "s2").await;
+    open_session(&s, &t, "s1").await;
+    open_session(&s, &t, "s2").await;
     let mut claims = claims("acme", "guest", &[Role::Reader]);
     claims.sessions = Some(vec!["s2".into()]);
     let guest = hs256(&claims);
@@ -436,7 +407,7 @@ async fn a_token_limited_to_sessions_sees_only_those_and_profiles_filter_frames(
 async fn signed_extensions_read_the_tenant_stream_and_archives_are_announced() {
     let s = Server::start().await;
     let admin = token("acme", &Role::ALL);
-    session(&s, &admin, "s1").await;
+    open_session(&s, &admin, "s1").await;
     let secret = s
         .post(
             "/v1/extensions",
@@ -500,7 +471,7 @@ async fn signed_extensions_read_the_tenant_stream_and_archives_are_announced() {
 async fn an_extensions_open_stream_ends_when_it_is_disabled() {
     let s = Server::start().await;
     let admin = token("acme", &Role::ALL);
-    session(&s, &admin, "s1").await;
+    open_session(&s, &admin, "s1").await;
     let secret = s
         .post(
             "/v1/extensions",

@@ -6,36 +6,8 @@ use std::time::Duration;
 
 use narad_client::{Client, Item};
 use narad_server::auth::Role;
-use narad_tests::{Server, token};
+use narad_tests::{Server, delta, open_session, token};
 use serde_json::{Value, json};
-
-fn delta(id: &str) -> Value {
-    json!({"protocolVersion": "narad/v1", "type": "message.text.delta", "eventId": id,
-        "rootRunId": "r1", "runId": "r1", "messageId": "m1", "delta": "x"})
-}
-
-/// Session s1 with a running run and an open message (sequences 1, 2).
-async fn session(s: &Server, t: &str) {
-    s.post("/v1/sessions", t, &json!({"sessionId": "s1"}))
-        .await
-        .expect(201);
-    s.post(
-        "/v1/commands/start-run",
-        t,
-        &json!({"sessionId": "s1", "runId": "r1"}),
-    )
-    .await
-    .expect(201);
-    s.post(
-        "/v1/sessions/s1/events",
-        t,
-        &json!({"events": [{"protocolVersion": "narad/v1", "type": "message.text.started",
-            "eventId": "m1-start", "rootRunId": "r1", "runId": "r1", "messageId": "m1",
-            "role": "assistant", "messageScope": "run"}]}),
-    )
-    .await
-    .expect(201);
-}
 
 /// Authority sequences until `last`, within `seconds`.
 async fn authority_until(follow: &mut narad_client::Follow, last: u64, seconds: u64) -> Vec<u64> {
@@ -59,7 +31,7 @@ async fn following_survives_a_replica_stopping_mid_stream() {
     let a = Server::start().await;
     let b = a.replica().await;
     let t = token("acme", &Role::ALL);
-    session(&b, &t).await;
+    open_session(&b, &t, "s1").await;
     let client = Client::new(vec![a.base.clone(), b.base.clone()], &t);
     let mut follow = client.follow_session("s1");
     assert_eq!(authority_until(&mut follow, 2, 10).await, [1, 2]);
@@ -110,7 +82,7 @@ async fn following_survives_a_replica_stopping_mid_stream() {
 async fn following_the_tenant_stream_crosses_replay_blocks() {
     let s = Server::start().await;
     let t = token("acme", &Role::ALL);
-    session(&s, &t).await;
+    open_session(&s, &t, "s1").await;
     let total = narad_server::routes::tenant_stream::REPLAY_BLOCK as u64 + 700;
     for chunk in 0..total.div_ceil(100) {
         let events: Vec<Value> = (chunk * 100..((chunk + 1) * 100).min(total))
@@ -121,7 +93,7 @@ async fn following_the_tenant_stream_crosses_replay_blocks() {
             .expect(201);
     }
     let client = Client::new(vec![s.base.clone()], &t);
-    let mut follow = client.follow_tenant(None, Some("m1-start"));
+    let mut follow = client.follow_tenant(None, Some("start-s1"));
     let got = authority_until(&mut follow, 2 + total, 60).await;
     assert_eq!(got, (3..=2 + total).collect::<Vec<_>>());
     assert_eq!(follow.connections(), 2, "one block, then the rest");
@@ -142,9 +114,9 @@ async fn a_replay_gap_is_filled_from_history() {
     let a = Server::start().await;
     let b = a.replica().await;
     let t = token("acme", &Role::ALL);
-    session(&a, &t).await;
+    open_session(&a, &t, "s1").await;
     let client = Client::new(vec![a.base.clone(), b.base.clone()], &t);
-    let mut follow = client.follow_tenant(None, Some("m1-start"));
+    let mut follow = client.follow_tenant(None, Some("start-s1"));
     a.post(
         "/v1/sessions/s1/events",
         &t,
