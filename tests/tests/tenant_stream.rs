@@ -522,3 +522,42 @@ async fn an_extensions_open_stream_ends_when_it_is_disabled() {
     writer.abort();
     s.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn tenant_streams_attaching_during_appends_miss_nothing_and_repeat_nothing() {
+    let s = std::sync::Arc::new(Server::start().await);
+    let t = token("acme", &Role::ALL);
+    open_session(&s, &t, "s1").await;
+    const BATCHES: usize = 100;
+    let ids: Vec<Vec<String>> = (0..BATCHES)
+        .map(|b| (0..1 + b % 3).map(|k| format!("d{b}-{k}")).collect())
+        .collect();
+    let last = ids.last().unwrap().last().unwrap().clone();
+    let writer = {
+        let (s, t, ids) = (s.clone(), t.clone(), ids.clone());
+        tokio::spawn(async move {
+            for (b, batch) in ids.iter().enumerate() {
+                append(&s, &t, "s1", batch).await;
+                if b % 10 == 0 {
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
+            }
+        })
+    };
+    let mut readers = Vec::new();
+    for n in 0..6u64 {
+        let (s, t, last) = (s.clone(), t.clone(), last.clone());
+        readers.push(tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(n * 20)).await;
+            // Replay after the session's opening, then live, on one
+            // connection: the subscription is taken before the replay.
+            let mut stream = open(&s, "/v1/events", &t, &[("last-event-id", "start-s1")]).await;
+            authority_ids(&frames_until(&mut stream, &last, 60).await)
+        }));
+    }
+    writer.await.unwrap();
+    let expected: Vec<String> = ids.into_iter().flatten().collect();
+    for r in readers {
+        assert_eq!(r.await.unwrap(), expected, "every event once, in order");
+    }
+}

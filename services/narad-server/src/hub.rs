@@ -125,7 +125,6 @@ pub struct Hub {
     wake: Notify,
     closing: tokio::sync::watch::Sender<bool>,
     slow_dropped: std::sync::atomic::AtomicU64,
-    watch_emitted: std::sync::atomic::AtomicU64,
     listens: std::sync::atomic::AtomicU64,
 }
 
@@ -141,7 +140,6 @@ impl Hub {
             wake: Notify::new(),
             closing: tokio::sync::watch::channel(false).0,
             slow_dropped: std::sync::atomic::AtomicU64::new(0),
-            watch_emitted: std::sync::atomic::AtomicU64::new(0),
             listens: std::sync::atomic::AtomicU64::new(0),
         })
     }
@@ -155,12 +153,6 @@ impl Hub {
     /// Streams closed so far because their clients did not keep up.
     pub fn slow_consumers_dropped(&self) -> u64 {
         self.slow_dropped.load(std::sync::atomic::Ordering::Relaxed)
-    }
-
-    /// Watch events the coalescer emitted so far.
-    pub fn watch_events_emitted(&self) -> u64 {
-        self.watch_emitted
-            .load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// How many times the relay's LISTEN connection was established (more
@@ -202,28 +194,25 @@ impl Hub {
     }
 
     /// Hands a batch of relayed events to their subscribers; an event
-    /// nobody subscribes to is never encoded. Every event also feeds the
-    /// coalescer.
+    /// nobody subscribes to is neither encoded nor coalesced (watch events
+    /// are live only: with no listener there is nothing to announce).
     fn publish(&self, batch: Vec<Relayed>) {
-        {
-            let mut coalescer = self.coalescer.lock().expect("the coalescer");
-            let now = Instant::now();
-            for event in &batch {
-                coalescer.observe(event, now);
-            }
-        }
         let mut sessions = self.sessions.lock().expect("the subscribers");
         let mut tenants = self.tenants.lock().expect("the subscribers");
+        let mut coalescer = self.coalescer.lock().expect("the coalescer");
+        let now = Instant::now();
         for event in batch {
-            let session = live_channel(
+            let listeners = Listeners::of(
                 &mut sessions,
-                (event.tenant.clone(), event.session_id.clone()),
+                &mut tenants,
+                &event.tenant,
+                Some(&event.session_id),
             );
-            let tenant = live_channel(&mut tenants, event.tenant.clone());
-            if session.is_none() && tenant.is_none() {
+            if listeners.is_empty() {
                 continue;
             }
-            let live = Arc::new(Live {
+            coalescer.observe(&event, now);
+            listeners.send(Live {
                 kind: if event.authority {
                     LiveKind::Authority
                 } else {
@@ -235,9 +224,6 @@ impl Hub {
                 session_id: Some(event.session_id),
                 session_sequence: event.session_sequence,
             });
-            for sender in session.into_iter().chain(tenant) {
-                let _ = sender.send(live.clone());
-            }
         }
     }
 
@@ -247,18 +233,17 @@ impl Hub {
         let mut sessions = self.sessions.lock().expect("the subscribers");
         let mut tenants = self.tenants.lock().expect("the subscribers");
         for watch in due {
-            self.watch_emitted
-                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            let session = watch
-                .session_id
-                .as_ref()
-                .and_then(|s| live_channel(&mut sessions, (watch.tenant.clone(), s.clone())));
-            let tenant = live_channel(&mut tenants, watch.tenant.clone());
-            if session.is_none() && tenant.is_none() {
+            let listeners = Listeners::of(
+                &mut sessions,
+                &mut tenants,
+                &watch.tenant,
+                watch.session_id.as_deref(),
+            );
+            if listeners.is_empty() {
                 continue;
             }
             let id = watch.body["eventId"].as_str().unwrap_or_default();
-            let live = Arc::new(Live {
+            listeners.send(Live {
                 kind: LiveKind::Watch,
                 cursor: watch.cursor,
                 profile: profile_of(&watch.body),
@@ -266,9 +251,6 @@ impl Hub {
                 session_id: watch.session_id,
                 session_sequence: watch.covers,
             });
-            for sender in session.into_iter().chain(tenant) {
-                let _ = sender.send(live.clone());
-            }
         }
     }
 
@@ -347,6 +329,39 @@ impl Hub {
             if let Err(e) = self.journal.notify_relays().await {
                 tracing::debug!(error = %e, "cannot notify other replicas");
             }
+        }
+    }
+}
+
+/// The channels of an event's session and tenant that anyone listens on.
+struct Listeners {
+    session: Option<Channel>,
+    tenant: Option<Channel>,
+}
+
+impl Listeners {
+    /// Looks both up; a channel nobody listens on any more is removed.
+    fn of(
+        sessions: &mut HashMap<SessionKey, Channel>,
+        tenants: &mut HashMap<TenantId, Channel>,
+        tenant: &TenantId,
+        session: Option<&str>,
+    ) -> Listeners {
+        Listeners {
+            session: session.and_then(|s| live_channel(sessions, (tenant.clone(), s.to_owned()))),
+            tenant: live_channel(tenants, tenant.clone()),
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.session.is_none() && self.tenant.is_none()
+    }
+
+    /// Encoded once, shared by every receiver of both channels.
+    fn send(self, live: Live) {
+        let live = Arc::new(live);
+        for sender in self.session.into_iter().chain(self.tenant) {
+            let _ = sender.send(live.clone());
         }
     }
 }

@@ -113,6 +113,36 @@ pub(crate) fn delta(id: &str, run: &str, message: &str) -> Value {
     })
 }
 
+/// Creates sessions `s0`… with, in each `sN`, run `rN` running and message
+/// `mN` open, so that [`delta`]s of `rN`/`mN` can be appended to it.
+pub(crate) async fn open_sessions(
+    journal: &Journal,
+    tenant: &TenantId,
+    count: usize,
+) -> anyhow::Result<()> {
+    for n in 0..count {
+        let sid = SessionId::new(format!("s{n}")).expect("valid");
+        journal
+            .create_session(
+                tenant,
+                NewSession {
+                    session_id: Some(sid.clone()),
+                    ..NewSession::default()
+                },
+            )
+            .await?;
+        let run = format!("r{n}");
+        let open = [
+            json!({"protocolVersion": "narad/v1", "type": "run.started", "eventId": format!("start-{n}"), "rootRunId": run, "runId": run}),
+            json!({"protocolVersion": "narad/v1", "type": "message.text.started", "eventId": format!("msg-{n}"), "rootRunId": run, "runId": run, "messageId": format!("m{n}"), "role": "assistant", "messageScope": "run"}),
+        ];
+        journal
+            .append(tenant, &sid, &open, AppendOptions::default())
+            .await?;
+    }
+    Ok(())
+}
+
 /// One scenario: `writers` writers over `sessions` sessions, `batch`
 /// events per append.
 struct Scenario {
@@ -179,26 +209,7 @@ pub async fn append(args: &AppendBench) -> anyhow::Result<()> {
         let journal = Journal::connect(db.url(), args.pool)?.with_append_groups(args.groups);
         let tenant = TenantId::new("bench").expect("valid");
         let sessions = if s.one_session { 1 } else { s.writers };
-        for n in 0..sessions {
-            let sid = SessionId::new(format!("s{n}")).expect("valid");
-            journal
-                .create_session(
-                    &tenant,
-                    NewSession {
-                        session_id: Some(sid.clone()),
-                        ..NewSession::default()
-                    },
-                )
-                .await?;
-            let run = format!("r{n}");
-            let open = [
-                json!({"protocolVersion": "narad/v1", "type": "run.started", "eventId": format!("start-{n}"), "rootRunId": run, "runId": run}),
-                json!({"protocolVersion": "narad/v1", "type": "message.text.started", "eventId": format!("msg-{n}"), "rootRunId": run, "runId": run, "messageId": format!("m{n}"), "role": "assistant", "messageScope": "run"}),
-            ];
-            journal
-                .append(&tenant, &sid, &open, AppendOptions::default())
-                .await?;
-        }
+        open_sessions(&journal, &tenant, sessions).await?;
         // The baseline: a plain INSERT of the same JSON row, committed, with
         // as many connections (see `baseline_pool`).
         {

@@ -14,12 +14,12 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use axum::body::Bytes;
 use eventsource_stream::Eventsource;
 use futures::StreamExt;
-use narad_journal::{AppendOptions, Journal, NewSession, TenantId};
+use narad_journal::{AppendOptions, Journal, TenantId};
 use narad_protocol::primitives::SessionId;
 use narad_server::auth::Role;
 use serde_json::{Value, json};
 
-use crate::bench::{Stats, delta, measure};
+use crate::bench::{Stats, delta, measure, open_sessions};
 
 /// Options of `narad bench stream`.
 #[derive(clap::Args)]
@@ -721,25 +721,7 @@ async fn notify_placement(args: &StreamBench) -> anyhow::Result<()> {
         } else {
             journal.with_append_groups(narad_journal::DEFAULT_APPEND_GROUPS)
         };
-        for n in 0..WRITERS {
-            let sid = SessionId::new(format!("s{n}")).expect("valid");
-            journal
-                .create_session(
-                    &tenant,
-                    NewSession {
-                        session_id: Some(sid.clone()),
-                        ..NewSession::default()
-                    },
-                )
-                .await?;
-            let open = [
-                json!({"protocolVersion": "narad/v1", "type": "run.started", "eventId": format!("start-{n}"), "rootRunId": "r", "runId": "r"}),
-                json!({"protocolVersion": "narad/v1", "type": "message.text.started", "eventId": format!("msg-{n}"), "rootRunId": "r", "runId": "r", "messageId": "m", "role": "assistant", "messageScope": "run"}),
-            ];
-            journal
-                .append(&tenant, &sid, &open, AppendOptions::default())
-                .await?;
-        }
+        open_sessions(&journal, &tenant, WRITERS).await?;
         let notifier = (!inside).then(|| {
             let j = journal.clone();
             tokio::spawn(async move {
@@ -758,7 +740,11 @@ async fn notify_placement(args: &StreamBench) -> anyhow::Result<()> {
                 j.append(
                     &t,
                     &sid,
-                    &[delta(&format!("n-{w}-{n}"), "r", "m")],
+                    &[delta(
+                        &format!("n-{w}-{n}"),
+                        &format!("r{w}"),
+                        &format!("m{w}"),
+                    )],
                     AppendOptions::default(),
                 )
                 .await

@@ -88,6 +88,23 @@ pub fn response(mut rx: mpsc::Receiver<Bytes>) -> ApiResult<Response> {
     Ok(response)
 }
 
+/// A live event, or `None` when the stream must end: the client fell
+/// further behind than the hub keeps (dropped as slow, counted), or the hub
+/// is gone.
+pub fn received(
+    state: &AppState,
+    received: Result<std::sync::Arc<Live>, broadcast::error::RecvError>,
+) -> Option<std::sync::Arc<Live>> {
+    match received {
+        Ok(event) => Some(event),
+        Err(broadcast::error::RecvError::Lagged(_)) => {
+            state.hub.dropped_slow_consumer();
+            None
+        }
+        Err(broadcast::error::RecvError::Closed) => None,
+    }
+}
+
 /// The connection of one stream: its queue, its client's profiles and
 /// credential.
 pub struct Connection {

@@ -162,15 +162,7 @@ async fn feed(
     loop {
         tokio::select! {
             received = live.recv() => {
-                let event = match received {
-                    Ok(event) => event,
-                    // The client fell further behind than the hub keeps.
-                    Err(broadcast::error::RecvError::Lagged(_)) => {
-                        state.hub.dropped_slow_consumer();
-                        return;
-                    }
-                    Err(broadcast::error::RecvError::Closed) => return,
-                };
+                let Some(event) = sse::received(&state, received) else { return };
                 let behind = match event.kind {
                     // A watch event goes out only after the authority it
                     // covers (a client resuming from its id resumes there).
@@ -217,6 +209,29 @@ async fn feed(
     }
 }
 
+/// The page of history after `after`, as large as pages go; `Err` (logged)
+/// when history cannot be read.
+async fn history_page(
+    state: &AppState,
+    tenant: &narad_journal::TenantId,
+    session_id: &str,
+    after: u64,
+) -> Result<narad_journal::HistoryPage, ()> {
+    state
+        .journal
+        .history(
+            tenant,
+            session_id,
+            &HistoryQuery {
+                after_session_sequence: Some(after),
+                limit: Some(narad_journal::history::MAX_LIMIT),
+                ..HistoryQuery::default()
+            },
+        )
+        .await
+        .map_err(|e| tracing::warn!(error = %e, "a stream cannot read history"))
+}
+
 /// Sends every event after `last` that history holds; `Err` when the client
 /// went away or history cannot be read (the stream then ends, and the
 /// client resumes from its last id).
@@ -228,19 +243,7 @@ async fn catch_up(
 ) -> Result<(), ()> {
     let tenant = &connection.principal.tenant;
     loop {
-        let page = state
-            .journal
-            .history(
-                tenant,
-                session_id,
-                &HistoryQuery {
-                    after_session_sequence: Some(*last),
-                    limit: Some(narad_journal::history::MAX_LIMIT),
-                    ..HistoryQuery::default()
-                },
-            )
-            .await
-            .map_err(|e| tracing::warn!(error = %e, "a stream cannot read history"))?;
+        let page = history_page(state, tenant, session_id, *last).await?;
         for event in &page.events {
             if connection.wants(profile_of(event), Some(session_id)) {
                 let id = event["eventId"].as_str().unwrap_or("");
@@ -266,19 +269,7 @@ async fn transcript_snapshot(
     let mut reducer = narad_protocol::reducer::Reducer::new(connection.profiles);
     let mut covers = 0;
     loop {
-        let page = state
-            .journal
-            .history(
-                tenant,
-                session_id,
-                &HistoryQuery {
-                    after_session_sequence: Some(covers),
-                    limit: Some(narad_journal::history::MAX_LIMIT),
-                    ..HistoryQuery::default()
-                },
-            )
-            .await
-            .map_err(|e| tracing::warn!(error = %e, "a stream cannot read history"))?;
+        let page = history_page(state, tenant, session_id, covers).await?;
         for event in &page.events {
             // The journal holds only what the rules accepted.
             if let Err(v) = reducer.deliver_json(event) {

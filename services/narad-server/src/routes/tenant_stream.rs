@@ -259,14 +259,7 @@ async fn feed(
     loop {
         tokio::select! {
             received = live.recv() => {
-                let event = match received {
-                    Ok(event) => event,
-                    Err(broadcast::error::RecvError::Lagged(_)) => {
-                        state.hub.dropped_slow_consumer();
-                        return;
-                    }
-                    Err(broadcast::error::RecvError::Closed) => return,
-                };
+                let Some(event) = sse::received(&state, received) else { return };
                 let send = match event.kind {
                     // After the authority it covers only.
                     LiveKind::Watch => event.cursor <= last,
