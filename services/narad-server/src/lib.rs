@@ -110,12 +110,21 @@ async fn method_not_allowed() -> ApiError {
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(20);
 
 /// Serves `app` on `listener` until `shutdown` completes, then lets the
-/// requests in flight finish.
+/// requests in flight finish. Every connection has `TCP_NODELAY`: a stream's
+/// frames leave when written, not when the client's delayed ACK of the
+/// previous one arrives (Nagle's algorithm held frames for tens of
+/// milliseconds under load; BENCHMARKS.md).
 pub async fn serve_on(
     listener: tokio::net::TcpListener,
     app: Router,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
+    use axum::serve::ListenerExt;
+    let listener = listener.tap_io(|tcp| {
+        if let Err(e) = tcp.set_nodelay(true) {
+            tracing::debug!(error = %e, "cannot set TCP_NODELAY on a connection");
+        }
+    });
     axum::serve(listener, app)
         .with_graceful_shutdown(shutdown)
         .await

@@ -105,6 +105,72 @@ pub fn received(
     }
 }
 
+/// Live events a connection takes from the hub at a time before it hands
+/// their frames on as one.
+const GATHER: usize = 256;
+
+/// What [`waiting`] found.
+pub enum Waiting {
+    /// A live event.
+    Event(std::sync::Arc<Live>),
+    /// Nothing waits.
+    Nothing,
+    /// The stream must end (as for [`received`]).
+    End,
+}
+
+/// The next live event already waiting, without waiting.
+pub fn waiting(state: &AppState, live: &mut broadcast::Receiver<std::sync::Arc<Live>>) -> Waiting {
+    match live.try_recv() {
+        Ok(event) => Waiting::Event(event),
+        Err(broadcast::error::TryRecvError::Empty | broadcast::error::TryRecvError::Closed) => {
+            Waiting::Nothing
+        }
+        Err(broadcast::error::TryRecvError::Lagged(_)) => {
+            state.hub.dropped_slow_consumer();
+            Waiting::End
+        }
+    }
+}
+
+/// The frames of the live events a connection took at once, handed to its
+/// queue as one: one wake-up and one write for a burst instead of one per
+/// event and connection.
+#[derive(Default)]
+pub struct Gathered {
+    frames: Vec<u8>,
+    events: usize,
+}
+
+impl Gathered {
+    /// Adds a frame.
+    pub fn push(&mut self, frame: &Bytes) {
+        self.frames.extend_from_slice(frame);
+    }
+
+    /// Counts an event taken (sent or not); `true` while more may be taken.
+    pub fn taken(&mut self) -> bool {
+        self.events += 1;
+        self.events < GATHER
+    }
+
+    /// Hands the gathered frames on (see [`Connection::deliver`]) and
+    /// starts over; `false` when the stream must end.
+    pub async fn flush(
+        &mut self,
+        state: &AppState,
+        connection: &Connection,
+        live: &broadcast::Receiver<std::sync::Arc<Live>>,
+    ) -> bool {
+        self.events = 0;
+        if self.frames.is_empty() {
+            return true;
+        }
+        let frames = Bytes::from(std::mem::take(&mut self.frames));
+        connection.deliver(state, live, &frames).await
+    }
+}
+
 /// The connection of one stream: its queue, its client's profiles and
 /// credential.
 pub struct Connection {
@@ -158,6 +224,14 @@ impl Connection {
         live: &broadcast::Receiver<std::sync::Arc<Live>>,
         frame: &Bytes,
     ) -> bool {
+        // The common case, a queue with room, arms no timer: one timer per
+        // frame and connection was most of the hub's cost at 1,000
+        // subscribers (BENCHMARKS.md).
+        let frame = match self.tx.try_send(frame.clone()) {
+            Ok(()) => return true,
+            Err(mpsc::error::TrySendError::Closed(_)) => return false,
+            Err(mpsc::error::TrySendError::Full(frame)) => frame,
+        };
         loop {
             tokio::select! {
                 sent = self.tx.send(frame.clone()) => return sent.is_ok(),

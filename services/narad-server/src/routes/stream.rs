@@ -159,36 +159,55 @@ async fn feed(
     // schedule however often frames arrive.
     let revoked = connection.revoked(&state);
     tokio::pin!(revoked);
+    // Pinned once: a future made anew for every frame registered with a
+    // waiter list that every connection shares.
+    let client_gone = connection.tx.closed();
+    tokio::pin!(client_gone);
+    let hub_closed = state.hub.closed();
+    tokio::pin!(hub_closed);
+    let mut gathered = sse::Gathered::default();
     loop {
         tokio::select! {
             received = live.recv() => {
-                let Some(event) = sse::received(&state, received) else { return };
-                let behind = match event.kind {
-                    // A watch event goes out only after the authority it
-                    // covers (a client resuming from its id resumes there).
-                    LiveKind::Watch | LiveKind::StoredWatch => {
-                        if event.session_sequence <= last
-                            && connection.wants(event.profile, Some(&session_id))
-                            && !connection.deliver(&state, &live, &event.frame).await
-                        {
-                            return;
+                let Some(mut event) = sse::received(&state, received) else { return };
+                // This event and those already waiting behind it leave as
+                // one.
+                let behind = loop {
+                    let behind = match event.kind {
+                        // A watch event goes out only after the authority it
+                        // covers (a client resuming from its id resumes there).
+                        LiveKind::Watch | LiveKind::StoredWatch => {
+                            if event.session_sequence <= last
+                                && connection.wants(event.profile, Some(&session_id))
+                            {
+                                gathered.push(&event.frame);
+                            }
+                            false
                         }
-                        false
-                    }
-                    LiveKind::Authority if event.session_sequence <= last => false,
-                    LiveKind::Authority if event.session_sequence == last + 1 => {
-                        if connection.wants(event.profile, Some(&session_id))
-                            && !connection.deliver(&state, &live, &event.frame).await
-                        {
-                            return;
+                        LiveKind::Authority if event.session_sequence <= last => false,
+                        LiveKind::Authority if event.session_sequence == last + 1 => {
+                            if connection.wants(event.profile, Some(&session_id)) {
+                                gathered.push(&event.frame);
+                            }
+                            last += 1;
+                            false
                         }
-                        last += 1;
-                        false
+                        // The feed skipped ahead (a relay that started later
+                        // than this stream's replay ended, say): read history.
+                        LiveKind::Authority => true,
+                    };
+                    if behind || !gathered.taken() {
+                        break behind;
                     }
-                    // The feed skipped ahead (a relay that started later
-                    // than this stream's replay ended, say): read history.
-                    LiveKind::Authority => true,
+                    match sse::waiting(&state, &mut live) {
+                        sse::Waiting::Event(next) => event = next,
+                        sse::Waiting::Nothing => break false,
+                        sse::Waiting::End => return,
+                    }
                 };
+                if !gathered.flush(&state, &connection, &live).await {
+                    return;
+                }
                 if behind
                     && catch_up(&state, &connection, &session_id, &mut last)
                         .await
@@ -202,8 +221,8 @@ async fn feed(
                     return;
                 }
             }
-            () = connection.tx.closed() => return,
-            () = state.hub.closed() => return,
+            () = &mut client_gone => return,
+            () = &mut hub_closed => return,
             () = &mut revoked => return,
         }
     }

@@ -256,26 +256,45 @@ async fn feed(
     // schedule however often frames arrive.
     let revoked = connection.revoked(&state);
     tokio::pin!(revoked);
+    // Pinned once: a future made anew for every frame registered with a
+    // waiter list that every connection shares.
+    let client_gone = connection.tx.closed();
+    tokio::pin!(client_gone);
+    let hub_closed = state.hub.closed();
+    tokio::pin!(hub_closed);
+    let mut gathered = sse::Gathered::default();
     loop {
         tokio::select! {
             received = live.recv() => {
-                let Some(event) = sse::received(&state, received) else { return };
-                let send = match event.kind {
-                    // After the authority it covers only.
-                    LiveKind::Watch => event.cursor <= last,
-                    LiveKind::Authority | LiveKind::StoredWatch => {
-                        if event.cursor <= last {
-                            false
-                        } else {
-                            last = event.cursor;
-                            true
+                let Some(mut event) = sse::received(&state, received) else { return };
+                // This event and those already waiting behind it leave as
+                // one.
+                loop {
+                    let send = match event.kind {
+                        // After the authority it covers only.
+                        LiveKind::Watch => event.cursor <= last,
+                        LiveKind::Authority | LiveKind::StoredWatch => {
+                            if event.cursor <= last {
+                                false
+                            } else {
+                                last = event.cursor;
+                                true
+                            }
                         }
+                    };
+                    if send && connection.wants(event.profile, event.session_id.as_deref()) {
+                        gathered.push(&event.frame);
                     }
-                };
-                if send
-                    && connection.wants(event.profile, event.session_id.as_deref())
-                    && !connection.deliver(&state, &live, &event.frame).await
-                {
+                    if !gathered.taken() {
+                        break;
+                    }
+                    match sse::waiting(&state, &mut live) {
+                        sse::Waiting::Event(next) => event = next,
+                        sse::Waiting::Nothing => break,
+                        sse::Waiting::End => return,
+                    }
+                }
+                if !gathered.flush(&state, &connection, &live).await {
                     return;
                 }
             }
@@ -284,8 +303,8 @@ async fn feed(
                     return;
                 }
             }
-            () = connection.tx.closed() => return,
-            () = state.hub.closed() => return,
+            () = &mut client_gone => return,
+            () = &mut hub_closed => return,
             () = &mut revoked => return,
         }
     }
