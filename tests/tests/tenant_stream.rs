@@ -404,7 +404,7 @@ async fn a_token_limited_to_sessions_sees_only_those_and_profiles_filter_frames(
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn signed_extensions_read_the_tenant_stream_and_archives_are_announced() {
+async fn signed_extensions_read_the_tenant_stream_and_updates_and_archives_are_announced() {
     let s = Server::start().await;
     let admin = token("acme", &Role::ALL);
     open_session(&s, &admin, "s1").await;
@@ -426,6 +426,30 @@ async fn signed_extensions_read_the_tenant_stream_and_archives_are_announced() {
         stream.next().await.unwrap().event.as_deref(),
         Some("capabilities")
     );
+    // An update is announced with the entry as it now is; one that
+    // changes nothing is not.
+    let update =
+        json!({"sessionId": "s1", "title": "Release checklist", "metadata": {"team": "platform"}});
+    for _ in 0..2 {
+        let updated = s
+            .post("/v1/commands/update-session", &admin, &update)
+            .await
+            .expect(200)
+            .clone();
+        assert_eq!(updated["title"], "Release checklist");
+        assert_eq!(updated["metadata"], json!({"team": "platform"}));
+    }
+    // Neither field: nothing to change.
+    let refused = s
+        .post(
+            "/v1/commands/update-session",
+            &admin,
+            &json!({"sessionId": "s1"}),
+        )
+        .await
+        .expect(400)
+        .clone();
+    assert_eq!(refused["code"], "NRD-0008", "{refused}");
     s.post(
         "/v1/commands/archive-session",
         &admin,
@@ -458,11 +482,25 @@ async fn signed_extensions_read_the_tenant_stream_and_archives_are_announced() {
             assert_eq!(f.data["sessionId"], "s1");
             assert_eq!(f.data["revision"], 2);
         }
+        if f.data["type"] == "session.updated" {
+            assert_eq!(f.data["sessionId"], "s1");
+            assert_eq!(f.data["workspaceId"], "acme");
+            assert_eq!(f.data["title"], "Release checklist");
+            assert_eq!(f.data["metadata"], json!({"team": "platform"}));
+            assert_eq!(f.data["revision"], 2);
+        }
     }
-    assert_eq!(
-        seen.iter().filter(|t| *t == "session.archived").count(),
-        1,
-        "{seen:?}"
+    for announced in ["session.updated", "session.archived"] {
+        assert_eq!(
+            seen.iter().filter(|t| *t == announced).count(),
+            1,
+            "{announced}: {seen:?}"
+        );
+    }
+    assert!(
+        seen.iter().position(|t| t == "session.updated")
+            < seen.iter().position(|t| t == "session.archived"),
+        "in commit order: {seen:?}"
     );
     s.stop().await;
 }

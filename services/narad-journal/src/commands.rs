@@ -665,6 +665,63 @@ impl Journal {
         self.session(tenant, session).await
     }
 
+    /// Changes a session's title and/or metadata (command
+    /// `update-session`); each field given replaces the stored one. A
+    /// change is announced as `session.updated` with the entry as it now
+    /// is; an update that changes nothing is not announced.
+    pub async fn update_session(
+        &self,
+        tenant: &TenantId,
+        cmd: &narad_protocol::commands::UpdateSession,
+    ) -> Result<SessionRecord, JournalError> {
+        if cmd.title.is_none() && cmd.metadata.is_none() {
+            return Err(JournalError::InvalidParameter {
+                parameter: "title",
+                message: "update-session changes title, metadata or both: give at least one"
+                    .to_owned(),
+            });
+        }
+        let session = cmd.session_id.as_str();
+        let metadata = cmd.metadata.clone().map(Value::Object);
+        let client = self.pool.get().await?;
+        in_tenant(client, tenant, async |c| {
+            let row = c
+                .query_opt(
+                    "with before as (select title, metadata from sessions \
+                       where tenant_id = $1 and session_id = $2 for update) \
+                     update sessions s set title = coalesce($3, s.title), \
+                       metadata = coalesce($4, s.metadata) \
+                     from before where s.tenant_id = $1 and s.session_id = $2 \
+                     returning (s.title, s.metadata) is distinct from (before.title, before.metadata), \
+                       s.session_sequence, s.title, s.metadata",
+                    &[&tenant.as_str(), &session, &cmd.title, &metadata],
+                )
+                .await?
+                .ok_or_else(|| JournalError::SessionNotFound(session.to_owned()))?;
+            if row.get::<_, bool>(0) {
+                let mut fields = serde_json::Map::new();
+                if let Some(title) = row.get::<_, Option<String>>(2) {
+                    fields.insert("title".into(), Value::from(title));
+                }
+                if let Some(metadata) = row.get::<_, Option<Value>>(3) {
+                    fields.insert("metadata".into(), metadata);
+                }
+                crate::sessions::record_watch(
+                    c,
+                    tenant,
+                    session,
+                    "session.updated",
+                    row.get::<_, i64>(1) as u64,
+                    fields,
+                )
+                .await?;
+            }
+            Ok(())
+        })
+        .await?;
+        self.session(tenant, session).await
+    }
+
     /// An entity of a kind by its id across the tenant's sessions: its
     /// session and state.
     async fn find_by_id(

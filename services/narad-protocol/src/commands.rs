@@ -179,6 +179,23 @@ pub struct ArchiveSession {
     pub session_id: SessionId,
 }
 
+/// `update-session`: change a session's catalogue entry (title,
+/// metadata); emits `session.updated` when anything changed. Each field
+/// given replaces the stored one whole; at least one is given.
+#[serde_with::skip_serializing_none]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct UpdateSession {
+    /// The session.
+    pub session_id: SessionId,
+    /// The new title.
+    #[serde(default, deserialize_with = "some")]
+    pub title: Option<String>,
+    /// The new metadata, replacing the stored object.
+    #[serde(default, deserialize_with = "some")]
+    pub metadata: Option<JsonObject>,
+}
+
 macro_rules! commands {
     ($($variant:ident($ty:ty) = $name:literal;)*) => {
         /// Any command, by name.
@@ -220,6 +237,7 @@ commands! {
     CancelWorkflow(CancelWorkflow) = "cancel-workflow";
     RedactMessage(RedactMessage) = "redact-message";
     CreateSession(CreateSession) = "create-session";
+    UpdateSession(UpdateSession) = "update-session";
     ArchiveSession(ArchiveSession) = "archive-session";
 }
 
@@ -234,6 +252,7 @@ impl Command {
             Command::StartWorkflow(c) => Some(c.session_id.as_str()),
             Command::RedactMessage(c) => Some(c.session_id.as_str()),
             Command::CreateSession(c) => c.session_id.as_ref().map(|s| s.as_str()),
+            Command::UpdateSession(c) => Some(c.session_id.as_str()),
             Command::ArchiveSession(c) => Some(c.session_id.as_str()),
             Command::StopRun(_) | Command::ResolveInterrupt(_) | Command::CancelWorkflow(_) => None,
         }

@@ -17,7 +17,7 @@ use crate::error::{ApiError, ApiResult};
 
 /// Runs a command.
 #[utoipa::path(post, path = "/v1/commands/{command}", tag = "commands",
-    params(("command" = String, Path, description = "start-run, stop-run, resolve-interrupt, record-user-message, start-workflow, cancel-workflow, redact-message, create-session or archive-session")),
+    params(("command" = String, Path, description = "start-run, stop-run, resolve-interrupt, record-user-message, start-workflow, cancel-workflow, redact-message, create-session, update-session or archive-session")),
     request_body(content = Object, description = "The command's body (schema/commands/{command}.json)"),
     responses(
         (status = 200, description = "Accepted: the events it caused, with their sequences", body = Object),
@@ -102,6 +102,7 @@ pub async fn run(
             let record = journal.create_session(tenant, cmd.into()).await?;
             created(to_json(&record))
         }
+        Command::UpdateSession(cmd) => ok(to_json(&journal.update_session(tenant, &cmd).await?)),
         Command::ArchiveSession(cmd) => ok(to_json(
             &journal
                 .archive_session(tenant, cmd.session_id.as_str())
