@@ -184,16 +184,40 @@ pub struct ArchiveSession {
 /// given replaces the stored one whole; at least one is given.
 #[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(rename_all = "camelCase", try_from = "UpdateSessionBody")]
 pub struct UpdateSession {
     /// The session.
     pub session_id: SessionId,
     /// The new title.
-    #[serde(default, deserialize_with = "some")]
     pub title: Option<String>,
     /// The new metadata, replacing the stored object.
-    #[serde(default, deserialize_with = "some")]
     pub metadata: Option<JsonObject>,
+}
+
+/// `update-session` as sent, before the check that it changes something.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct UpdateSessionBody {
+    session_id: SessionId,
+    #[serde(default, deserialize_with = "some")]
+    title: Option<String>,
+    #[serde(default, deserialize_with = "some")]
+    metadata: Option<JsonObject>,
+}
+
+impl TryFrom<UpdateSessionBody> for UpdateSession {
+    type Error = &'static str;
+
+    fn try_from(b: UpdateSessionBody) -> Result<UpdateSession, Self::Error> {
+        if b.title.is_none() && b.metadata.is_none() {
+            return Err("update-session changes title, metadata or both: give at least one");
+        }
+        Ok(UpdateSession {
+            session_id: b.session_id,
+            title: b.title,
+            metadata: b.metadata,
+        })
+    }
 }
 
 macro_rules! commands {
@@ -273,6 +297,26 @@ mod tests {
         .unwrap()
         .unwrap_err();
         assert!(e.to_string().contains("onconflict"), "{e}");
+    }
+
+    #[test]
+    fn update_session_changes_something_and_knows_its_fields() {
+        let e = Command::parse("update-session", &json!({"sessionId": "s"}))
+            .unwrap()
+            .unwrap_err();
+        assert!(e.to_string().contains("give at least one"), "{e}");
+        let e = Command::parse("update-session", &json!({"sessionId": "s", "titel": "x"}))
+            .unwrap()
+            .unwrap_err();
+        assert!(e.to_string().contains("titel"), "{e}");
+        let Some(Ok(Command::UpdateSession(u))) = Command::parse(
+            "update-session",
+            &json!({"sessionId": "s", "metadata": {"team": "platform"}}),
+        ) else {
+            panic!("a metadata-only update parses")
+        };
+        assert_eq!(u.title, None);
+        assert_eq!(u.metadata.unwrap()["team"], "platform");
     }
 
     #[test]
