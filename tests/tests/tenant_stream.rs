@@ -605,3 +605,33 @@ async fn tenant_streams_attaching_during_appends_miss_nothing_and_repeat_nothing
         assert_eq!(r.await.unwrap(), expected, "every event once, in order");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn live_from_now_leaves_out_what_committed_before_attach_however_late_the_relay_is() {
+    let s = Server::start().await;
+    let t = token("acme", &Role::ALL);
+    open_session(&s, &t, "s1").await;
+    open_session(&s, &t, "s2").await;
+    // A transaction older than the next appends holds the relay back: what
+    // commits now is not relayed until it ends.
+    let (holder, conn) = tokio_postgres::connect(s.db.url(), tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(conn);
+    holder
+        .batch_execute("begin; select pg_current_xact_id()")
+        .await
+        .unwrap();
+    append(&s, &t, "s1", &["before-attach".into()]).await;
+    let mut stream = open(&s, "/v1/events", &t, &[]).await;
+    append(&s, &t, "s2", &["after-attach".into()]).await;
+    holder.batch_execute("commit").await.unwrap();
+    let got = frames_until(&mut stream, "after-attach", 10).await;
+    let ids: Vec<&str> = got.iter().filter_map(|f| f.id.as_deref()).collect();
+    assert!(ids.contains(&"after-attach"), "{ids:?}");
+    assert!(
+        !ids.contains(&"before-attach"),
+        "committed before the stream attached: {ids:?}"
+    );
+    s.stop().await;
+}

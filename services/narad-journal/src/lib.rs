@@ -41,7 +41,7 @@ pub use commands::{QueuedStart, RunStart, WorkflowCancel};
 pub use error::JournalError;
 pub use extensions::{ExtensionRecord, SigningKey};
 pub use history::{HistoryPage, HistoryQuery};
-pub use relay::{RelayCursor, Relayed};
+pub use relay::{AttachSnapshot, RelayCursor, Relayed};
 pub use sessions::{NewSession, SessionRecord};
 pub use tenant_relay::{Horizon, StreamPosition};
 

@@ -19,6 +19,31 @@ pub struct RelayCursor {
     pub position: i64,
 }
 
+/// The transactions committed at one moment (a Postgres snapshot): what
+/// a stream that goes live at that moment leaves out.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AttachSnapshot {
+    xmin: i64,
+    xmax: i64,
+    running: Vec<i64>,
+}
+
+impl AttachSnapshot {
+    /// The relay position from which rows may still be unseen by it.
+    pub fn cursor(&self) -> RelayCursor {
+        RelayCursor {
+            txid: self.xmin - 1,
+            position: i64::MAX,
+        }
+    }
+
+    /// Whether the transaction `txid` had committed (or ended) when the
+    /// snapshot was taken.
+    pub fn saw(&self, txid: i64) -> bool {
+        txid < self.xmin || (txid < self.xmax && !self.running.contains(&txid))
+    }
+}
+
 /// One committed event, as the relay reads it.
 #[derive(Debug, Clone)]
 pub struct Relayed {
@@ -57,6 +82,27 @@ impl Journal {
         Ok(RelayCursor {
             txid: row.get(0),
             position: i64::MAX,
+        })
+    }
+
+    /// What had committed when a stream attached "live from now": a row
+    /// the relay delivers later belongs to the stream only when this
+    /// snapshot does not see it. Take it after subscribing to the hub, so
+    /// that every row it does not see is published after the subscription.
+    pub async fn attach_snapshot(&self) -> Result<AttachSnapshot, JournalError> {
+        let client = self.pool.get().await?;
+        let row = client
+            .query_one(
+                "select pg_snapshot_xmin(s)::text::bigint, pg_snapshot_xmax(s)::text::bigint, \
+                 array(select x::text::bigint from pg_snapshot_xip(s) as x) \
+                 from pg_current_snapshot() as s",
+                &[],
+            )
+            .await?;
+        Ok(AttachSnapshot {
+            xmin: row.get(0),
+            xmax: row.get(1),
+            running: row.get(2),
         })
     }
 

@@ -2,7 +2,10 @@
 //! tenant (or one, with `?sessionId=`) in relay order, over SSE.
 //!
 //! - First a `capabilities` frame (no id).
-//! - Without `Last-Event-ID` the stream is live from now. With one, it
+//! - Without `Last-Event-ID` the stream is live from now: it carries
+//!   exactly the rows whose transactions had not committed when it
+//!   attached (a snapshot taken after subscribing), however late the relay
+//!   reaches the rows committed before. With one, it
 //!   replays what the outbox holds after that event, then goes live; it
 //!   subscribes before it replays, and skips live rows the replay sent.
 //! - A replay that starts below what retention already forgot begins with
@@ -31,7 +34,7 @@ use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::Response;
-use narad_journal::{RelayCursor, StreamPosition, TenantId};
+use narad_journal::{AttachSnapshot, RelayCursor, StreamPosition, TenantId};
 use narad_protocol::ErrorCode;
 use narad_protocol::watch::WatchId;
 use serde_json::json;
@@ -86,7 +89,7 @@ pub async fn events(
     }
     let start = match sse::last_event_id(&headers) {
         Some(id) => Start::After(position_of(&state, &tenant, &id).await?),
-        None => Start::Live(state.journal.relay_start().await?),
+        None => Start::Live,
     };
     // Subscribe first: what commits from here on waits in `live`.
     let live = match &session_id {
@@ -101,9 +104,14 @@ pub async fn events(
             .collect::<Vec<_>>()
     );
     let mut first = vec![sse::capabilities_frame(&capabilities)];
-    let replay = matches!(start, Start::After(_));
+    // Live from now: after the subscription, what had committed is left
+    // out, whenever the relay gets to it.
+    let attached = match start {
+        Start::Live => Some(state.journal.attach_snapshot().await?),
+        Start::After(_) => None,
+    };
     let cursor = match start {
-        Start::Live(cursor) => cursor,
+        Start::Live => attached.as_ref().expect("taken for Live").cursor(),
         Start::After(position) => {
             let found = matches!(position, StreamPosition::At(_));
             let horizon = state.journal.horizon(&tenant).await?;
@@ -127,14 +135,14 @@ pub async fn events(
     };
     let (connection, rx) = Connection::new(profiles, principal);
     tokio::spawn(feed(
-        state, connection, session_id, cursor, replay, live, first,
+        state, connection, session_id, cursor, attached, live, first,
     ));
     sse::response(rx)
 }
 
 enum Start {
-    /// Live from this relay position.
-    Live(RelayCursor),
+    /// Live from now.
+    Live,
     /// A replay after a client's event.
     After(StreamPosition),
 }
@@ -233,7 +241,7 @@ async fn feed(
     connection: Connection,
     session_id: Option<String>,
     mut last: RelayCursor,
-    replay: bool,
+    attached: Option<AttachSnapshot>,
     mut live: broadcast::Receiver<std::sync::Arc<Live>>,
     first: Vec<Bytes>,
 ) {
@@ -242,7 +250,8 @@ async fn feed(
             return;
         }
     }
-    if replay {
+    // Without a snapshot of its attach, the stream replays first.
+    if attached.is_none() {
         match replay_block(&state, &connection, session_id.as_deref(), &mut last).await {
             Ok(true) => {}
             // A block was written, or the client went away: the connection
@@ -270,7 +279,8 @@ async fn feed(
                 // This event and those already waiting behind it leave as
                 // one.
                 loop {
-                    let send = match event.kind {
+                    let before_attach = attached.as_ref().is_some_and(|a| a.saw(event.cursor.txid));
+                    let send = !before_attach && match event.kind {
                         // After the authority it covers only.
                         LiveKind::Watch => event.cursor <= last,
                         LiveKind::Authority | LiveKind::StoredWatch => {
