@@ -262,7 +262,9 @@ impl Connection {
         if let Some((publisher, name)) = &self.principal.extension {
             loop {
                 tokio::time::sleep(EXTENSION_RECHECK).await;
-                match state.journal.signing_key(publisher, name).await {
+                // Boxed: the query's state would otherwise sit in every
+                // stream's task for the stream's life.
+                match Box::pin(state.journal.signing_key(publisher, name)).await {
                     Ok(Some(key)) if key.enabled => {}
                     Ok(_) => return,
                     // The database is away: keep serving; the next check

@@ -136,7 +136,7 @@ async fn feed(
         // The authority still follows from the start, for the lifecycle
         // state; the client's transcript skips what the snapshot covers
         // (§9.3), so a UI draws the conversation before the replay ends.
-        match transcript_snapshot(&state, &connection, &session_id).await {
+        match Box::pin(transcript_snapshot(&state, &connection, &session_id)).await {
             Ok(Some(frame)) => {
                 if connection.send(frame).await.is_err() {
                     return;
@@ -147,7 +147,9 @@ async fn feed(
             Err(()) => return,
         }
     }
-    if catch_up(&state, &connection, &session_id, &mut last)
+    // History reads are boxed: their state, sized for a database round
+    // trip, would otherwise be part of every idle stream's task.
+    if Box::pin(catch_up(&state, &connection, &session_id, &mut last))
         .await
         .is_err()
     {
@@ -209,7 +211,7 @@ async fn feed(
                     return;
                 }
                 if behind
-                    && catch_up(&state, &connection, &session_id, &mut last)
+                    && Box::pin(catch_up(&state, &connection, &session_id, &mut last))
                         .await
                         .is_err()
                 {

@@ -252,7 +252,15 @@ async fn feed(
     }
     // Without a snapshot of its attach, the stream replays first.
     if attached.is_none() {
-        match replay_block(&state, &connection, session_id.as_deref(), &mut last).await {
+        // Boxed, as the session stream's history reads are.
+        match Box::pin(replay_block(
+            &state,
+            &connection,
+            session_id.as_deref(),
+            &mut last,
+        ))
+        .await
+        {
             Ok(true) => {}
             // A block was written, or the client went away: the connection
             // ends, and the client resumes from its last id.
