@@ -20,6 +20,27 @@ async fn append(s: &Server, t: &str, session: &str, ids: &[String]) {
     .expect(201);
 }
 
+/// Registers the extension `acme-tools/NAME` and opens the tenant stream
+/// with its signature.
+async fn extension_stream(s: &Server, admin: &str, name: &str) -> SseStream {
+    let secret = s
+        .post(
+            "/v1/extensions",
+            admin,
+            &json!({"publisher": "acme-tools", "name": name}),
+        )
+        .await
+        .expect(201)["secret"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    s.signed_stream(
+        "/v1/events",
+        &Signed::now(&format!("acme-tools/{name}"), &secret),
+    )
+    .await
+}
+
 /// Frames (after the capabilities frame) until one whose id is `last`, or
 /// the stream ends; panics after `seconds`.
 async fn frames_until(stream: &mut SseStream, last: &str, seconds: u64) -> Vec<Frame> {
@@ -408,20 +429,7 @@ async fn signed_extensions_read_the_tenant_stream_and_updates_and_archives_are_a
     let s = Server::start().await;
     let admin = token("acme", &Role::ALL);
     open_session(&s, &admin, "s1").await;
-    let secret = s
-        .post(
-            "/v1/extensions",
-            &admin,
-            &json!({"publisher": "acme-tools", "name": "watcher"}),
-        )
-        .await
-        .expect(201)["secret"]
-        .as_str()
-        .unwrap()
-        .to_owned();
-    let mut stream = s
-        .signed_stream("/v1/events", &Signed::now("acme-tools/watcher", &secret))
-        .await;
+    let mut stream = extension_stream(&s, &admin, "watcher").await;
     assert_eq!(
         stream.next().await.unwrap().event.as_deref(),
         Some("capabilities")
@@ -516,20 +524,7 @@ async fn an_extensions_open_stream_ends_when_it_is_disabled() {
     let s = Server::start().await;
     let admin = token("acme", &Role::ALL);
     open_session(&s, &admin, "s1").await;
-    let secret = s
-        .post(
-            "/v1/extensions",
-            &admin,
-            &json!({"publisher": "acme-tools", "name": "tap"}),
-        )
-        .await
-        .expect(201)["secret"]
-        .as_str()
-        .unwrap()
-        .to_owned();
-    let mut stream = s
-        .signed_stream("/v1/events", &Signed::now("acme-tools/tap", &secret))
-        .await;
+    let mut stream = extension_stream(&s, &admin, "tap").await;
     stream.next().await.unwrap();
     // Frames keep coming while the registration is disabled: the check
     // keeps its own schedule.

@@ -254,6 +254,34 @@ impl Connection {
         )
     }
 
+    /// Sends a keep-alive every [`KEEP_ALIVE`] and completes when the
+    /// stream must end: the client went away, the server is stopping, or
+    /// the caller may no longer read ([`Connection::revoked`]). A feed pins
+    /// it once for the stream's life: futures made anew for every frame
+    /// registered with waiter lists that every connection shares.
+    pub async fn until_ended(&self, state: &AppState) {
+        let mut keep_alive = tokio::time::interval(KEEP_ALIVE);
+        keep_alive.tick().await;
+        let revoked = self.revoked(state);
+        tokio::pin!(revoked);
+        let client_gone = self.tx.closed();
+        tokio::pin!(client_gone);
+        let hub_closed = state.hub.closed();
+        tokio::pin!(hub_closed);
+        loop {
+            tokio::select! {
+                _ = keep_alive.tick() => {
+                    if !self.keep_alive() {
+                        return;
+                    }
+                }
+                () = &mut client_gone => return,
+                () = &mut hub_closed => return,
+                () = &mut revoked => return,
+            }
+        }
+    }
+
     /// Completes when the caller may no longer read: its token expired
     /// (the client reconnects with a fresh one), or, for a signed
     /// extension call, its registration was disabled or removed (checked

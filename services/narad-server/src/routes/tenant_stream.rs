@@ -267,18 +267,10 @@ async fn feed(
             Ok(false) | Err(()) => return,
         }
     }
-    let mut keep_alive = tokio::time::interval(sse::KEEP_ALIVE);
-    keep_alive.tick().await;
-    // One future for the stream's life, so that its checks keep their
-    // schedule however often frames arrive.
-    let revoked = connection.revoked(&state);
-    tokio::pin!(revoked);
-    // Pinned once: a future made anew for every frame registered with a
-    // waiter list that every connection shares.
-    let client_gone = connection.tx.closed();
-    tokio::pin!(client_gone);
-    let hub_closed = state.hub.closed();
-    tokio::pin!(hub_closed);
+    // Keep-alives and the stream's end, one future for the stream's life
+    // (so that its checks keep their schedule however often frames arrive).
+    let ended = connection.until_ended(&state);
+    tokio::pin!(ended);
     let mut gathered = sse::Gathered::default();
     loop {
         tokio::select! {
@@ -316,14 +308,7 @@ async fn feed(
                     return;
                 }
             }
-            _ = keep_alive.tick() => {
-                if !connection.keep_alive() {
-                    return;
-                }
-            }
-            () = &mut client_gone => return,
-            () = &mut hub_closed => return,
-            () = &mut revoked => return,
+            () = &mut ended => return,
         }
     }
 }
