@@ -109,28 +109,34 @@ pub fn received(
 /// their frames on as one.
 const GATHER: usize = 256;
 
-/// What [`waiting`] found.
-pub enum Waiting {
-    /// A live event.
-    Event(std::sync::Arc<Live>),
-    /// Nothing waits.
-    Nothing,
-    /// The stream must end (as for [`received`]).
-    End,
+/// What a feed does with one live event.
+pub enum Take {
+    /// Its frame goes to the client.
+    Send,
+    /// It is not for this client, or the client has it already.
+    Skip,
+    /// It is ahead of the client: gathering stops before it (the feed
+    /// reads history instead).
+    Stop,
 }
 
-/// The next live event already waiting, without waiting.
-pub fn waiting(state: &AppState, live: &mut broadcast::Receiver<std::sync::Arc<Live>>) -> Waiting {
-    match live.try_recv() {
-        Ok(event) => Waiting::Event(event),
-        Err(broadcast::error::TryRecvError::Empty | broadcast::error::TryRecvError::Closed) => {
-            Waiting::Nothing
-        }
-        Err(broadcast::error::TryRecvError::Lagged(_)) => {
-            state.hub.dropped_slow_consumer();
-            Waiting::End
-        }
+impl Take {
+    /// [`Take::Send`] when `send`, else [`Take::Skip`].
+    pub fn send_if(send: bool) -> Take {
+        if send { Take::Send } else { Take::Skip }
     }
+}
+
+/// How a [`Gathered::gather`] ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Gather {
+    /// Nothing more waits (or a burst's worth was taken).
+    Done,
+    /// `take` stopped at an event ahead of the client.
+    Ahead,
+    /// The client fell further behind than the hub keeps: the stream ends
+    /// (dropped as slow, counted); the client resumes with `Last-Event-ID`.
+    Dropped,
 }
 
 /// The frames of the live events a connection took at once, handed to its
@@ -139,19 +145,35 @@ pub fn waiting(state: &AppState, live: &mut broadcast::Receiver<std::sync::Arc<L
 #[derive(Default)]
 pub struct Gathered {
     frames: Vec<u8>,
-    events: usize,
 }
 
 impl Gathered {
-    /// Adds a frame.
-    pub fn push(&mut self, frame: &Bytes) {
-        self.frames.extend_from_slice(frame);
-    }
-
-    /// Counts an event taken (sent or not); `true` while more may be taken.
-    pub fn taken(&mut self) -> bool {
-        self.events += 1;
-        self.events < GATHER
+    /// Takes `first` and the live events already waiting behind it (at
+    /// most [`GATHER`]), keeping the frames of those `take` sends.
+    pub fn gather(
+        &mut self,
+        state: &AppState,
+        live: &mut broadcast::Receiver<std::sync::Arc<Live>>,
+        first: std::sync::Arc<Live>,
+        mut take: impl FnMut(&Live) -> Take,
+    ) -> Gather {
+        let mut event = first;
+        for _ in 0..GATHER {
+            match take(&event) {
+                Take::Send => self.frames.extend_from_slice(&event.frame),
+                Take::Skip => {}
+                Take::Stop => return Gather::Ahead,
+            }
+            event = match live.try_recv() {
+                Ok(next) => next,
+                Err(broadcast::error::TryRecvError::Lagged(_)) => {
+                    state.hub.dropped_slow_consumer();
+                    return Gather::Dropped;
+                }
+                Err(_) => return Gather::Done,
+            };
+        }
+        Gather::Done
     }
 
     /// Hands the gathered frames on (see [`Connection::deliver`]) and
@@ -162,7 +184,6 @@ impl Gathered {
         connection: &Connection,
         live: &broadcast::Receiver<std::sync::Arc<Live>>,
     ) -> bool {
-        self.events = 0;
         if self.frames.is_empty() {
             return true;
         }
@@ -247,7 +268,7 @@ impl Connection {
 
     /// Sends a keep-alive comment unless the queue is full (a connection
     /// with frames waiting needs none); `false` when the client went away.
-    pub fn keep_alive(&self) -> bool {
+    fn keep_alive(&self) -> bool {
         !matches!(
             self.tx.try_send(Bytes::from_static(b": keep-alive\n\n")),
             Err(mpsc::error::TrySendError::Closed(_))
@@ -312,5 +333,99 @@ impl Connection {
             }
             None => std::future::pending().await,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{Arc, OnceLock};
+
+    use narad_journal::{Journal, TenantId};
+
+    use super::*;
+
+    /// A state whose database is never reached: these checks need none.
+    async fn state() -> AppState {
+        let journal = Journal::connect("postgres://nobody@127.0.0.1:1/none", 1).expect("a pool");
+        let verifier = crate::auth::Verifier::new(crate::auth::AuthSettings {
+            issuer: "narad".into(),
+            audience: "narad".into(),
+            hs256_secret: Some(vec![7; 32]),
+            jwks: None,
+            jwks_refetch_interval: Duration::from_secs(60),
+        })
+        .await
+        .expect("a verifier");
+        AppState {
+            hub: crate::hub::Hub::new(journal.clone(), Duration::from_millis(50)),
+            journal,
+            verifier: Arc::new(verifier),
+            openapi: Arc::new(OnceLock::new()),
+        }
+    }
+
+    fn connection() -> (Connection, mpsc::Receiver<Bytes>) {
+        let principal = Principal {
+            tenant: TenantId::new("acme").expect("an id"),
+            subject: "u".into(),
+            roles: Default::default(),
+            executors: None,
+            sessions: None,
+            expires_at: None,
+            extension: None,
+        };
+        Connection::new(ProfileSet::all(), principal)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_idle_stream_gets_a_keep_alive_every_15_seconds_until_it_ends() {
+        let state = state().await;
+        let (stream, mut rx) = connection();
+        let start = tokio::time::Instant::now();
+        let ended = tokio::spawn({
+            let state = state.clone();
+            async move { stream.until_ended(&state).await }
+        });
+        let ms = Duration::from_millis(1);
+        for n in 1..=3 {
+            tokio::time::sleep_until(start + KEEP_ALIVE * n - ms).await;
+            assert!(rx.try_recv().is_err(), "not before {n} × 15 s");
+            tokio::time::sleep_until(start + KEEP_ALIVE * n + ms).await;
+            assert_eq!(rx.try_recv().expect("a keep-alive"), ": keep-alive\n\n");
+        }
+        assert!(!ended.is_finished());
+        // The server stops: the stream ends (the client resumes elsewhere).
+        state.hub.close();
+        tokio::time::timeout(Duration::from_secs(1), ended)
+            .await
+            .expect("ended when the hub closed")
+            .expect("no panic");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_stream_ends_when_its_client_goes_away_or_its_token_expires() {
+        let state = state().await;
+        let (stream, rx) = connection();
+        let gone = tokio::spawn({
+            let state = state.clone();
+            async move { stream.until_ended(&state).await }
+        });
+        drop(rx);
+        tokio::time::timeout(Duration::from_secs(1), gone)
+            .await
+            .expect("ended when the client went away")
+            .expect("no panic");
+
+        let (mut stream, _rx) = connection();
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .expect("after 1970")
+            .as_secs();
+        stream.principal.expires_at = Some(now + 60);
+        let expired = tokio::spawn(async move { stream.until_ended(&state).await });
+        tokio::time::sleep(Duration::from_secs(59)).await;
+        assert!(!expired.is_finished(), "not before the token expires");
+        tokio::time::sleep(Duration::from_secs(61 + crate::auth::LEEWAY_SECONDS)).await;
+        assert!(expired.is_finished(), "ended once the token expired");
     }
 }

@@ -25,7 +25,7 @@ use narad_protocol::ErrorCode;
 use narad_protocol::watch::WatchId;
 use tokio::sync::broadcast;
 
-use super::sse::{self, Connection};
+use super::sse::{self, Connection, Take};
 use crate::AppState;
 use crate::auth::Permission;
 use crate::body::Query;
@@ -163,42 +163,31 @@ async fn feed(
     loop {
         tokio::select! {
             received = live.recv() => {
-                let Some(mut event) = sse::received(&state, received) else { return };
+                let Some(event) = sse::received(&state, received) else { return };
                 // This event and those already waiting behind it leave as
                 // one.
-                let behind = loop {
-                    let behind = match event.kind {
+                let gathered_until = gathered.gather(&state, &mut live, event, |event| {
+                    match event.kind {
                         // A watch event goes out only after the authority it
                         // covers (a client resuming from its id resumes there).
-                        LiveKind::Watch | LiveKind::StoredWatch => {
-                            if event.session_sequence <= last
-                                && connection.wants(event.profile, Some(&session_id))
-                            {
-                                gathered.push(&event.frame);
-                            }
-                            false
-                        }
-                        LiveKind::Authority if event.session_sequence <= last => false,
+                        LiveKind::Watch | LiveKind::StoredWatch => Take::send_if(
+                            event.session_sequence <= last
+                                && connection.wants(event.profile, Some(&session_id)),
+                        ),
+                        LiveKind::Authority if event.session_sequence <= last => Take::Skip,
                         LiveKind::Authority if event.session_sequence == last + 1 => {
-                            if connection.wants(event.profile, Some(&session_id)) {
-                                gathered.push(&event.frame);
-                            }
                             last += 1;
-                            false
+                            Take::send_if(connection.wants(event.profile, Some(&session_id)))
                         }
                         // The feed skipped ahead (a relay that started later
                         // than this stream's replay ended, say): read history.
-                        LiveKind::Authority => true,
-                    };
-                    if behind || !gathered.taken() {
-                        break behind;
+                        LiveKind::Authority => Take::Stop,
                     }
-                    match sse::waiting(&state, &mut live) {
-                        sse::Waiting::Event(next) => event = next,
-                        sse::Waiting::Nothing => break false,
-                        sse::Waiting::End => return,
-                    }
-                };
+                });
+                if gathered_until == sse::Gather::Dropped {
+                    return;
+                }
+                let behind = gathered_until == sse::Gather::Ahead;
                 if !gathered.flush(&state, &connection, &live).await {
                     return;
                 }

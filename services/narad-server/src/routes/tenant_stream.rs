@@ -40,7 +40,7 @@ use narad_protocol::watch::WatchId;
 use serde_json::json;
 use tokio::sync::broadcast;
 
-use super::sse::{self, Connection};
+use super::sse::{self, Connection, Take};
 use crate::AppState;
 use crate::auth::Permission;
 use crate::body::Query;
@@ -275,34 +275,29 @@ async fn feed(
     loop {
         tokio::select! {
             received = live.recv() => {
-                let Some(mut event) = sse::received(&state, received) else { return };
+                let Some(event) = sse::received(&state, received) else { return };
                 // This event and those already waiting behind it leave as
                 // one.
-                loop {
-                    let before_attach = attached.as_ref().is_some_and(|a| a.saw(event.cursor.txid));
-                    let send = !before_attach && match event.kind {
+                let gathered_until = gathered.gather(&state, &mut live, event, |event| {
+                    // Live from now: what had committed at attach is left out.
+                    if attached.as_ref().is_some_and(|a| a.saw(event.cursor.txid)) {
+                        return Take::Skip;
+                    }
+                    let new = match event.kind {
                         // After the authority it covers only.
                         LiveKind::Watch => event.cursor <= last,
                         LiveKind::Authority | LiveKind::StoredWatch => {
-                            if event.cursor <= last {
-                                false
-                            } else {
+                            let new = event.cursor > last;
+                            if new {
                                 last = event.cursor;
-                                true
                             }
+                            new
                         }
                     };
-                    if send && connection.wants(event.profile, event.session_id.as_deref()) {
-                        gathered.push(&event.frame);
-                    }
-                    if !gathered.taken() {
-                        break;
-                    }
-                    match sse::waiting(&state, &mut live) {
-                        sse::Waiting::Event(next) => event = next,
-                        sse::Waiting::Nothing => break,
-                        sse::Waiting::End => return,
-                    }
+                    Take::send_if(new && connection.wants(event.profile, event.session_id.as_deref()))
+                });
+                if gathered_until == sse::Gather::Dropped {
+                    return;
                 }
                 if !gathered.flush(&state, &connection, &live).await {
                     return;
