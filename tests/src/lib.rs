@@ -10,6 +10,7 @@ use jsonwebtoken::jwk::{Jwk, JwkSet};
 use jsonwebtoken::{Algorithm, EncodingKey, Header};
 use narad_journal::{Journal, MIGRATOR};
 use narad_server::auth::{AuthSettings, Claims, JwksSource, Role, Verifier};
+use narad_server::executors::ExecutorSettings;
 use narad_server::{AppState, app, serve_on};
 use narad_testkit::TestDatabase;
 use serde_json::Value;
@@ -133,18 +134,45 @@ impl Server {
         Server::start_on(db, test_auth()).await
     }
 
+    /// Starts a server on a fresh database with executor timing of its own.
+    pub async fn start_with_executors(settings: ExecutorSettings) -> Server {
+        let db = Arc::new(TestDatabase::new(&MIGRATOR).await);
+        Server::start_full(db, test_auth(), settings).await
+    }
+
+    /// Starts a second server on this server's database with executor
+    /// timing of its own.
+    pub async fn replica_with_executors(&self, settings: ExecutorSettings) -> Server {
+        Server::start_full(self.db.clone(), test_auth(), settings).await
+    }
+
     async fn start_on(db: Arc<TestDatabase>, auth: AuthSettings) -> Server {
+        Server::start_full(db, auth, ExecutorSettings::default()).await
+    }
+
+    async fn start_full(
+        db: Arc<TestDatabase>,
+        auth: AuthSettings,
+        executors: ExecutorSettings,
+    ) -> Server {
         let journal = Journal::connect(db.url(), 16).expect("a journal");
         let verifier = Verifier::new(auth).await.expect("a verifier");
         let hub =
             narad_server::hub::Hub::new(journal.clone(), narad_server::coalesce::DEFAULT_WINDOW);
         let relay = tokio::spawn(hub.clone().run());
+        let executors = Arc::new(executors);
+        let sweeper = tokio::spawn(narad_server::executors::sweep(
+            journal.clone(),
+            hub.clone(),
+            executors.clone(),
+        ));
         let closing = hub.clone();
         let state = AppState {
             hub: hub.clone(),
             journal,
             verifier: Arc::new(verifier),
             openapi: Arc::new(OnceLock::new()),
+            executors,
         };
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
@@ -159,6 +187,7 @@ impl Server {
             .await
             .expect("serves");
             relay.abort();
+            sweeper.abort();
         });
         Server {
             base,

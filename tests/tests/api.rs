@@ -416,6 +416,11 @@ const ROUTES: &[(&str, &str)] = &[
     ("get", "/v1/extensions"),
     ("patch", "/v1/extensions/{publisher}/{name}"),
     ("get", "/v1/capabilities"),
+    ("get", "/v1/executors/{clientExecutorId}/connect"),
+    ("post", "/v1/executors/{clientExecutorId}/attach"),
+    ("post", "/v1/executors/{clientExecutorId}/heartbeat"),
+    ("post", "/v1/executors/{clientExecutorId}/finish"),
+    ("get", "/v1/executors/{clientExecutorId}/controls"),
     ("get", "/healthz"),
     ("get", "/readyz"),
     ("get", "/openapi.json"),
@@ -453,6 +458,7 @@ async fn the_openapi_document_lists_exactly_the_routes_that_answer() {
             .replace("{sessionId}", "s-none")
             .replace("{queueId}", "q-none")
             .replace("{command}", "stop-run")
+            .replace("{clientExecutorId}", "x-none")
             .replace("{publisher}", "p")
             .replace("{name}", "n");
         // The tenant stream never ends; narrowed to no session it answers.

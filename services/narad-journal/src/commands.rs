@@ -750,7 +750,7 @@ impl Journal {
     }
 
     /// One stored entity's state.
-    async fn entity(
+    pub(crate) async fn entity(
         &self,
         tenant: &TenantId,
         session: &SessionId,

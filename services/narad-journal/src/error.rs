@@ -76,6 +76,20 @@ pub enum JournalError {
     /// History cursors that identify different positions (§10.2).
     #[error("the cursors identify different positions: {0}")]
     CursorConflict(String),
+    /// A client executor's lease is superseded or lapsed, or is not the
+    /// lease an execution token was issued under (§11.1).
+    #[error("{0}")]
+    LeaseNotCurrent(String),
+    /// An execution token this tenant never issued to this executor.
+    #[error("{0}")]
+    TokenInvalid(String),
+    /// An execution token past its expiry (§11.3 rule 9).
+    #[error("{0}")]
+    TokenExpired(String),
+    /// A token already finished with other data, or its call closed
+    /// otherwise (§11.3 rule 8).
+    #[error("{0}")]
+    FinishConflict(String),
     /// The database failed or cannot be reached.
     #[error("database error: {0}")]
     Database(#[from] tokio_postgres::Error),
@@ -102,6 +116,10 @@ impl JournalError {
             JournalError::SequenceMismatch { .. } => ErrorCode::SequenceMismatch,
             JournalError::InvalidParameter { .. } => ErrorCode::InvalidParameter,
             JournalError::CursorConflict(_) => ErrorCode::CursorConflict,
+            JournalError::LeaseNotCurrent(_) => ErrorCode::LeaseNotCurrent,
+            JournalError::TokenInvalid(_) => ErrorCode::ExecutionTokenInvalid,
+            JournalError::TokenExpired(_) => ErrorCode::ExecutionTokenExpired,
+            JournalError::FinishConflict(_) => ErrorCode::FinishConflict,
             JournalError::Database(_) | JournalError::Pool(_) => ErrorCode::DatabaseUnavailable,
             JournalError::Corrupt(_) => ErrorCode::Internal,
         }

@@ -17,6 +17,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use deadpool_postgres::Client;
+use narad_protocol::authority::Executor;
 use narad_protocol::engine::{
     EntityKey, SessionCore, SessionState, Status, WorkflowState, referenced_keys,
 };
@@ -27,6 +28,7 @@ use serde_json::{Value, json};
 use tokio_postgres::Row;
 
 use crate::append::{AppendOptions, Appended, AppendedEvent, Prepared, prepare};
+use crate::executors::EXECUTOR_UNAVAILABLE;
 use crate::{BEGIN_SCOPED, JournalError, SET_TENANT, TenantId};
 
 /// One caller's append: a prepared batch for one session.
@@ -124,7 +126,9 @@ const TAKE_CANCELLATIONS: &str = "delete from pending_cancellations \
     returning workflow_id, reason";
 
 /// Round trip 2, per tenant, in one statement: the events, their outbox
-/// rows, the changed entities and the sessions' cores.
+/// rows, the changed entities, the delivery state of client tool calls
+/// (started, closed) and of runs paused for an absent executor (paused,
+/// resumed), and the sessions' cores.
 const WRITE: &str = "
 with inserted as (
   insert into events (tenant_id, session_id, session_sequence, event_id, type, root_run_id, run_id,
@@ -139,6 +143,23 @@ with inserted as (
   insert into entities (tenant_id, session_id, kind, id, state)
   select $1, * from unnest($13::text[], $14::text[], $15::text[], $16::jsonb[])
   on conflict (tenant_id, session_id, kind, id) do update set state = excluded.state
+), client_started as (
+  insert into client_calls (tenant_id, session_id, tool_call_id, root_run_id, run_id, executor_id,
+                            tool_name, args, closed)
+  select $1, * from unnest($20::text[], $21::text[], $22::text[], $23::text[], $24::text[],
+                           $25::text[], $26::jsonb[], $27::bool[])
+), client_closed as (
+  update client_calls c set closed = true
+  from unnest($28::text[], $29::text[]) as f(session_id, tool_call_id)
+  where c.tenant_id = $1 and c.session_id = f.session_id and c.tool_call_id = f.tool_call_id
+), executor_paused as (
+  insert into executor_pauses (tenant_id, session_id, run_id, root_run_id, executor_id, wait_id)
+  select $1, * from unnest($30::text[], $31::text[], $32::text[], $33::text[], $34::text[])
+  on conflict do nothing
+), executor_resumed as (
+  delete from executor_pauses p
+  using unnest($35::text[], $36::text[]) as r(session_id, run_id)
+  where p.tenant_id = $1 and p.session_id = r.session_id and p.run_id = r.run_id
 )
 update sessions s set session_sequence = u.last, core = u.core
 from unnest($17::text[], $18::bigint[], $19::jsonb[]) as u(session_id, last, core)
@@ -322,7 +343,7 @@ async fn run(
             let t = tenant.as_str();
             let rows = WriteRows::of(sessions);
             let set_params: [&Param<'_>; 1] = [&t];
-            let write_params: [&Param<'_>; 19] = [
+            let write_params: [&Param<'_>; 36] = [
                 &t,
                 &rows.session_id,
                 &rows.session_sequence,
@@ -342,6 +363,23 @@ async fn run(
                 &rows.core_session,
                 &rows.core_last,
                 &rows.core,
+                &rows.client.session,
+                &rows.client.tool_call_id,
+                &rows.client.root_run_id,
+                &rows.client.run_id,
+                &rows.client.executor_id,
+                &rows.client.tool_name,
+                &rows.client.args,
+                &rows.client.closed,
+                &rows.client.closed_session,
+                &rows.client.closed_tool_call_id,
+                &rows.client.paused_session,
+                &rows.client.paused_run_id,
+                &rows.client.paused_root_run_id,
+                &rows.client.paused_executor_id,
+                &rows.client.paused_wait_id,
+                &rows.client.resumed_session,
+                &rows.client.resumed_run_id,
             ];
             futures::try_join!(
                 async {
@@ -434,6 +472,12 @@ struct SessionWrite {
     changed: Vec<(EntityKey, Value)>,
     last: i64,
     core: Value,
+    /// The client executor of every run that an accepted event names and
+    /// that has one.
+    client_executors: BTreeMap<String, String>,
+    /// The tool calls finished by an accepted event whose executor is the
+    /// client.
+    client_calls: BTreeSet<String>,
 }
 
 impl SessionWork {
@@ -614,12 +658,36 @@ impl SessionWork {
             .into_iter()
             .filter(|(k, v)| self.before.get(k) != Some(v))
             .collect();
+        let mut client_executors = BTreeMap::new();
+        let mut client_calls = BTreeSet::new();
+        for p in &self.accepted {
+            if let Some(run) = &p.event.envelope.run
+                && let Some(executor) = self
+                    .state
+                    .runs
+                    .get(&run.run_id)
+                    .and_then(|r| r.client_executor_id.as_ref())
+            {
+                client_executors.insert(run.run_id.to_string(), executor.to_string());
+            }
+            if let AuthorityBody::ToolCallFinished(b) = &p.event.body
+                && self
+                    .state
+                    .tool_calls
+                    .get(&b.tool_call_id)
+                    .is_some_and(|c| c.executor == Executor::Client)
+            {
+                client_calls.insert(b.tool_call_id.to_string());
+            }
+        }
         Some(SessionWrite {
             session: self.session,
             events: self.accepted,
             changed,
             last: self.state.session_sequence as i64,
             core: serde_json::to_value(self.state.core()).expect("serialises"),
+            client_executors,
+            client_calls,
         })
     }
 }
@@ -789,6 +857,7 @@ struct WriteRows<'a> {
     core_session: Vec<&'a str>,
     core_last: Vec<i64>,
     core: Vec<&'a Value>,
+    client: ClientRows<'a>,
 }
 
 impl<'a> WriteRows<'a> {
@@ -842,6 +911,100 @@ impl<'a> WriteRows<'a> {
             core_session: sessions.iter().map(|s| s.session.as_str()).collect(),
             core_last: sessions.iter().map(|s| s.last).collect(),
             core: sessions.iter().map(|s| &s.core).collect(),
+            client: ClientRows::of(sessions),
         }
+    }
+}
+
+/// The client-executor bookkeeping of one tenant's write (§11): a
+/// `client_calls` row for every tool call started with `executor=client`,
+/// the call closed by its `tool.call.finished`, and the runs paused for an
+/// absent executor (`run.paused` with reason `client_executor_unavailable`)
+/// or resumed. Derived from the accepted events, in their transaction.
+#[derive(Default)]
+struct ClientRows<'a> {
+    session: Vec<&'a str>,
+    tool_call_id: Vec<&'a str>,
+    root_run_id: Vec<&'a str>,
+    run_id: Vec<&'a str>,
+    executor_id: Vec<&'a str>,
+    tool_name: Vec<&'a str>,
+    args: Vec<&'a Value>,
+    closed: Vec<bool>,
+    closed_session: Vec<&'a str>,
+    closed_tool_call_id: Vec<&'a str>,
+    paused_session: Vec<&'a str>,
+    paused_run_id: Vec<&'a str>,
+    paused_root_run_id: Vec<&'a str>,
+    paused_executor_id: Vec<&'a str>,
+    paused_wait_id: Vec<&'a str>,
+    resumed_session: Vec<&'a str>,
+    resumed_run_id: Vec<&'a str>,
+}
+
+impl<'a> ClientRows<'a> {
+    fn of(sessions: &'a [SessionWrite]) -> Self {
+        let mut rows = ClientRows::default();
+        for s in sessions {
+            let session = s.session.as_str();
+            let finished: BTreeSet<&str> = s
+                .events
+                .iter()
+                .filter_map(|p| match &p.event.body {
+                    AuthorityBody::ToolCallFinished(b) => Some(b.tool_call_id.as_str()),
+                    _ => None,
+                })
+                .collect();
+            let mut started = BTreeSet::new();
+            for p in &s.events {
+                let Some(run) = p.event.envelope.run.as_ref() else {
+                    continue;
+                };
+                let executor = || {
+                    s.client_executors
+                        .get(run.run_id.as_str())
+                        .map(String::as_str)
+                };
+                match &p.event.body {
+                    AuthorityBody::ToolCallStarted(b) if b.executor == Executor::Client => {
+                        let Some(executor_id) = executor() else {
+                            continue;
+                        };
+                        let id = b.tool_call_id.as_str();
+                        started.insert(id);
+                        rows.session.push(session);
+                        rows.tool_call_id.push(id);
+                        rows.root_run_id.push(run.root_run_id.as_str());
+                        rows.run_id.push(run.run_id.as_str());
+                        rows.executor_id.push(executor_id);
+                        rows.tool_name.push(b.tool_name.as_str());
+                        rows.args.push(&p.body["args"]);
+                        rows.closed.push(finished.contains(id));
+                    }
+                    AuthorityBody::ToolCallFinished(b)
+                        if !started.contains(b.tool_call_id.as_str())
+                            && s.client_calls.contains(b.tool_call_id.as_str()) =>
+                    {
+                        rows.closed_session.push(session);
+                        rows.closed_tool_call_id.push(b.tool_call_id.as_str());
+                    }
+                    AuthorityBody::RunPaused(b) if b.reason.as_str() == EXECUTOR_UNAVAILABLE => {
+                        if let Some(executor_id) = executor() {
+                            rows.paused_session.push(session);
+                            rows.paused_run_id.push(run.run_id.as_str());
+                            rows.paused_root_run_id.push(run.root_run_id.as_str());
+                            rows.paused_executor_id.push(executor_id);
+                            rows.paused_wait_id.push(b.wait_id.as_str());
+                        }
+                    }
+                    AuthorityBody::RunResumed(_) => {
+                        rows.resumed_session.push(session);
+                        rows.resumed_run_id.push(run.run_id.as_str());
+                    }
+                    _ => {}
+                }
+            }
+        }
+        rows
     }
 }

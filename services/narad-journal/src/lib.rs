@@ -21,6 +21,7 @@ pub mod append;
 mod combine;
 pub mod commands;
 pub mod error;
+pub mod executors;
 pub mod extensions;
 mod group;
 pub mod history;
@@ -39,6 +40,7 @@ pub use append::{AppendOptions, Appended, AppendedEvent};
 pub use combine::AppendStats;
 pub use commands::{QueuedStart, RunStart, WorkflowCancel};
 pub use error::JournalError;
+pub use executors::{Delivery, FinishAccepted, Lease, SweepItem, SweepKind};
 pub use extensions::{ExtensionRecord, SigningKey};
 pub use history::{HistoryPage, HistoryQuery};
 pub use relay::{AttachSnapshot, RelayCursor, Relayed};
@@ -223,7 +225,7 @@ where
 
 /// A connection inside a transaction; dropped before [`in_tenant`] ends
 /// it, the connection is closed rather than returned to the pool.
-struct Abandoned(Option<deadpool_postgres::Client>);
+pub(crate) struct Abandoned(pub(crate) Option<deadpool_postgres::Client>);
 
 impl Drop for Abandoned {
     fn drop(&mut self) {

@@ -87,6 +87,15 @@ error_codes! {
     CursorConflict = "NRD-0301", 400, "Cursor conflict";
     /// A stream cursor past anything the store holds.
     CursorAhead = "NRD-0302", 409, "Cursor ahead of the store";
+    /// A client executor's lease is superseded or lapsed, or is not the
+    /// one the execution token was issued under.
+    LeaseNotCurrent = "NRD-0401", 409, "Lease not current";
+    /// An execution token that was not issued to this executor.
+    ExecutionTokenInvalid = "NRD-0402", 403, "Execution token invalid";
+    /// An execution token past its expiry.
+    ExecutionTokenExpired = "NRD-0403", 410, "Execution token expired";
+    /// A token finished before with other data, or its call closed otherwise.
+    FinishConflict = "NRD-0404", 409, "Finish conflicts";
     /// The database cannot be reached.
     DatabaseUnavailable = "NRD-0901", 503, "Database unavailable";
 }

@@ -61,6 +61,46 @@ pub struct Config {
     /// Connections in the database pool.
     #[arg(long, env = "NARAD_DATABASE_POOL", default_value_t = 32)]
     pub database_pool: usize,
+
+    /// How often client executors and the server send heartbeats, in
+    /// milliseconds (§11.2).
+    #[arg(long, env = "NARAD_EXECUTOR_HEARTBEAT_MS", default_value_t = 15_000)]
+    pub executor_heartbeat_ms: u64,
+    /// How long an executor lease lives without a heartbeat, in
+    /// milliseconds; an executor without a live lease is unavailable.
+    #[arg(long, env = "NARAD_EXECUTOR_LEASE_TTL_MS", default_value_t = 45_000)]
+    pub executor_lease_ttl_ms: u64,
+    /// How long an execution token is valid after delivery, in
+    /// milliseconds; a call unfinished by then is closed
+    /// `client_execution_expired`.
+    #[arg(long, env = "NARAD_EXECUTION_TOKEN_TTL_MS", default_value_t = 60_000)]
+    pub execution_token_ttl_ms: u64,
+    /// How long a client call may wait for its executor to attach, in
+    /// milliseconds, before it is closed `client_unavailable`.
+    #[arg(
+        long,
+        env = "NARAD_EXECUTOR_DELIVERY_TIMEOUT_MS",
+        default_value_t = 120_000
+    )]
+    pub executor_delivery_timeout_ms: u64,
+    /// How often the executor sweeper looks for lapsed tokens and absent
+    /// executors, in milliseconds (one replica at a time sweeps).
+    #[arg(long, env = "NARAD_EXECUTOR_SWEEP_MS", default_value_t = 1_000)]
+    pub executor_sweep_ms: u64,
+}
+
+impl Config {
+    /// The executor timing these settings describe.
+    pub fn executor_settings(&self) -> crate::executors::ExecutorSettings {
+        use std::time::Duration;
+        crate::executors::ExecutorSettings {
+            heartbeat_interval: Duration::from_millis(self.executor_heartbeat_ms),
+            lease_ttl: Duration::from_millis(self.executor_lease_ttl_ms),
+            token_ttl: Duration::from_millis(self.execution_token_ttl_ms),
+            delivery_timeout: Duration::from_millis(self.executor_delivery_timeout_ms),
+            sweep_interval: Duration::from_millis(self.executor_sweep_ms),
+        }
+    }
 }
 
 /// A secret setting (a URL with a password, a key): `Debug`, `Display` and

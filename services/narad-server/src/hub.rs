@@ -126,6 +126,7 @@ pub struct Hub {
     closing: tokio::sync::watch::Sender<bool>,
     slow_dropped: std::sync::atomic::AtomicU64,
     listens: std::sync::atomic::AtomicU64,
+    client_calls: Mutex<HashMap<TenantId, tokio::sync::watch::Sender<u64>>>,
 }
 
 impl Hub {
@@ -141,6 +142,7 @@ impl Hub {
             closing: tokio::sync::watch::channel(false).0,
             slow_dropped: std::sync::atomic::AtomicU64::new(0),
             listens: std::sync::atomic::AtomicU64::new(0),
+            client_calls: Mutex::new(HashMap::new()),
         })
     }
 
@@ -193,6 +195,28 @@ impl Hub {
             .subscribe()
     }
 
+    /// Wakes (its value changes) whenever a tool call with
+    /// `executor=client` of the tenant is committed: the executor channels
+    /// of the tenant then look for calls to deliver.
+    pub fn client_calls(&self, tenant: &TenantId) -> tokio::sync::watch::Receiver<u64> {
+        let mut calls = self.client_calls.lock().expect("the executor wake-ups");
+        calls
+            .entry(tenant.clone())
+            .or_insert_with(|| tokio::sync::watch::channel(0).0)
+            .subscribe()
+    }
+
+    fn wake_executors(&self, tenant: &TenantId) {
+        let mut calls = self.client_calls.lock().expect("the executor wake-ups");
+        if let Some(sender) = calls.get(tenant) {
+            if sender.receiver_count() == 0 {
+                calls.remove(tenant);
+            } else {
+                sender.send_modify(|n| *n += 1);
+            }
+        }
+    }
+
     /// Hands a batch of relayed events to their subscribers; an event
     /// nobody subscribes to is neither encoded nor coalesced (watch events
     /// are live only: with no listener there is nothing to announce).
@@ -202,6 +226,12 @@ impl Hub {
         let mut coalescer = self.coalescer.lock().expect("the coalescer");
         let now = Instant::now();
         for event in batch {
+            if event.authority
+                && event.body["type"] == "tool.call.started"
+                && event.body["executor"] == "client"
+            {
+                self.wake_executors(&event.tenant);
+            }
             let listeners = Listeners::of(
                 &mut sessions,
                 &mut tenants,

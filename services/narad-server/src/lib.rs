@@ -6,6 +6,7 @@
 //! - [`auth`]: bearer JWTs, roles and permissions;
 //! - [`routes`]: every route, documented where it is registered;
 //! - [`hub`]: the relay and fan-out of committed events to live streams;
+//! - [`executors`]: client executors' channels and the sweeper (§11);
 //! - [`signature`]: signed calls of registered extensions;
 //! - [`body`]: request bodies and query strings, with the API's errors;
 //! - [`error`]: the error envelope as an HTTP answer.
@@ -15,6 +16,7 @@ pub mod body;
 pub mod coalesce;
 pub mod config;
 pub mod error;
+pub mod executors;
 pub mod hub;
 pub mod routes;
 pub mod signature;
@@ -45,6 +47,8 @@ pub struct AppState {
     pub openapi: Arc<OnceLock<String>>,
     /// Live subscribers and the relay that feeds them.
     pub hub: Arc<hub::Hub>,
+    /// How client executors are timed.
+    pub executors: Arc<executors::ExecutorSettings>,
 }
 
 /// The header that carries the request id, in requests and answers.

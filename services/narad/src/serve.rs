@@ -68,11 +68,18 @@ async fn serve_with(config: &Config, url: &Secret, embedded: bool) -> anyhow::Re
         journal.clone(),
         Duration::from_secs(config.outbox_retention_seconds),
     ));
+    let executors = Arc::new(config.executor_settings());
+    tokio::spawn(narad_server::executors::sweep(
+        journal.clone(),
+        hub.clone(),
+        executors.clone(),
+    ));
     let state = AppState {
         hub,
         journal,
         verifier: Arc::new(verifier),
         openapi: Arc::new(OnceLock::new()),
+        executors,
     };
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await

@@ -13,11 +13,6 @@ use crate::auth::{Permission, Principal};
 use crate::body::Query;
 use crate::error::ApiResult;
 
-/// How often executors and servers send heartbeats (§11.2).
-pub const HEARTBEAT_INTERVAL_MS: u64 = 15_000;
-/// How long an executor lease lives without a heartbeat.
-pub const LEASE_TTL_MS: u64 = 45_000;
-
 /// The capability document (§10.4), for a session when one is named.
 #[utoipa::path(get, path = "/v1/capabilities", tag = "meta",
     params(("sessionId" = Option<String>, Query, description = "A session: adds its current sequence and active execution")),
@@ -57,7 +52,10 @@ pub async fn capability_document(
             "maxPageSize": history::MAX_LIMIT,
             "defaultPageSize": history::DEFAULT_LIMIT,
         },
-        "heartbeat": {"intervalMs": HEARTBEAT_INTERVAL_MS, "leaseTtlMs": LEASE_TTL_MS},
+        "heartbeat": {
+            "intervalMs": state.executors.heartbeat_interval.as_millis() as u64,
+            "leaseTtlMs": state.executors.lease_ttl.as_millis() as u64,
+        },
     });
     if let Some(id) = session_id {
         let session = state.journal.session(tenant, id).await?;

@@ -3,6 +3,7 @@
 
 pub mod commands;
 pub mod events;
+pub mod executors;
 pub mod extensions;
 pub mod meta;
 pub mod sessions;
@@ -78,6 +79,11 @@ pub fn router() -> OpenApiRouter<AppState> {
         .routes(routes!(meta::capabilities))
         .routes(routes!(meta::healthz))
         .routes(routes!(meta::readyz))
+        .routes(routes!(executors::connect))
+        .routes(routes!(executors::attach))
+        .routes(routes!(executors::heartbeat))
+        .routes(routes!(executors::finish))
+        .routes(routes!(executors::controls))
         .routes(routes!(meta::openapi))
 }
 

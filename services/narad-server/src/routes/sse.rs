@@ -361,6 +361,7 @@ mod tests {
             journal,
             verifier: Arc::new(verifier),
             openapi: Arc::new(OnceLock::new()),
+            executors: Default::default(),
         }
     }
 

@@ -1,0 +1,304 @@
+//! Client executors (§11): the WebSocket channel, and its HTTP form for
+//! executors that cannot hold a socket (attach, heartbeat, finish, and a
+//! long poll for controls).
+
+use std::time::Duration;
+
+use axum::Json;
+use axum::extract::ws::WebSocketUpgrade;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::Response;
+use narad_journal::FinishAccepted;
+use narad_protocol::primitives::ClientExecutorId;
+use narad_protocol::wire::ControlBody;
+use narad_protocol::{Classified, ErrorCode, Reader, WireObject};
+use serde_json::{Value, json};
+
+use crate::AppState;
+use crate::auth::{Permission, Principal};
+use crate::body::{JsonBody, Query};
+use crate::error::{ApiError, ApiResult};
+use crate::executors::{Channel, attached, control};
+
+/// The longest a controls poll waits, in milliseconds.
+pub const MAX_POLL_WAIT_MS: u64 = 30_000;
+
+/// Checks that the principal may attach as `executor_id`: the `executor`
+/// role, and the id among its `executors` claim when it has one.
+fn authorize(principal: &Principal, executor_id: &str) -> ApiResult<()> {
+    principal.require(Permission::Execute)?;
+    ClientExecutorId::new(executor_id.to_owned()).map_err(|e| {
+        ApiError::new(
+            ErrorCode::InvalidParameter,
+            format!("clientExecutorId: {e}"),
+        )
+        .with_field("clientExecutorId", e)
+    })?;
+    if let Some(allowed) = &principal.executors
+        && !allowed.iter().any(|a| a == executor_id)
+    {
+        return Err(ApiError::new(
+            ErrorCode::Forbidden,
+            format!(
+                "this token may attach as [{}], not {executor_id:?}; ask for a token whose \
+                 `executors` claim names it",
+                allowed.join(", ")
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Reads a control message of the client executor profile.
+fn control_body(body: &Value, expected: &str) -> ApiResult<ControlBody> {
+    let wrong = || {
+        ApiError::new(
+            ErrorCode::InvalidObject,
+            format!("the body is a {expected} control message"),
+        )
+        .with_field("/type", format!("must be {expected:?}"))
+    };
+    match Reader::all_profiles().classify(body) {
+        Ok(Classified::Accepted(object)) => match *object {
+            WireObject::Control(m) if m.body.wire_type().name() == expected => Ok(m.body),
+            _ => Err(wrong()),
+        },
+        Ok(Classified::Ignored { .. }) => Err(wrong()),
+        Err(e) => Err(ApiError::from_body((&e).into())),
+    }
+}
+
+/// Attaches over a WebSocket: `client.attached`, then heartbeats both ways
+/// and `client.tool.execute` for each call assigned to the executor; the
+/// client sends `client.heartbeat` and `client.tool.finish` as JSON text
+/// frames. Close codes: 1001 server stopping, 1008 not a control, 4001
+/// lease superseded or lapsed, 4002 heartbeats missing, 1011 server error.
+#[utoipa::path(get, path = "/v1/executors/{clientExecutorId}/connect", tag = "executors",
+    params(("clientExecutorId" = String, Path, description = "The endpoint to attach as")),
+    responses(
+        (status = 101, description = "Switching to the executor channel (WebSocket)"),
+        (status = 403, description = "NRD-0102: no `executor` role, or the `executors` claim does not name this id"),
+    ),
+    security(("bearer" = [])))]
+pub async fn connect(
+    State(state): State<AppState>,
+    principal: Principal,
+    Path(executor_id): Path<String>,
+    upgrade: WebSocketUpgrade,
+) -> ApiResult<Response> {
+    authorize(&principal, &executor_id)?;
+    let channel = Channel {
+        journal: state.journal.clone(),
+        hub: state.hub.clone(),
+        settings: state.executors.clone(),
+        tenant: principal.tenant.clone(),
+        executor_id,
+    };
+    Ok(upgrade.on_upgrade(move |socket| channel.serve(socket)))
+}
+
+/// Attaches without a socket: a new lease (superseding any earlier one),
+/// answered as `client.attached`. Runs paused while the executor was away
+/// resume.
+#[utoipa::path(post, path = "/v1/executors/{clientExecutorId}/attach", tag = "executors",
+    params(("clientExecutorId" = String, Path, description = "The endpoint to attach as")),
+    responses(
+        (status = 201, description = "`client.attached` with the new lease", body = Object),
+        (status = 403, description = "NRD-0102: no `executor` role, or the `executors` claim does not name this id"),
+    ),
+    security(("bearer" = [])))]
+pub async fn attach(
+    State(state): State<AppState>,
+    principal: Principal,
+    Path(executor_id): Path<String>,
+) -> ApiResult<(StatusCode, Json<Value>)> {
+    authorize(&principal, &executor_id)?;
+    let s = &state.executors;
+    let lease = state
+        .journal
+        .attach_executor(&principal.tenant, &executor_id, s.lease_ttl)
+        .await?;
+    if let Err(e) = state
+        .journal
+        .resume_executor_runs(&principal.tenant, &executor_id)
+        .await
+    {
+        tracing::warn!(executor = %executor_id, error = %e, "cannot resume the executor's runs yet; the sweeper will");
+    }
+    Ok((StatusCode::CREATED, Json(attached(&executor_id, &lease, s))))
+}
+
+/// Renews a lease (`client.heartbeat`); answers the lease's new expiry.
+#[utoipa::path(post, path = "/v1/executors/{clientExecutorId}/heartbeat", tag = "executors",
+    params(("clientExecutorId" = String, Path, description = "The endpoint")),
+    request_body(content = Object, description = "`client.heartbeat` {clientExecutorId, leaseId}"),
+    responses(
+        (status = 200, description = "`{leaseId, leaseExpiresAt}`", body = Object),
+        (status = 409, description = "NRD-0401: the lease was superseded or lapsed; attach again"),
+    ),
+    security(("bearer" = [])))]
+pub async fn heartbeat(
+    State(state): State<AppState>,
+    principal: Principal,
+    Path(executor_id): Path<String>,
+    JsonBody(body): JsonBody,
+) -> ApiResult<Json<Value>> {
+    authorize(&principal, &executor_id)?;
+    let ControlBody::ClientHeartbeat(beat) = control_body(&body, "client.heartbeat")? else {
+        unreachable!("control_body checks the type");
+    };
+    if beat.client_executor_id.as_str() != executor_id {
+        return Err(ApiError::new(
+            ErrorCode::InvalidObject,
+            "clientExecutorId differs from the endpoint in the path",
+        )
+        .with_field(
+            "/clientExecutorId",
+            "must equal the path's clientExecutorId",
+        ));
+    }
+    let lease = state
+        .journal
+        .renew_lease(
+            &principal.tenant,
+            &executor_id,
+            beat.lease_id.as_str(),
+            state.executors.lease_ttl,
+        )
+        .await?;
+    Ok(Json(
+        json!({"leaseId": lease.lease_id, "leaseExpiresAt": lease.expires_at}),
+    ))
+}
+
+/// Finishes a client tool call (`client.tool.finish`, §11.3): validated
+/// against its token, then recorded as `tool.call.finished` with exactly
+/// its outcome and response. The same finish again is an idempotent
+/// success (`duplicate: true`). `leaseId` is the lease the token was
+/// delivered under, even after a later attachment.
+#[utoipa::path(post, path = "/v1/executors/{clientExecutorId}/finish", tag = "executors",
+    params(("clientExecutorId" = String, Path, description = "The endpoint")),
+    request_body(content = Object, description = "`client.tool.finish` {executionToken, outcome, response, code?, message?, leaseId, toolCallId?}"),
+    responses(
+        (status = 200, description = "Recorded: `{toolCallId, sessionId, eventId, sessionSequence, duplicate}`", body = Object),
+        (status = 400, description = "NRD-0003: not a client.tool.finish, or no leaseId"),
+        (status = 403, description = "NRD-0402: a token not issued to this executor"),
+        (status = 409, description = "NRD-0401: not the token's lease; NRD-0404: finished before with other data, or closed otherwise"),
+        (status = 410, description = "NRD-0403: the token expired"),
+    ),
+    security(("bearer" = [])))]
+pub async fn finish(
+    State(state): State<AppState>,
+    principal: Principal,
+    Path(executor_id): Path<String>,
+    JsonBody(body): JsonBody,
+) -> ApiResult<Json<FinishAccepted>> {
+    authorize(&principal, &executor_id)?;
+    let ControlBody::ClientToolFinish(finish) = control_body(&body, "client.tool.finish")? else {
+        unreachable!("control_body checks the type");
+    };
+    let Some(lease) = finish.lease_id.clone() else {
+        return Err(ApiError::new(
+            ErrorCode::InvalidObject,
+            "a finish over HTTP names the lease its token was delivered under",
+        )
+        .with_field("/leaseId", "missing"));
+    };
+    if finish
+        .client_executor_id
+        .as_ref()
+        .is_some_and(|c| c.as_str() != executor_id)
+    {
+        return Err(ApiError::new(
+            ErrorCode::InvalidObject,
+            "clientExecutorId differs from the endpoint in the path",
+        )
+        .with_field(
+            "/clientExecutorId",
+            "must equal the path's clientExecutorId",
+        ));
+    }
+    Ok(Json(
+        state
+            .journal
+            .finish_client_call(&principal.tenant, &executor_id, lease.as_str(), &finish)
+            .await?,
+    ))
+}
+
+/// Long-polls for controls: the `client.tool.execute` of every call
+/// waiting for the executor, handed to the lease named (each call once,
+/// ever). Waits up to `waitMs` (default 0, at most 30,000) for one to
+/// arrive.
+#[utoipa::path(get, path = "/v1/executors/{clientExecutorId}/controls", tag = "executors",
+    params(
+        ("clientExecutorId" = String, Path, description = "The endpoint"),
+        ("leaseId" = String, Query, description = "The live lease the calls are handed to"),
+        ("waitMs" = Option<u64>, Query, description = "How long to wait for a call, in milliseconds (at most 30,000)"),
+    ),
+    responses(
+        (status = 200, description = "`{controls: [client.tool.execute…]}`, empty when none arrived in time", body = Object),
+        (status = 409, description = "NRD-0401: the lease was superseded or lapsed"),
+    ),
+    security(("bearer" = [])))]
+pub async fn controls(
+    State(state): State<AppState>,
+    principal: Principal,
+    Path(executor_id): Path<String>,
+    mut query: Query,
+) -> ApiResult<Json<Value>> {
+    authorize(&principal, &executor_id)?;
+    let lease_id = query.text("leaseId").ok_or_else(|| {
+        ApiError::new(ErrorCode::InvalidParameter, "leaseId: missing")
+            .with_field("leaseId", "the lease of client.attached")
+    })?;
+    let wait = query.number("waitMs")?.unwrap_or(0);
+    query.finish()?;
+    if wait > MAX_POLL_WAIT_MS {
+        return Err(ApiError::new(
+            ErrorCode::InvalidParameter,
+            format!("waitMs: at most {MAX_POLL_WAIT_MS}"),
+        )
+        .with_field("waitMs", format!("at most {MAX_POLL_WAIT_MS}")));
+    }
+    let tenant = &principal.tenant;
+    let mut calls = state.hub.client_calls(tenant);
+    let deadline = tokio::time::Instant::now() + Duration::from_millis(wait);
+    loop {
+        let delivered = state
+            .journal
+            .deliver_client_calls(
+                tenant,
+                &executor_id,
+                &lease_id,
+                state.executors.token_ttl,
+                64,
+            )
+            .await?;
+        if !delivered.is_empty() {
+            let controls: Vec<Value> = delivered
+                .iter()
+                .map(|d| control("client.tool.execute", &d.execute))
+                .collect();
+            return Ok(Json(json!({ "controls": controls })));
+        }
+        if !state
+            .journal
+            .lease_is_live(tenant, &executor_id, &lease_id)
+            .await?
+        {
+            return Err(ApiError::new(
+                ErrorCode::LeaseNotCurrent,
+                format!("lease {lease_id} was superseded or lapsed; attach again"),
+            ));
+        }
+        let woken = tokio::select! {
+            _ = tokio::time::sleep_until(deadline) => false,
+            changed = calls.changed() => changed.is_ok(),
+        };
+        if !woken {
+            return Ok(Json(json!({ "controls": [] })));
+        }
+    }
+}
