@@ -1,7 +1,12 @@
-//! The narad Rust SDK. For now: a consumer of the session and tenant
-//! streams that survives disconnects, server restarts and replica
-//! failover, and hands each authority event to its caller exactly once, in
-//! order.
+//! The narad Rust SDK: a consumer of the session and tenant streams that
+//! survives disconnects, server restarts and replica failover, and hands
+//! each authority event to its caller exactly once, in order; and a client
+//! executor runtime that runs the tools the server assigns to it (§11).
+//!
+//! Modules:
+//! - `follow`: the resumable stream consumer ([`Client`], [`Follow`]);
+//! - [`executor`]: the client executor ([`Executor`]) and its durable
+//!   token store ([`TokenStore`], [`FileTokenStore`]).
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), narad_client::ClientError> {
@@ -18,8 +23,13 @@
 //! # Ok(()) }
 //! ```
 
+pub mod executor;
 mod follow;
 
+pub use executor::{
+    Executor, ExecutorBuilder, ExecutorError, ExecutorStats, FileTokenStore, MemoryTokenStore,
+    StatsSnapshot, TokenStore, ToolResult,
+};
 pub use follow::{Follow, Item};
 
 /// A connection to one narad deployment: its replicas' base URLs (tried in

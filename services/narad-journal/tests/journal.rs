@@ -41,6 +41,26 @@ async fn migrations_apply_to_an_empty_database_and_again_to_a_migrated_one() {
         .unwrap()
         .get(0);
     assert_eq!(tables, 4, "every table exists with row-level security");
+    // No table holding tenants' rows goes without it (a table added later
+    // included).
+    let unguarded: Vec<String> = client
+        .query(
+            "select t.tablename::text from pg_tables t \
+             where t.schemaname = 'public' and not t.rowsecurity \
+               and exists (select 1 from information_schema.columns c \
+                           where c.table_schema = 'public' and c.table_name = t.tablename \
+                             and c.column_name = 'tenant_id')",
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert!(
+        unguarded.is_empty(),
+        "tables without row-level security: {unguarded:?}"
+    );
 }
 
 // ---------------------------------------------------------------- appends

@@ -9,6 +9,7 @@ use clap::{Parser, Subcommand};
 
 mod bench;
 mod bench_stream;
+mod executor;
 mod serve;
 mod tail;
 
@@ -49,6 +50,11 @@ enum Command {
     /// Follow a session (or the tenant) live, one JSON line per frame;
     /// resumes across disconnects and fails over between `--server`s.
     Tail(tail::TailArgs),
+    /// Run a demonstration client executor (§11) with two harmless tools,
+    /// `echo` and `clock.now`: attaches as `--id`, runs what the server
+    /// assigns, and keeps its execution tokens in a durable `--store`.
+    /// Ctrl-C stops it.
+    Executor(executor::ExecutorArgs),
     /// Apply the database migrations (idempotent).
     Migrate {
         /// The database to migrate.
@@ -131,6 +137,12 @@ fn main() -> ExitCode {
         Command::Tail(args) => runtime()
             .block_on(tail::tail(args))
             .map(|()| ExitCode::SUCCESS),
+        Command::Executor(args) => {
+            init_logging();
+            runtime()
+                .block_on(executor::executor(args))
+                .map(|()| ExitCode::SUCCESS)
+        }
         Command::Check(args) => check(&args),
         Command::Conformance(ConformanceCommand::Check { dir, quiet }) => {
             conformance_check(&dir, quiet)
