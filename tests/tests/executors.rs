@@ -107,6 +107,26 @@ impl Ws {
         }
     }
 
+    /// The close code the server ends the socket with, within `wait`.
+    async fn close_code(&mut self, wait: Duration) -> Option<u16> {
+        let deadline = tokio::time::Instant::now() + wait;
+        loop {
+            let msg = tokio::time::timeout_at(deadline, self.socket.next())
+                .await
+                .ok()??;
+            if let Message::Close(frame) = msg.ok()? {
+                return frame.map(|f| u16::from(f.code));
+            }
+        }
+    }
+
+    async fn send(&mut self, v: &Value) {
+        self.socket
+            .send(Message::Text(v.to_string().into()))
+            .await
+            .expect("sent");
+    }
+
     async fn heartbeat(&mut self, id: &str) {
         let beat = json!({"type": "client.heartbeat", "protocolVersion": "narad/v1",
             "clientExecutorId": id, "leaseId": self.lease()});
@@ -585,4 +605,40 @@ async fn the_http_form_attaches_polls_and_renews() {
         .get("/v1/executors/poller/controls?leaseId=nope", &e)
         .await;
     assert_eq!((r.status, r.code()), (409, "NRD-0401"));
+}
+
+#[tokio::test]
+async fn a_finish_on_the_socket_is_recorded_and_a_silent_executor_is_let_go() {
+    let s = Server::start_with_executors(quick()).await;
+    let b = backend("acme");
+    let e = executor_token("acme", None);
+    session_for(&s, &b, "s1", "desk").await;
+    let mut ws = Ws::connect(&s, "desk", &e).await.expect("attached");
+    start_call(&s, &b, "s1", "tc1", json!({})).await;
+    let execute = ws.next_control().await.expect("execute");
+    // The socket's finish needs no leaseId: the connection's lease is the
+    // token's.
+    let mut finish = finish_body(&execute, ws.lease(), "success", json!({"on": "socket"}));
+    finish.as_object_mut().expect("an object").remove("leaseId");
+    ws.send(&finish).await;
+    wait_for(&s, &b, "s1", "tool.call.finished", 1, 5).await;
+    let events = history(&s, &b, "s1").await;
+    assert_eq!(
+        of_type(&events, "tool.call.finished")[0]["response"],
+        json!({"on": "socket"})
+    );
+    // No heartbeats from here on: after a whole lease the server closes
+    // the socket with 4002.
+    assert_eq!(
+        ws.close_code(Duration::from_secs(5)).await,
+        Some(narad_server::executors::close::HEARTBEATS_MISSING)
+    );
+    // Anything but a control closes the socket with 1008.
+    let mut ws = Ws::connect(&s, "desk", &e).await.expect("attached");
+    ws.send(&json!({"type": "tool.call.started", "protocolVersion": "narad/v1"}))
+        .await;
+    assert_eq!(
+        ws.close_code(Duration::from_secs(5)).await,
+        Some(narad_server::executors::close::PROTOCOL)
+    );
 }

@@ -570,24 +570,46 @@ pub fn mint_hs256(
     roles: &[Role],
     ttl: Duration,
 ) -> Result<String, String> {
-    let now = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_err(|e| e.to_string())?
-        .as_secs();
-    let claims = Claims {
-        iss: issuer.to_owned(),
-        aud: Audience::One(audience.to_owned()),
-        sub: sub.to_owned(),
-        org: org.to_owned(),
-        exp: now + ttl.as_secs(),
-        nbf: None,
-        iat: Some(now),
-        roles: roles.iter().map(|r| r.name().to_owned()).collect(),
-        executors: None,
-        sessions: None,
-    };
+    sign_hs256(
+        secret,
+        &Claims::new(issuer, audience, org, sub, roles, ttl)?,
+    )
+}
+
+/// Signs `claims` with HS256 and `secret`.
+pub fn sign_hs256(secret: &[u8], claims: &Claims) -> Result<String, String> {
     let key = EncodingKey::from_secret(secret).map_err(|e| e.to_string())?;
-    jsonwebtoken::encode(&Header::new(Algorithm::HS256), &claims, &key).map_err(|e| e.to_string())
+    jsonwebtoken::encode(&Header::new(Algorithm::HS256), claims, &key).map_err(|e| e.to_string())
+}
+
+impl Claims {
+    /// Claims for `org`/`sub` with `roles`, issued now and valid for `ttl`,
+    /// without `executors` or `sessions` limits.
+    pub fn new(
+        issuer: &str,
+        audience: &str,
+        org: &str,
+        sub: &str,
+        roles: &[Role],
+        ttl: Duration,
+    ) -> Result<Claims, String> {
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_err(|e| e.to_string())?
+            .as_secs();
+        Ok(Claims {
+            iss: issuer.to_owned(),
+            aud: Audience::One(audience.to_owned()),
+            sub: sub.to_owned(),
+            org: org.to_owned(),
+            exp: now + ttl.as_secs(),
+            nbf: None,
+            iat: Some(now),
+            roles: roles.iter().map(|r| r.name().to_owned()).collect(),
+            executors: None,
+            sessions: None,
+        })
+    }
 }
 
 impl FromRequestParts<AppState> for Principal {

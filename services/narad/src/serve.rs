@@ -244,6 +244,14 @@ pub struct TokenArgs {
     /// Lifetime in seconds.
     #[arg(long, default_value_t = 3600)]
     ttl: u64,
+    /// Client executor ids the token may attach as (`executors` claim),
+    /// comma-separated; without it, any.
+    #[arg(long, value_delimiter = ',')]
+    executors: Option<Vec<String>>,
+    /// Sessions the token is limited to (`sessions` claim),
+    /// comma-separated; without it, every session of the tenant.
+    #[arg(long, value_delimiter = ',')]
+    sessions: Option<Vec<String>>,
     /// The secret that signs (HS256); default: the embedded default's
     /// development secret in NARAD_HOME.
     #[arg(long, env = "NARAD_JWT_HS256_SECRET", hide_env_values = true)]
@@ -285,8 +293,7 @@ pub fn token(args: &TokenArgs) -> anyhow::Result<()> {
                 )
             })?,
     };
-    let token = narad_server::auth::mint_hs256(
-        secret.as_bytes(),
+    let mut claims = narad_server::auth::Claims::new(
         &args.issuer,
         &args.audience,
         &args.org,
@@ -295,6 +302,10 @@ pub fn token(args: &TokenArgs) -> anyhow::Result<()> {
         Duration::from_secs(args.ttl),
     )
     .map_err(anyhow::Error::msg)?;
+    claims.executors = args.executors.clone();
+    claims.sessions = args.sessions.clone();
+    let token =
+        narad_server::auth::sign_hs256(secret.as_bytes(), &claims).map_err(anyhow::Error::msg)?;
     println!("{token}");
     Ok(())
 }

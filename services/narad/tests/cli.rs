@@ -666,3 +666,44 @@ async fn tail_prints_a_sessions_events_as_json_lines_live() {
     child.wait().unwrap();
     s.stop().await;
 }
+
+#[tokio::test]
+async fn token_mints_executor_and_session_limits() {
+    use narad_server::auth::{AuthSettings, Verifier};
+    let secret = "a-development-secret-of-32-bytes-or-more";
+    let (code, minted, err) = narad(
+        &[
+            "token",
+            "--org",
+            "acme",
+            "--sub",
+            "desk",
+            "--roles",
+            "executor",
+            "--executors",
+            "desk-1,desk-2",
+            "--sessions",
+            "s1",
+            "--secret",
+            secret,
+        ],
+        "",
+        &[],
+    );
+    assert_eq!(code, 0, "{err}");
+    let verifier = Verifier::new(AuthSettings {
+        issuer: "narad".into(),
+        audience: "narad".into(),
+        hs256_secret: Some(secret.as_bytes().to_vec()),
+        jwks: None,
+        jwks_refetch_interval: std::time::Duration::from_secs(60),
+    })
+    .await
+    .expect("a verifier");
+    let principal = verifier.verify(minted.trim()).await.expect("verifies");
+    assert_eq!(
+        principal.executors,
+        Some(vec!["desk-1".to_owned(), "desk-2".to_owned()])
+    );
+    assert_eq!(principal.sessions, Some(vec!["s1".to_owned()]));
+}
