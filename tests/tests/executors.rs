@@ -642,3 +642,108 @@ async fn a_finish_on_the_socket_is_recorded_and_a_silent_executor_is_let_go() {
         Some(narad_server::executors::close::PROTOCOL)
     );
 }
+
+#[tokio::test]
+async fn a_finish_under_the_old_lease_resumes_a_run_whose_executor_stays_away() {
+    let s = Server::start_with_executors(ExecutorSettings {
+        token_ttl: Duration::from_secs(30),
+        delivery_timeout: Duration::from_secs(30),
+        ..quick()
+    })
+    .await;
+    let b = backend("acme");
+    let e = executor_token("acme", None);
+    session_for(&s, &b, "s1", "desk").await;
+    let mut ws = Ws::connect(&s, "desk", &e).await.expect("attached");
+    start_call(&s, &b, "s1", "tc1", json!({})).await;
+    let execute = ws.next_control().await.expect("execute");
+    let lease = ws.lease().to_owned();
+    drop(ws);
+    wait_for(&s, &b, "s1", "run.paused", 1, 5).await;
+    // A one-shot worker reports its result and never attaches again: the
+    // run no longer waits on it, so it resumes.
+    s.post(
+        "/v1/executors/desk/finish",
+        &e,
+        &finish_body(&execute, &lease, "success", json!("done")),
+    )
+    .await
+    .expect(200);
+    wait_for(&s, &b, "s1", "run.resumed", 1, 5).await;
+}
+
+#[tokio::test]
+async fn a_goodbye_makes_the_executor_unavailable_at_once() {
+    // Leases of a minute: only the goodbye can explain a prompt pause.
+    let s = Server::start_with_executors(patient()).await;
+    let b = backend("acme");
+    let e = executor_token("acme", None);
+    session_for(&s, &b, "s1", "desk").await;
+    let mut ws = Ws::connect(&s, "desk", &e).await.expect("attached");
+    start_call(&s, &b, "s1", "tc1", json!({})).await;
+    ws.next_control().await.expect("execute");
+    ws.socket.close(None).await.expect("closes");
+    wait_for(&s, &b, "s1", "run.paused", 1, 5).await;
+}
+
+#[tokio::test]
+async fn calls_closed_undelivered_or_of_a_stopping_run_are_never_handed_out() {
+    // A sweeper that never comes: the journal's own guards are tested.
+    let s = Server::start_with_executors(ExecutorSettings {
+        sweep_interval: Duration::from_secs(3600),
+        ..patient()
+    })
+    .await;
+    let b = backend("acme");
+    session_for(&s, &b, "s1", "desk").await;
+    let journal = narad_journal::Journal::connect(s.db.url(), 2).expect("a journal");
+    let tenant = narad_journal::TenantId::new("acme").expect("an id");
+    let lease = journal
+        .attach_executor(&tenant, "desk", Duration::from_secs(60))
+        .await
+        .expect("a lease");
+    let deliver = || {
+        journal.deliver_client_calls(
+            &tenant,
+            "desk",
+            &lease.lease_id,
+            Duration::from_secs(60),
+            10,
+        )
+    };
+    // Delivered first: closing it as undelivered does nothing.
+    start_call(&s, &b, "s1", "tc1", json!({})).await;
+    assert_eq!(deliver().await.expect("delivers").len(), 1);
+    let closed = journal
+        .close_client_call(
+            &tenant,
+            "s1",
+            "tc1",
+            true,
+            ("error", "client_unavailable", "x"),
+        )
+        .await
+        .expect("answers");
+    assert!(!closed, "a delivered call is not closed as undelivered");
+    assert!(of_type(&history(&s, &b, "s1").await, "tool.call.finished").is_empty());
+    // Closed as undelivered first: it is never handed out.
+    start_call(&s, &b, "s1", "tc2", json!({})).await;
+    let closed = journal
+        .close_client_call(
+            &tenant,
+            "s1",
+            "tc2",
+            true,
+            ("error", "client_unavailable", "x"),
+        )
+        .await
+        .expect("answers");
+    assert!(closed);
+    assert!(deliver().await.expect("delivers").is_empty());
+    // A call of a run asked to stop is not handed out either.
+    start_call(&s, &b, "s1", "tc3", json!({})).await;
+    s.post("/v1/commands/stop-run", &b, &json!({"runId": "r1"}))
+        .await
+        .expect(200);
+    assert!(deliver().await.expect("delivers").is_empty());
+}

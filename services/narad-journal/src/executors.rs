@@ -25,6 +25,11 @@ use crate::{AppendOptions, Journal, JournalError, TenantId, in_tenant};
 /// The pause reason of a run whose client executor is away (§11.2).
 pub const EXECUTOR_UNAVAILABLE: &str = "client_executor_unavailable";
 
+/// How often a finish is retried while its run journal owes a blocking
+/// interrupt's pause, and how long apart.
+const PAUSE_OWED_RETRIES: usize = 20;
+const PAUSE_OWED_WAIT: Duration = Duration::from_millis(100);
+
 /// The advisory lock that makes one replica at a time the sweeper.
 const SWEEPER_LOCK: i64 = 0x6e61_7261_645f_7377; // "narad_sw"
 
@@ -268,13 +273,53 @@ impl Journal {
         let client = self.pool.get().await?;
         in_tenant(client, tenant, async |c| {
             Ok(c.query_opt(
-                "select 1 from executors where tenant_id = $1 and executor_id = $2                  and lease_id = $3 and lease_expires_at > now()",
+                "select 1 from executors where tenant_id = $1 and executor_id = $2 \
+                 and lease_id = $3 and lease_expires_at > now()",
                 &[&tenant.as_str(), &executor_id, &lease_id],
             )
             .await?
             .is_some())
         })
         .await
+    }
+
+    /// Ends a lease at once (its executor said goodbye): runs that need
+    /// the executor are paused at the next sweep instead of after the
+    /// lease's lifetime. A superseded lease is left as it is.
+    pub async fn expire_lease(
+        &self,
+        tenant: &TenantId,
+        executor_id: &str,
+        lease_id: &str,
+    ) -> Result<(), JournalError> {
+        let client = self.pool.get().await?;
+        in_tenant(client, tenant, async |c| {
+            c.execute(
+                "update executors set lease_expires_at = least(lease_expires_at, now()) \
+                 where tenant_id = $1 and executor_id = $2 and lease_id = $3",
+                &[&tenant.as_str(), &executor_id, &lease_id],
+            )
+            .await?;
+            Ok(())
+        })
+        .await
+    }
+
+    /// Deletes up to `max` closed client calls started more than
+    /// `older_than` ago, across tenants; the number deleted.
+    pub async fn forget_client_calls(
+        &self,
+        older_than: Duration,
+        max: i32,
+    ) -> Result<i64, JournalError> {
+        let client = self.pool.get().await?;
+        Ok(client
+            .query_one(
+                "select client_calls_forget($1, $2)",
+                &[&older_than.as_secs_f64(), &max],
+            )
+            .await?
+            .get(0))
     }
 
     /// Hands the calls waiting for `executor_id` to its live lease
@@ -297,10 +342,16 @@ impl Journal {
                    select 1 from executors
                    where tenant_id = $1 and executor_id = $2 and lease_id = $3
                      and lease_expires_at > now()
+                   for share
                  ), due as (
                    select c.session_id, c.tool_call_id from client_calls c
                    where c.tenant_id = $1 and c.executor_id = $2 and c.token_sha256 is null
-                     and not c.closed and exists (select 1 from lease)
+                     and not c.closed and not c.withdrawn and exists (select 1 from lease)
+                     and not exists (
+                       select 1 from entities e
+                       where e.tenant_id = $1 and e.session_id = c.session_id and e.kind = 'run'
+                         and e.id = c.run_id
+                         and coalesce((e.state ->> 'stopRequested')::boolean, false))
                    order by c.started_at limit $5
                    for update of c skip locked
                  ), issued as materialized (
@@ -380,10 +431,9 @@ impl Journal {
         }
         if call.lease_id.as_deref() != Some(lease_id) {
             return Err(JournalError::LeaseNotCurrent(format!(
-                "the token of tool call {} was issued under lease {}; finish it under that lease \
-                 (a later lease cannot claim it)",
-                call.tool_call_id,
-                call.lease_id.as_deref().unwrap_or("-")
+                "the token of tool call {} was issued under another lease; finish it under the \
+                 lease it was delivered with (a later lease cannot claim it)",
+                call.tool_call_id
             )));
         }
         let expired = || {
@@ -406,9 +456,35 @@ impl Journal {
             finish.message.as_deref(),
         );
         let sid = session(&call.session_id)?;
-        let appended = self
-            .append(tenant, &sid, &[proposal], AppendOptions::default())
+        let mut appended = self
+            .append(
+                tenant,
+                &sid,
+                std::slice::from_ref(&proposal),
+                AppendOptions::default(),
+            )
             .await;
+        // A run journal that owes a blocking interrupt's pause takes no
+        // other event until its runtime appends it: a moment's wait, not a
+        // refusal of the finish.
+        for _ in 0..PAUSE_OWED_RETRIES {
+            match &appended {
+                Err(JournalError::Rejected { violation, .. })
+                    if violation.rule == rules::INTERRUPT_PAUSE_CONSECUTIVE.id =>
+                {
+                    tokio::time::sleep(PAUSE_OWED_WAIT).await;
+                    appended = self
+                        .append(
+                            tenant,
+                            &sid,
+                            std::slice::from_ref(&proposal),
+                            AppendOptions::default(),
+                        )
+                        .await;
+                }
+                _ => break,
+            }
+        }
         if !call.live {
             // Past expiry only the same finish, accepted before, answers
             // (as the idempotent success it was).
@@ -418,6 +494,11 @@ impl Journal {
         }
         match appended {
             Ok(appended) => {
+                if !appended.duplicate {
+                    // A run paused for its executor may need it no longer.
+                    self.resume_if_unneeded(tenant, &call.session_id, &call.run_id)
+                        .await?;
+                }
                 let event = &appended.events[0];
                 Ok(FinishAccepted {
                     tool_call_id: call.tool_call_id,
@@ -449,19 +530,26 @@ impl Journal {
     /// Closes a client call the executor will not finish (expiry, failed
     /// delivery, stop): `tool.call.finished` with `outcome` and `code`, then
     /// the run resumed if it was paused for its executor and needs it no
-    /// longer. `false` when the call was closed already.
+    /// longer. `false` when the call was closed already, or (with
+    /// `undelivered`) when a token was issued for it meanwhile: a call
+    /// closed as never delivered is first withdrawn, so that no executor
+    /// receives it after all.
     pub async fn close_client_call(
         &self,
         tenant: &TenantId,
         session_id: &str,
         tool_call_id: &str,
-        outcome: &str,
-        code: &str,
-        message: &str,
+        undelivered: bool,
+        terminal: (&str, &str, &str),
     ) -> Result<bool, JournalError> {
-        let call = self
-            .call(tenant, CallKey::Id(session_id, tool_call_id))
-            .await?;
+        let (outcome, code, message) = terminal;
+        let call = if undelivered {
+            self.call(tenant, CallKey::Withdraw(session_id, tool_call_id))
+                .await?
+        } else {
+            self.call(tenant, CallKey::Id(session_id, tool_call_id))
+                .await?
+        };
         let Some(call) = call.filter(|c| !c.closed) else {
             return Ok(false);
         };
@@ -571,6 +659,25 @@ impl Journal {
             .await
         {
             Ok(a) => Ok(!a.duplicate),
+            Err(JournalError::Rejected { violation, .. })
+                if violation.rule == rules::RUN_RESUME_NOT_PAUSED.id
+                    || violation.rule == rules::RUN_RESUME_WAIT.id
+                    || violation.rule == rules::RUN_TERMINAL_ONCE.id =>
+            {
+                // Not paused on this cycle (any more): the record is stale.
+                let client = self.pool.get().await?;
+                in_tenant(client, tenant, async |c| {
+                    c.execute(
+                        "delete from executor_pauses where tenant_id = $1 and session_id = $2 \
+                         and run_id = $3 and wait_id = $4",
+                        &[&tenant.as_str(), &session_id, &run_id, &wait_id],
+                    )
+                    .await?;
+                    Ok(())
+                })
+                .await?;
+                Ok(false)
+            }
             Err(JournalError::Rejected { .. } | JournalError::EventIdConflict { .. }) => Ok(false),
             Err(e) => Err(e),
         }
@@ -648,7 +755,7 @@ impl Journal {
             .query(
                 "select kind, tenant_id, session_id, tool_call_id, root_run_id, run_id, \
                  executor_id, wait_id from executor_work($1, $2)",
-                &[&(max_wait.as_secs() as i64), &max],
+                &[&max_wait.as_secs_f64(), &max],
             )
             .await?;
         rows.iter()
@@ -694,10 +801,15 @@ impl Journal {
         // the lock with it) rather than pooled while holding it.
         let mut guard = crate::Abandoned(Some(client));
         let out = body().await;
-        let client = guard.0.take().expect("held");
-        client
+        // Should the unlock fail, the guard closes the connection (and the
+        // lock goes with it) rather than pooling it with the lock held.
+        guard
+            .0
+            .as_ref()
+            .expect("held")
             .query_one("select pg_advisory_unlock($1)", &[&SWEEPER_LOCK])
             .await?;
+        drop(guard.0.take());
         Ok(Some(out))
     }
 
@@ -715,6 +827,13 @@ impl Journal {
                     c.query_opt(
                         &format!("select {CALL_COLUMNS} from client_calls where tenant_id = $1 and token_sha256 = $2"),
                         &[&t, &digest],
+                    )
+                    .await?
+                }
+                CallKey::Withdraw(session_id, tool_call_id) => {
+                    c.query_opt(
+                        &format!("update client_calls set withdrawn = true where tenant_id = $1 and session_id = $2 and tool_call_id = $3 and token_sha256 is null and not closed returning {CALL_COLUMNS}"),
+                        &[&t, &session_id, &tool_call_id],
                     )
                     .await?
                 }
@@ -739,4 +858,7 @@ enum CallKey<'a> {
     Token(&'a [u8]),
     /// By session and toolCallId.
     Id(&'a str, &'a str),
+    /// By session and toolCallId, withdrawn from delivery in the same
+    /// statement; none if a token was issued for it.
+    Withdraw(&'a str, &'a str),
 }

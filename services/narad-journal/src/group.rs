@@ -155,7 +155,8 @@ with inserted as (
 ), executor_paused as (
   insert into executor_pauses (tenant_id, session_id, run_id, root_run_id, executor_id, wait_id)
   select $1, * from unnest($30::text[], $31::text[], $32::text[], $33::text[], $34::text[])
-  on conflict do nothing
+  on conflict (tenant_id, session_id, run_id) do update
+    set wait_id = excluded.wait_id, executor_id = excluded.executor_id, paused_at = now()
 ), executor_resumed as (
   delete from executor_pauses p
   using unnest($35::text[], $36::text[]) as r(session_id, run_id)
@@ -956,6 +957,10 @@ impl<'a> ClientRows<'a> {
                 })
                 .collect();
             let mut started = BTreeSet::new();
+            // Per run, the last pause for an absent executor (Some) or
+            // resume (None) of the write: a run is either paused or
+            // resumed by one statement, never both.
+            let mut pauses: BTreeMap<&str, Option<(&str, &str, &str)>> = BTreeMap::new();
             for p in &s.events {
                 let Some(run) = p.event.envelope.run.as_ref() else {
                     continue;
@@ -990,18 +995,31 @@ impl<'a> ClientRows<'a> {
                     }
                     AuthorityBody::RunPaused(b) if b.reason.as_str() == EXECUTOR_UNAVAILABLE => {
                         if let Some(executor_id) = executor() {
-                            rows.paused_session.push(session);
-                            rows.paused_run_id.push(run.run_id.as_str());
-                            rows.paused_root_run_id.push(run.root_run_id.as_str());
-                            rows.paused_executor_id.push(executor_id);
-                            rows.paused_wait_id.push(b.wait_id.as_str());
+                            pauses.insert(
+                                run.run_id.as_str(),
+                                Some((run.root_run_id.as_str(), executor_id, b.wait_id.as_str())),
+                            );
                         }
                     }
                     AuthorityBody::RunResumed(_) => {
-                        rows.resumed_session.push(session);
-                        rows.resumed_run_id.push(run.run_id.as_str());
+                        pauses.insert(run.run_id.as_str(), None);
                     }
                     _ => {}
+                }
+            }
+            for (run_id, pause) in pauses {
+                match pause {
+                    Some((root_run_id, executor_id, wait_id)) => {
+                        rows.paused_session.push(session);
+                        rows.paused_run_id.push(run_id);
+                        rows.paused_root_run_id.push(root_run_id);
+                        rows.paused_executor_id.push(executor_id);
+                        rows.paused_wait_id.push(wait_id);
+                    }
+                    None => {
+                        rows.resumed_session.push(session);
+                        rows.resumed_run_id.push(run_id);
+                    }
                 }
             }
         }

@@ -90,16 +90,18 @@ pub struct Config {
 }
 
 impl Config {
-    /// The executor timing these settings describe.
-    pub fn executor_settings(&self) -> crate::executors::ExecutorSettings {
+    /// The executor timing these settings describe, checked.
+    pub fn executor_settings(&self) -> Result<crate::executors::ExecutorSettings, String> {
         use std::time::Duration;
-        crate::executors::ExecutorSettings {
+        let settings = crate::executors::ExecutorSettings {
             heartbeat_interval: Duration::from_millis(self.executor_heartbeat_ms),
             lease_ttl: Duration::from_millis(self.executor_lease_ttl_ms),
             token_ttl: Duration::from_millis(self.execution_token_ttl_ms),
             delivery_timeout: Duration::from_millis(self.executor_delivery_timeout_ms),
             sweep_interval: Duration::from_millis(self.executor_sweep_ms),
-        }
+        };
+        settings.validate()?;
+        Ok(settings)
     }
 }
 

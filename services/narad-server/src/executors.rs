@@ -36,6 +36,33 @@ pub struct ExecutorSettings {
     pub sweep_interval: Duration,
 }
 
+impl ExecutorSettings {
+    /// Checks that the settings make sense together: every duration
+    /// positive, and heartbeats well inside a lease (at least two per
+    /// lease), or healthy executors would flap between away and back.
+    pub fn validate(&self) -> Result<(), String> {
+        for (name, d) in [
+            ("executor heartbeat interval", self.heartbeat_interval),
+            ("executor lease lifetime", self.lease_ttl),
+            ("execution token lifetime", self.token_ttl),
+            ("executor delivery timeout", self.delivery_timeout),
+            ("executor sweep interval", self.sweep_interval),
+        ] {
+            if d.is_zero() {
+                return Err(format!("the {name} must be more than 0 ms"));
+            }
+        }
+        if self.heartbeat_interval * 2 > self.lease_ttl {
+            return Err(format!(
+                "the executor lease lifetime ({} ms) must be at least two heartbeat intervals ({} ms)",
+                self.lease_ttl.as_millis(),
+                self.heartbeat_interval.as_millis()
+            ));
+        }
+        Ok(())
+    }
+}
+
 impl Default for ExecutorSettings {
     fn default() -> Self {
         ExecutorSettings {
@@ -52,6 +79,12 @@ impl Default for ExecutorSettings {
 const DELIVERY_BATCH: i64 = 64;
 /// The most items of each kind one sweep takes.
 const SWEEP_BATCH: i32 = 200;
+/// How long a socket write may take before the peer counts as gone.
+const SEND_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long closed client calls are kept (for a late duplicate finish).
+const CLOSED_CALL_RETENTION: Duration = Duration::from_secs(24 * 3600);
+/// Closed calls deleted per sweep, at most.
+const FORGET_BATCH: i32 = 1000;
 
 /// WebSocket close codes of an executor channel.
 pub mod close {
@@ -65,6 +98,8 @@ pub mod close {
     pub const HEARTBEATS_MISSING: u16 = 4002;
     /// The server failed (the database is unreachable).
     pub const SERVER_ERROR: u16 = 1011;
+    /// The token that opened the channel expired.
+    pub const CREDENTIAL_EXPIRED: u16 = 4003;
 }
 
 /// A control message as sent: its body with `type` and `protocolVersion`.
@@ -97,6 +132,9 @@ pub struct Channel {
     pub tenant: TenantId,
     /// The endpoint.
     pub executor_id: String,
+    /// When the credential that opened the channel expires (seconds since
+    /// the epoch): the channel ends then.
+    pub credential_expires_at: Option<u64>,
 }
 
 /// Why a channel ended, as the close frame says it.
@@ -148,8 +186,10 @@ impl Channel {
         }
         let mut heartbeat = tokio::time::interval(s.heartbeat_interval);
         heartbeat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        let mut last_heard = Instant::now();
+        let mut last_heartbeat = Instant::now();
         let mut deliver = true;
+        let credential_ends = credential_deadline(self.credential_expires_at);
+        tokio::pin!(credential_ends);
         loop {
             if deliver {
                 deliver = false;
@@ -161,6 +201,9 @@ impl Channel {
                 _ = self.hub.closed() => {
                     return Ok(Ended(close::GOING_AWAY, "the server is stopping; attach again"));
                 }
+                () = &mut credential_ends => {
+                    return Ok(Ended(close::CREDENTIAL_EXPIRED, "the token expired; attach again with a fresh one"));
+                }
                 changed = calls.changed() => {
                     if changed.is_err() {
                         calls = self.hub.client_calls(&self.tenant);
@@ -168,7 +211,7 @@ impl Channel {
                     deliver = true;
                 }
                 _ = heartbeat.tick() => {
-                    if last_heard.elapsed() > s.lease_ttl {
+                    if last_heartbeat.elapsed() > s.lease_ttl {
                         return Ok(Ended(close::HEARTBEATS_MISSING, "no client.heartbeat for a whole lease; attach again"));
                     }
                     let beat = json!({
@@ -184,7 +227,15 @@ impl Channel {
                 }
                 message = socket.recv() => {
                     let text = match message {
-                        None | Some(Err(_)) | Some(Ok(Message::Close(_))) => {
+                        Some(Ok(Message::Close(_))) => {
+                            // A goodbye: the executor is unavailable from
+                            // now, not only once its lease would lapse.
+                            self.journal
+                                .expire_lease(&self.tenant, &self.executor_id, &lease.lease_id)
+                                .await?;
+                            return Ok(Ended(close::GOING_AWAY, "closed"));
+                        }
+                        None | Some(Err(_)) => {
                             return Ok(Ended(close::GOING_AWAY, "closed"));
                         }
                         Some(Ok(Message::Text(text))) => text,
@@ -193,9 +244,13 @@ impl Channel {
                         }
                         Some(Ok(_)) => continue,
                     };
-                    last_heard = Instant::now();
                     match self.received(text.as_str(), &lease.lease_id).await {
-                        Ok(Some(renewed)) => expires_at = renewed,
+                        Ok(Some(renewed)) => {
+                            // Only a heartbeat renews: a finish says
+                            // nothing of the lease.
+                            last_heartbeat = Instant::now();
+                            expires_at = renewed;
+                        }
                         Ok(None) => {}
                         Err(Refused::Close(ended)) => return Ok(ended),
                         Err(Refused::Journal(e)) => return Err(e),
@@ -248,9 +303,12 @@ impl Channel {
                 &self.tenant,
                 &call.session_id,
                 tool_call_id,
-                "error",
-                "delivery_failed",
-                "the executor's connection failed while the call was being delivered",
+                false,
+                (
+                    "error",
+                    "delivery_failed",
+                    "the executor's connection failed while the call was being delivered",
+                ),
             )
             .await
         {
@@ -339,8 +397,31 @@ enum Refused {
     Journal(JournalError),
 }
 
-async fn send(socket: &mut WebSocket, v: &Value) -> Result<(), axum::Error> {
-    socket.send(Message::Text(v.to_string().into())).await
+/// Sends a control; a peer that takes longer than [`SEND_TIMEOUT`] to
+/// accept it counts as gone.
+async fn send(socket: &mut WebSocket, v: &Value) -> Result<(), ()> {
+    match tokio::time::timeout(
+        SEND_TIMEOUT,
+        socket.send(Message::Text(v.to_string().into())),
+    )
+    .await
+    {
+        Ok(Ok(())) => Ok(()),
+        _ => Err(()),
+    }
+}
+
+/// Completes when a credential expiring at `expires_at` (seconds since the
+/// epoch) has expired; never without one.
+async fn credential_deadline(expires_at: Option<u64>) {
+    let Some(at) = expires_at else {
+        return std::future::pending().await;
+    };
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_secs();
+    tokio::time::sleep(Duration::from_secs(at.saturating_sub(now))).await;
 }
 
 /// Runs the sweeper until the hub closes: every `sweep_interval`, on the
@@ -356,7 +437,16 @@ pub async fn sweep(journal: Journal, hub: Arc<Hub>, settings: Arc<ExecutorSettin
             _ = tokio::time::sleep(settings.sweep_interval) => {}
         }
         let pass = journal
-            .as_sweeper(async || sweep_once(&journal, &settings).await)
+            .as_sweeper(async || {
+                let done = sweep_once(&journal, &settings).await;
+                if let Err(e) = journal
+                    .forget_client_calls(CLOSED_CALL_RETENTION, FORGET_BATCH)
+                    .await
+                {
+                    tracing::warn!(error = %e, "cannot forget closed client calls yet");
+                }
+                done
+            })
             .await;
         match pass {
             Ok(Some(Err(e))) | Err(e) => {
@@ -398,10 +488,19 @@ async fn act(journal: &Journal, item: &SweepItem) -> Result<bool, JournalError> 
                 .is_some_and(|r| r.stop_requested),
         )
     };
+    // Expired calls had a token; the others are withdrawn from delivery
+    // before they close, so that no executor receives them after all.
+    let undelivered = item.kind != SweepKind::Expired;
     let close = async |outcome: &str, code: &str, message: &str| {
         let call = item.tool_call_id.as_deref().unwrap_or_default();
         journal
-            .close_client_call(t, &item.session_id, call, outcome, code, message)
+            .close_client_call(
+                t,
+                &item.session_id,
+                call,
+                undelivered,
+                (outcome, code, message),
+            )
             .await
     };
     match item.kind {
@@ -457,5 +556,26 @@ async fn act(journal: &Journal, item: &SweepItem) -> Result<bool, JournalError> 
                 )
                 .await
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn settings_are_checked() {
+        assert!(ExecutorSettings::default().validate().is_ok());
+        let zero = ExecutorSettings {
+            heartbeat_interval: Duration::ZERO,
+            ..ExecutorSettings::default()
+        };
+        assert!(zero.validate().unwrap_err().contains("heartbeat interval"));
+        let flapping = ExecutorSettings {
+            heartbeat_interval: Duration::from_secs(30),
+            lease_ttl: Duration::from_secs(45),
+            ..ExecutorSettings::default()
+        };
+        assert!(flapping.validate().unwrap_err().contains("two heartbeat"));
     }
 }

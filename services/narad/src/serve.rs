@@ -68,7 +68,7 @@ async fn serve_with(config: &Config, url: &Secret, embedded: bool) -> anyhow::Re
         journal.clone(),
         Duration::from_secs(config.outbox_retention_seconds),
     ));
-    let executors = Arc::new(config.executor_settings());
+    let executors = Arc::new(config.executor_settings().map_err(anyhow::Error::msg)?);
     tokio::spawn(narad_server::executors::sweep(
         journal.clone(),
         hub.clone(),

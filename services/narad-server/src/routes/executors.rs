@@ -73,7 +73,10 @@ fn control_body(body: &Value, expected: &str) -> ApiResult<ControlBody> {
 /// and `client.tool.execute` for each call assigned to the executor; the
 /// client sends `client.heartbeat` and `client.tool.finish` as JSON text
 /// frames. Close codes: 1001 server stopping, 1008 not a control, 4001
-/// lease superseded or lapsed, 4002 heartbeats missing, 1011 server error.
+/// lease superseded or lapsed, 4002 heartbeats missing, 4003 token
+/// expired, 1011 server error. A finish on the socket has no answer (a
+/// refused one is only logged): executors that need to know send it over
+/// HTTP (`POST /v1/executors/{id}/finish`), as the SDK's runtime does.
 #[utoipa::path(get, path = "/v1/executors/{clientExecutorId}/connect", tag = "executors",
     params(("clientExecutorId" = String, Path, description = "The endpoint to attach as")),
     responses(
@@ -94,6 +97,7 @@ pub async fn connect(
         settings: state.executors.clone(),
         tenant: principal.tenant.clone(),
         executor_id,
+        credential_expires_at: principal.expires_at,
     };
     Ok(upgrade.on_upgrade(move |socket| channel.serve(socket)))
 }
@@ -230,7 +234,8 @@ pub async fn finish(
 /// Long-polls for controls: the `client.tool.execute` of every call
 /// waiting for the executor, handed to the lease named (each call once,
 /// ever). Waits up to `waitMs` (default 0, at most 30,000) for one to
-/// arrive.
+/// arrive. A client's own timeout must exceed `waitMs`: calls answered to
+/// a client that gave up are lost to it until their tokens expire.
 #[utoipa::path(get, path = "/v1/executors/{clientExecutorId}/controls", tag = "executors",
     params(
         ("clientExecutorId" = String, Path, description = "The endpoint"),
@@ -295,6 +300,7 @@ pub async fn controls(
         }
         let woken = tokio::select! {
             _ = tokio::time::sleep_until(deadline) => false,
+            _ = state.hub.closed() => false,
             changed = calls.changed() => changed.is_ok(),
         };
         if !woken {
