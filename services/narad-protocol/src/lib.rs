@@ -30,6 +30,7 @@ pub mod control;
 pub mod engine;
 pub mod envelope;
 pub mod errors;
+pub mod graph;
 pub mod hydrate;
 pub mod primitives;
 pub mod profile;
