@@ -274,6 +274,25 @@ impl RunGraph {
     }
 }
 
+/// Whether an event of the wire type named `type_name` can change a run
+/// graph.
+pub fn shapes_graph_type(type_name: &str) -> bool {
+    matches!(
+        type_name,
+        "run.started"
+            | "run.paused"
+            | "run.resumed"
+            | "run.stop.requested"
+            | "run.finished"
+            | "run.error"
+            | "run.cancelled"
+            | "tool.call.started"
+            | "tool.call.finished"
+            | "interrupt.requested"
+            | "interrupt.resolved"
+    )
+}
+
 /// Whether an event of this type can change a run graph.
 fn shapes_graph(body: &AuthorityBody) -> bool {
     use AuthorityBody as B;

@@ -5,6 +5,7 @@ pub mod commands;
 pub mod events;
 pub mod executors;
 pub mod extensions;
+pub mod graph_feed;
 pub mod meta;
 pub mod sessions;
 pub mod sse;

@@ -113,6 +113,9 @@ const GATHER: usize = 256;
 pub enum Take {
     /// Its frame goes to the client.
     Send,
+    /// Its frame goes to the client, followed by these frames (records
+    /// derived from it, such as a graph delta).
+    SendWith(Bytes),
     /// It is not for this client, or the client has it already.
     Skip,
     /// It is ahead of the client: gathering stops before it (the feed
@@ -161,6 +164,10 @@ impl Gathered {
         for _ in 0..GATHER {
             match take(&event) {
                 Take::Send => self.frames.extend_from_slice(&event.frame),
+                Take::SendWith(after) => {
+                    self.frames.extend_from_slice(&event.frame);
+                    self.frames.extend_from_slice(&after);
+                }
                 Take::Skip => {}
                 Take::Stop => return Gather::Ahead,
             }

@@ -25,6 +25,7 @@ use narad_protocol::ErrorCode;
 use narad_protocol::watch::WatchId;
 use tokio::sync::broadcast;
 
+use super::graph_feed::{GraphFeed, graph_event};
 use super::sse::{self, Connection, Take};
 use crate::AppState;
 use crate::auth::Permission;
@@ -32,6 +33,7 @@ use crate::body::Query;
 use crate::error::{ApiError, ApiResult};
 use crate::hub::{LiveKind, frame, profile_of};
 use crate::signature::StreamCaller;
+use narad_protocol::profile::Profile;
 
 /// Streams a session.
 #[utoipa::path(get, path = "/v1/sessions/{sessionId}/stream", tag = "events",
@@ -147,11 +149,39 @@ async fn feed(
             Err(()) => return,
         }
     }
+    // A client of the graph profile first gets the graphs of the journals
+    // it already holds authority of, then each change after the event
+    // that made it.
+    let mut graphs = connection
+        .profiles
+        .contains(Profile::Graph)
+        .then(|| GraphFeed::new(&session_id));
+    if let Some(feed) = &mut graphs
+        && last > 0
+    {
+        if Box::pin(fold_history(&state, &connection, &session_id, last, feed))
+            .await
+            .is_err()
+        {
+            return;
+        }
+        for frame in feed.snapshots() {
+            if connection.send(frame).await.is_err() {
+                return;
+            }
+        }
+    }
     // History reads are boxed: their state, sized for a database round
     // trip, would otherwise be part of every idle stream's task.
-    if Box::pin(catch_up(&state, &connection, &session_id, &mut last))
-        .await
-        .is_err()
+    if Box::pin(catch_up(
+        &state,
+        &connection,
+        &session_id,
+        &mut last,
+        &mut graphs,
+    ))
+    .await
+    .is_err()
     {
         return;
     }
@@ -177,7 +207,19 @@ async fn feed(
                         LiveKind::Authority if event.session_sequence <= last => Take::Skip,
                         LiveKind::Authority if event.session_sequence == last + 1 => {
                             last += 1;
-                            Take::send_if(connection.wants(event.profile, Some(&session_id)))
+                            let derived = match (&mut graphs, &event.graph_body) {
+                                (Some(feed), Some(body)) => {
+                                    graph_event(body).and_then(|e| feed.follow(&e))
+                                }
+                                _ => None,
+                            };
+                            match derived {
+                                _ if !connection.wants(event.profile, Some(&session_id)) => {
+                                    Take::Skip
+                                }
+                                Some(after) => Take::SendWith(after),
+                                None => Take::Send,
+                            }
                         }
                         // The feed skipped ahead (a relay that started later
                         // than this stream's replay ended, say): read history.
@@ -192,7 +234,7 @@ async fn feed(
                     return;
                 }
                 if behind
-                    && Box::pin(catch_up(&state, &connection, &session_id, &mut last))
+                    && Box::pin(catch_up(&state, &connection, &session_id, &mut last, &mut graphs))
                         .await
                         .is_err()
                 {
@@ -235,14 +277,21 @@ async fn catch_up(
     connection: &Connection,
     session_id: &str,
     last: &mut u64,
+    graphs: &mut Option<GraphFeed>,
 ) -> Result<(), ()> {
     let tenant = &connection.principal.tenant;
     loop {
         let page = history_page(state, tenant, session_id, *last).await?;
         for event in &page.events {
+            let derived = graphs
+                .as_mut()
+                .and_then(|feed| graph_event(event).and_then(|e| feed.follow(&e)));
             if connection.wants(profile_of(event), Some(session_id)) {
                 let id = event["eventId"].as_str().unwrap_or("");
                 connection.send(frame(id, event)).await?;
+                if let Some(after) = derived {
+                    connection.send(after).await?;
+                }
             }
             *last = event["sessionSequence"].as_u64().unwrap_or(*last + 1);
         }
@@ -250,6 +299,36 @@ async fn catch_up(
             return Ok(());
         }
     }
+}
+
+/// Folds the session's authority through `through` into `graphs` (the
+/// client holds it already: nothing is sent).
+async fn fold_history(
+    state: &AppState,
+    connection: &Connection,
+    session_id: &str,
+    through: u64,
+    graphs: &mut GraphFeed,
+) -> Result<(), ()> {
+    let tenant = &connection.principal.tenant;
+    let mut at = 0;
+    while at < through {
+        let page = history_page(state, tenant, session_id, at).await?;
+        for event in &page.events {
+            let seq = event["sessionSequence"].as_u64().unwrap_or(at + 1);
+            if seq > through {
+                return Ok(());
+            }
+            if let Some(e) = graph_event(event) {
+                graphs.fold(&e);
+            }
+            at = seq;
+        }
+        if page.next_session_sequence.is_none() {
+            return Ok(());
+        }
+    }
+    Ok(())
 }
 
 /// The session's transcript as a `messages.snapshot` hydrate frame (no

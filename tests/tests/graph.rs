@@ -1,0 +1,228 @@
+//! The graph profile on the session stream (§9.7): snapshots and deltas
+//! that a client can apply, equal to the graph rebuilt from the journal,
+//! on any replica and from any position.
+
+use std::time::Duration;
+
+use narad_protocol::graph::{RunGraph, derive};
+use narad_protocol::{AuthorityEvent, Classified, Reader, WireObject};
+use narad_server::auth::Role;
+use narad_tests::{Server, SseStream, token};
+use serde_json::{Value, json};
+
+fn authority(events: &[Value]) -> Vec<AuthorityEvent> {
+    events
+        .iter()
+        .map(|e| match Reader::all_profiles().classify(e) {
+            Ok(Classified::Accepted(o)) => match *o {
+                WireObject::Authority(a) => a,
+                other => panic!("not authority: {other:?}"),
+            },
+            other => panic!("not accepted: {other:?}"),
+        })
+        .collect()
+}
+
+async fn history(s: &Server, t: &str, session: &str) -> Vec<Value> {
+    s.get(&format!("/v1/sessions/{session}/events?limit=1000"), t)
+        .await
+        .expect(200)["events"]
+        .as_array()
+        .expect("events")
+        .clone()
+}
+
+fn ev(id: &str, ty: &str, run: &str, body: Value) -> Value {
+    let mut e = json!({"protocolVersion": "narad/v1", "type": ty, "eventId": id,
+        "rootRunId": "r1", "runId": run});
+    for (k, v) in body.as_object().expect("an object") {
+        e[k] = v.clone();
+    }
+    e
+}
+
+async fn append(s: &Server, t: &str, events: Vec<Value>) {
+    s.post("/v1/sessions/s1/events", t, &json!({ "events": events }))
+        .await
+        .expect(201);
+}
+
+/// A client's view of one run journal's graph, built from the records.
+#[derive(Default)]
+struct Client {
+    revision: u64,
+    cursor: u64,
+    document: Option<Value>,
+    snapshots: usize,
+    deltas: usize,
+    /// The run-tree sequence of r1 the client holds authority through.
+    held: u64,
+}
+
+impl Client {
+    /// Applies a graph record; panics on a gap or a misplaced record.
+    fn apply(&mut self, record: &Value, held_through: u64) {
+        assert!(record.get("sessionSequence").is_none());
+        assert!(record.get("eventId").is_none());
+        let cursor = record["sourceRunCursor"]["sequence"]
+            .as_u64()
+            .expect("a cursor");
+        assert!(cursor >= self.cursor, "the cursor never regresses");
+        assert!(
+            cursor <= held_through,
+            "a record arrives only after the authority through its cursor"
+        );
+        self.cursor = cursor;
+        match record["type"].as_str() {
+            Some("graph.snapshot") => {
+                self.snapshots += 1;
+                self.revision = record["revision"].as_u64().expect("a revision");
+                self.document = Some(json!({"rootNodeId": record["rootNodeId"],
+                    "nodes": record["nodes"], "edges": record["edges"]}));
+            }
+            Some("graph.delta") => {
+                self.deltas += 1;
+                assert_eq!(record["baseRevision"], self.revision, "contiguous");
+                let patch: json_patch::Patch =
+                    serde_json::from_value(record["patch"].clone()).expect("a patch");
+                let doc = self.document.as_mut().expect("a snapshot came first");
+                json_patch::patch(doc, &patch).expect("the delta applies");
+                self.revision = record["revision"].as_u64().expect("a revision");
+            }
+            other => panic!("not a graph record: {other:?}"),
+        }
+    }
+}
+
+/// Reads a stream until sessionSequence `upto`, applying graph records;
+/// the client state and the run-tree sequence held.
+async fn read_until(stream: &mut SseStream, client: &mut Client, upto: u64) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let frame = tokio::time::timeout_at(deadline, stream.next())
+            .await
+            .expect("in time")
+            .expect("open");
+        match frame.event.as_deref() {
+            Some("hydrate")
+                if frame.data["type"]
+                    .as_str()
+                    .is_some_and(|t| t.starts_with("graph.")) =>
+            {
+                let held = client.held;
+                client.apply(&frame.data, held);
+            }
+            None if frame.data.get("sessionSequence").is_some() => {
+                if let Some(s) = frame.data["sequence"].as_u64() {
+                    client.held = s;
+                }
+                if frame.data["sessionSequence"] == upto {
+                    break;
+                }
+            }
+            _ => {}
+        }
+    }
+    // The records derived from the last event follow it.
+    while let Ok(Some(frame)) =
+        tokio::time::timeout(Duration::from_millis(300), stream.next()).await
+    {
+        if frame.event.as_deref() == Some("hydrate")
+            && frame.data["type"]
+                .as_str()
+                .is_some_and(|t| t.starts_with("graph."))
+        {
+            let held = client.held;
+            client.apply(&frame.data, held);
+        }
+    }
+}
+
+fn rebuilt(events: &[Value]) -> RunGraph {
+    derive(&authority(events))
+        .into_iter()
+        .find(|g| g.root_run_id().as_str() == "r1")
+        .expect("r1's graph")
+}
+
+#[tokio::test]
+async fn streams_carry_graph_records_equal_to_the_rebuilt_graph() {
+    let a = Server::start().await;
+    let b = a.replica().await;
+    let t = token("acme", &Role::ALL);
+    a.post("/v1/sessions", &t, &json!({"sessionId": "s1"}))
+        .await
+        .expect(201);
+    a.post(
+        "/v1/commands/start-run",
+        &t,
+        &json!({"sessionId": "s1", "runId": "r1"}),
+    )
+    .await
+    .expect(201);
+    append(
+        &a,
+        &t,
+        vec![
+            ev("t1s", "tool.call.started", "r1", json!({"toolCallId": "t1", "toolName": "search", "executor": "backend", "args": {}})),
+            ev("m1", "message.text.started", "r1", json!({"messageId": "m1", "role": "assistant", "messageScope": "run"})),
+            ev("r2s", "run.started", "r2", json!({"parentRunId": "r1"})),
+        ],
+    )
+    .await;
+    // A fresh client on A; a client on B resuming after the tool call's
+    // start (it holds sequences 1 and 2 of the journal).
+    let mut fresh = a.stream("/v1/sessions/s1/stream", &t, &[]).await;
+    let mut resumed = b
+        .stream("/v1/sessions/s1/stream", &t, &[("last-event-id", "t1s")])
+        .await;
+    // Without the graph profile: no graph record at all.
+    let mut plain = a
+        .stream(
+            "/v1/sessions/s1/stream?profiles=narad.core/v1,narad.conversation/v1",
+            &t,
+            &[],
+        )
+        .await;
+    let mut c1 = Client::default();
+    // It holds r1's sequences 1 and 2 from before.
+    let mut c2 = Client {
+        held: 2,
+        ..Client::default()
+    };
+    read_until(&mut fresh, &mut c1, 4).await;
+    read_until(&mut resumed, &mut c2, 4).await;
+    // The resumed client's first record was a snapshot as of its position.
+    assert_eq!(c2.snapshots, 1);
+    // Live changes, on both replicas.
+    append(
+        &a,
+        &t,
+        vec![
+            ev("t1f", "tool.call.finished", "r1", json!({"toolCallId": "t1", "outcome": "success", "response": 1})),
+            ev("d1", "message.text.delta", "r1", json!({"messageId": "m1", "delta": "hi"})),
+            ev("r2f", "run.finished", "r2", json!({})),
+            ev("i1", "interrupt.requested", "r1", json!({"interruptId": "i1", "waitId": "w1", "kind": "approval", "actions": ["approve", "deny"]})),
+            ev("p1", "run.paused", "r1", json!({"waitId": "w1", "reason": "approval", "resumeMode": "command", "interruptId": "i1"})),
+        ],
+    )
+    .await;
+    read_until(&mut fresh, &mut c1, 9).await;
+    read_until(&mut resumed, &mut c2, 9).await;
+    let journal = history(&a, &t, "s1").await;
+    let expected = rebuilt(&journal);
+    for c in [&c1, &c2] {
+        assert_eq!(c.revision, expected.revision());
+        assert_eq!(c.cursor, expected.cursor());
+        assert_eq!(
+            serde_jcs::to_vec(c.document.as_ref().expect("a graph")).expect("canonical"),
+            expected.canonical_bytes(),
+            "the client's graph is the graph rebuilt from the journal"
+        );
+    }
+    assert_eq!(c1.snapshots, 1, "one snapshot, when r1 started");
+    assert!(c1.deltas >= 6);
+    let mut none = Client::default();
+    read_until(&mut plain, &mut none, 9).await;
+    assert_eq!(none.snapshots + none.deltas, 0);
+}
