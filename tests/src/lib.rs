@@ -402,6 +402,7 @@ impl Server {
         SseStream {
             response,
             buffer: String::new(),
+            read: 0,
         }
     }
 
@@ -452,14 +453,26 @@ pub struct Frame {
 pub struct SseStream {
     response: reqwest::Response,
     buffer: String,
+    /// Where the next frame starts in `buffer`.
+    read: usize,
 }
 
 impl SseStream {
     /// The next frame (comments skipped); `None` when the stream ended.
     pub async fn next(&mut self) -> Option<Frame> {
         loop {
-            if let Some(end) = self.buffer.find("\n\n") {
-                let block: String = self.buffer.drain(..end + 2).collect();
+            if let Some(end) = self.buffer[self.read..].find("\n\n") {
+                // Frames are read in place and the buffer compacted now and
+                // then: draining each frame off the front moved everything
+                // behind it, which made a reader that fell behind by a few
+                // thousand frames quadratically slower.
+                let start = self.read;
+                self.read += end + 2;
+                let block = self.buffer[start..self.read].to_owned();
+                if self.read > 64 * 1024 && self.read * 2 > self.buffer.len() {
+                    self.buffer.drain(..self.read);
+                    self.read = 0;
+                }
                 let (mut event, mut id, mut data) = (None, None, String::new());
                 for line in block.lines() {
                     if let Some(v) = line.strip_prefix("event: ") {
@@ -548,6 +561,7 @@ impl SseStream {
         SseStream {
             response,
             buffer: String::new(),
+            read: 0,
         }
     }
 }
