@@ -23,13 +23,24 @@ fn authority(events: &[Value]) -> Vec<AuthorityEvent> {
         .collect()
 }
 
+/// The whole history, page after page.
 async fn history(s: &Server, t: &str, session: &str) -> Vec<Value> {
-    s.get(&format!("/v1/sessions/{session}/events?limit=1000"), t)
-        .await
-        .expect(200)["events"]
-        .as_array()
-        .expect("events")
-        .clone()
+    let mut all = Vec::new();
+    let mut after = 0;
+    loop {
+        let page = s
+            .get(
+                &format!("/v1/sessions/{session}/events?limit=1000&afterSessionSequence={after}"),
+                t,
+            )
+            .await;
+        let page = page.expect(200);
+        all.extend(page["events"].as_array().expect("events").iter().cloned());
+        match page["nextSessionSequence"].as_u64() {
+            Some(next) => after = next,
+            None => return all,
+        }
+    }
 }
 
 fn ev(id: &str, ty: &str, run: &str, body: Value) -> Value {
@@ -225,4 +236,172 @@ async fn streams_carry_graph_records_equal_to_the_rebuilt_graph() {
     let mut none = Client::default();
     read_until(&mut plain, &mut none, 9).await;
     assert_eq!(none.snapshots + none.deltas, 0);
+}
+
+/// Every graph record of a stream, applied per run journal, with each
+/// snapshot kept as (rootRunId, cursor, canonical document bytes).
+#[derive(Default)]
+struct Recorder {
+    graphs: std::collections::BTreeMap<String, Client>,
+    snapshots: Vec<(String, u64, Vec<u8>)>,
+    /// The run-tree sequence held, per root.
+    held: std::collections::BTreeMap<String, u64>,
+}
+
+impl Recorder {
+    async fn read_until(&mut self, stream: &mut SseStream, upto: u64) {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        let mut reached = false;
+        loop {
+            let wait = if reached {
+                tokio::time::Instant::now() + Duration::from_millis(300)
+            } else {
+                deadline
+            };
+            let Ok(frame) = tokio::time::timeout_at(wait, stream.next()).await else {
+                assert!(reached, "no sessionSequence {upto} in time");
+                return;
+            };
+            let frame = frame.expect("open");
+            match frame.event.as_deref() {
+                Some("hydrate")
+                    if frame.data["type"]
+                        .as_str()
+                        .is_some_and(|t| t.starts_with("graph.")) =>
+                {
+                    let root = frame.data["rootRunId"].as_str().expect("a root").to_owned();
+                    let held = self.held.get(&root).copied().unwrap_or(0);
+                    let client = self.graphs.entry(root.clone()).or_default();
+                    client.apply(&frame.data, held);
+                    if frame.data["type"] == "graph.snapshot" {
+                        let doc = json!({"rootNodeId": frame.data["rootNodeId"],
+                            "nodes": frame.data["nodes"], "edges": frame.data["edges"]});
+                        self.snapshots.push((
+                            root,
+                            client.cursor,
+                            serde_jcs::to_vec(&doc).expect("canonical"),
+                        ));
+                    }
+                }
+                None if frame.data.get("sessionSequence").is_some() => {
+                    if let (Some(root), Some(seq)) = (
+                        frame.data["rootRunId"].as_str(),
+                        frame.data["sequence"].as_u64(),
+                    ) {
+                        self.held.insert(root.to_owned(), seq);
+                    }
+                    if frame.data["sessionSequence"] == upto {
+                        reached = true;
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+}
+
+/// The graph of `root` rebuilt from the journal through run-tree
+/// sequence `through`.
+fn rebuilt_through(events: &[AuthorityEvent], root: &str, through: u64) -> RunGraph {
+    let mut g =
+        RunGraph::new(narad_protocol::primitives::RunId::new(root.to_owned()).expect("an id"));
+    for e in events {
+        if e.envelope
+            .run
+            .as_ref()
+            .is_some_and(|r| r.root_run_id.as_str() == root && r.sequence.get() <= through)
+        {
+            g.apply(e);
+        }
+    }
+    g
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn every_snapshot_of_a_random_workload_is_the_rebuilt_graph_on_two_replicas() {
+    let a = Server::start().await;
+    let b = a.replica().await;
+    let t = token("acme", &Role::ALL);
+    a.post("/v1/sessions", &t, &json!({"sessionId": "s1"}))
+        .await
+        .expect(201);
+    // A long generated session: nested runs, tool calls, interrupts,
+    // pauses, stops, workflows, messages.
+    let choices: Vec<u8> = (0..1500u32)
+        .map(|i| (i.wrapping_mul(2654435761) >> 13) as u8)
+        .collect();
+    let proposals: Vec<Value> = narad_protocol::testing::session_with_id("s1", &choices)
+        .into_iter()
+        .map(|mut e| {
+            let o = e.as_object_mut().expect("an object");
+            for f in ["sessionSequence", "sequence", "workflowSequence"] {
+                o.remove(f);
+            }
+            e
+        })
+        .collect();
+    let total = proposals.len() as u64;
+    assert!(total > 200, "a long workload: {total} events");
+    let mut fresh_a = a.stream("/v1/sessions/s1/stream", &t, &[]).await;
+    let mut fresh_b = b.stream("/v1/sessions/s1/stream", &t, &[]).await;
+    let third = total / 3;
+    for chunk in proposals[..third as usize].chunks(7) {
+        append_to(&a, &t, chunk).await;
+    }
+    // A client attaching mid-way, on B: snapshots of every journal so far.
+    let mut late_b = b
+        .stream(
+            &format!("/v1/sessions/s1/stream?afterSessionSequence={third}"),
+            &t,
+            &[],
+        )
+        .await;
+    for chunk in proposals[third as usize..].chunks(11) {
+        append_to(&b, &t, chunk).await;
+    }
+    let journal = authority(&history(&a, &t, "s1").await);
+    let mut recorders = Vec::new();
+    for (late, stream) in [
+        (false, &mut fresh_a),
+        (false, &mut fresh_b),
+        (true, &mut late_b),
+    ] {
+        let mut r = Recorder::default();
+        if late {
+            // It holds what precedes its position.
+            for e in &journal[..third as usize] {
+                if let Some(run) = &e.envelope.run {
+                    r.held
+                        .insert(run.root_run_id.to_string(), run.sequence.get());
+                }
+            }
+        }
+        r.read_until(stream, total).await;
+        recorders.push(r);
+    }
+    let finals: Vec<RunGraph> = derive(&journal);
+    for r in &recorders {
+        assert!(!r.snapshots.is_empty());
+        for (root, cursor, bytes) in &r.snapshots {
+            assert_eq!(
+                bytes,
+                &rebuilt_through(&journal, root, *cursor).canonical_bytes(),
+                "the snapshot of {root} at cursor {cursor} is the rebuilt graph"
+            );
+        }
+        for g in &finals {
+            let client = &r.graphs[g.root_run_id().as_str()];
+            assert_eq!(client.revision, g.revision());
+            assert_eq!(
+                serde_jcs::to_vec(client.document.as_ref().expect("a graph")).expect("canonical"),
+                g.canonical_bytes()
+            );
+        }
+    }
+}
+
+async fn append_to(s: &Server, t: &str, events: &[Value]) {
+    s.post("/v1/sessions/s1/events", t, &json!({ "events": events }))
+        .await
+        .expect(201);
 }
