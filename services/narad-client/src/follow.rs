@@ -17,6 +17,7 @@ use narad_protocol::ProfileSet;
 use narad_protocol::reducer::Reducer;
 use serde_json::Value;
 
+use crate::graph::{GraphUpdate, GraphView};
 use crate::{Client, ClientError};
 
 /// One item of a stream.
@@ -77,6 +78,10 @@ pub struct Follow {
     pending: VecDeque<Item>,
     /// A session stream's reduced state.
     reducer: Option<Reducer>,
+    /// A session stream's run graphs.
+    graphs: Option<GraphView>,
+    /// Connections dropped to recover a graph from a gap.
+    graph_gaps: u64,
 }
 
 impl Follow {
@@ -101,9 +106,11 @@ impl Follow {
     }
 
     fn new(client: Client, target: Target) -> Follow {
-        let reducer =
-            matches!(target, Target::Session { .. }).then(|| Reducer::new(ProfileSet::all()));
+        let session = matches!(target, Target::Session { .. });
+        let reducer = session.then(|| Reducer::new(ProfileSet::all()));
         Follow {
+            graphs: session.then(GraphView::new),
+            graph_gaps: 0,
             client,
             pending: VecDeque::new(),
             reducer,
@@ -119,6 +126,9 @@ impl Follow {
     /// Starts after `session_sequence` (a session stream). The reducer
     /// ([`Follow::reducer`]) then holds only what follows, so it is
     /// dropped: a reducer needs the session from its start.
+    /// A client that starts after a position holds the graphs of what
+    /// precedes it only through the snapshots the stream sends when it
+    /// attaches.
     pub fn after(mut self, session_sequence: u64) -> Follow {
         if let Target::Session { id, after } = &mut self.target {
             *after = session_sequence;
@@ -136,6 +146,19 @@ impl Follow {
         self.reducer.as_ref()
     }
 
+    /// The session's run graphs, from the stream's graph records (session
+    /// streams). On a gap a journal's graph waits for a snapshot, and the
+    /// stream is reopened to get one.
+    pub fn graphs(&self) -> Option<&GraphView> {
+        self.graphs.as_ref()
+    }
+
+    /// Times the stream was reopened because a graph record did not follow
+    /// what the client held.
+    pub fn graph_gaps(&self) -> u64 {
+        self.graph_gaps
+    }
+
     /// Connections opened so far (more than one: the stream resumed).
     pub fn connections(&self) -> u64 {
         self.connections
@@ -145,6 +168,21 @@ impl Follow {
     /// the caller drops it, so loop until an error.
     pub async fn next(&mut self) -> Result<Option<Item>, ClientError> {
         let item = self.next_item().await?;
+        if let (Some(graphs), Some(item)) = (&mut self.graphs, &item) {
+            match item {
+                Item::Authority(v) => graphs.held(v),
+                Item::Hydrate(v) if v["type"].as_str().is_some_and(|t| t.starts_with("graph.")) => {
+                    if let GraphUpdate::Gap { root_run_id } = graphs.apply(v) {
+                        // Stop applying and ask for a snapshot: a stream
+                        // sends one for every journal when it attaches.
+                        tracing::debug!(root_run_id, "a graph gap; reopening the stream");
+                        self.graph_gaps += 1;
+                        self.events = None;
+                    }
+                }
+                _ => {}
+            }
+        }
         if let (Some(reducer), Some(item)) = (&mut self.reducer, &item) {
             let value = match item {
                 Item::Authority(v) | Item::Watch(v) | Item::Hydrate(v) => Some(v),

@@ -25,12 +25,14 @@
 
 pub mod executor;
 mod follow;
+pub mod graph;
 
 pub use executor::{
     Executor, ExecutorBuilder, ExecutorError, ExecutorStats, FileTokenStore, MemoryTokenStore,
     StatsSnapshot, TokenStore, ToolResult,
 };
 pub use follow::{Follow, Item};
+pub use graph::{GraphUpdate, GraphView, HeldGraph};
 
 /// A connection to one narad deployment: its replicas' base URLs (tried in
 /// turn when one fails) and a bearer token.
