@@ -404,6 +404,7 @@ const ROUTES: &[(&str, &str)] = &[
     ("post", "/v1/sessions"),
     ("get", "/v1/sessions"),
     ("get", "/v1/sessions/{sessionId}"),
+    ("get", "/v1/sessions/{sessionId}/documents"),
     ("get", "/v1/sessions/{sessionId}/queued-starts"),
     ("delete", "/v1/sessions/{sessionId}/queued-starts/{queueId}"),
     ("post", "/v1/commands/{command}"),

@@ -405,3 +405,85 @@ async fn append_to(s: &Server, t: &str, events: &[Value]) {
         .await
         .expect(201);
 }
+
+#[tokio::test]
+async fn documents_then_the_stream_from_their_cursor_miss_no_change() {
+    let s = Server::start().await;
+    let t = token("acme", &Role::ALL);
+    s.post("/v1/sessions", &t, &json!({"sessionId": "s1"}))
+        .await
+        .expect(201);
+    let doc = |id: &str, ty: &str, body: Value| {
+        let mut e = json!({"protocolVersion": "narad/v1", "type": ty, "eventId": id});
+        for (k, v) in body.as_object().expect("an object") {
+            e[k] = v.clone();
+        }
+        e
+    };
+    append(
+        &s,
+        &t,
+        vec![
+            doc(
+                "st1",
+                "state.snapshot",
+                json!({"scope": "session", "revision": 1, "state": {"todo": []}}),
+            ),
+            doc(
+                "st2",
+                "state.delta",
+                json!({"scope": "session", "baseRevision": 1, "revision": 2,
+                "patch": [{"op": "add", "path": "/todo/0", "value": "write tests"}]}),
+            ),
+            doc(
+                "ui1",
+                "ui.state.snapshot",
+                json!({"scope": "panel", "revision": 1, "state": {"open": true}}),
+            ),
+        ],
+    )
+    .await;
+    // A delta on a stale base is refused, with its rule, and changes nothing.
+    let stale = s
+        .post(
+            "/v1/sessions/s1/events",
+            &t,
+            &json!({"events": [doc("st-bad", "state.delta", json!({"scope": "session",
+                "baseRevision": 1, "revision": 2, "patch": []}))]}),
+        )
+        .await;
+    assert_eq!(
+        (stale.status, stale.body["rule"].as_str()),
+        (409, Some("state.revision.base"))
+    );
+    let docs = s.get("/v1/sessions/s1/documents", &t).await;
+    let docs = docs.expect(200).clone();
+    assert_eq!(docs["coversThroughSessionSequence"], 3);
+    assert_eq!(docs["state"][0]["scope"], "session");
+    assert_eq!(docs["state"][0]["revision"], 2);
+    assert_eq!(docs["state"][0]["state"], json!({"todo": ["write tests"]}));
+    assert_eq!(docs["ui"][0]["state"], json!({"open": true}));
+    // From the documents' cursor, the next change applies to what was read.
+    let mut stream = s
+        .stream("/v1/sessions/s1/stream?afterSessionSequence=3", &t, &[])
+        .await;
+    append(
+        &s,
+        &t,
+        vec![doc(
+            "st3",
+            "state.delta",
+            json!({"scope": "session", "baseRevision": 2, "revision": 3,
+            "patch": [{"op": "add", "path": "/todo/1", "value": "ship"}]}),
+        )],
+    )
+    .await;
+    let got = stream.events_until(4, 10).await;
+    assert_eq!(got.len(), 1);
+    assert_eq!(got[0]["baseRevision"], docs["state"][0]["revision"]);
+    let mut state = docs["state"][0]["state"].clone();
+    let patch: json_patch::Patch =
+        serde_json::from_value(got[0]["patch"].clone()).expect("a patch");
+    json_patch::patch(&mut state, &patch).expect("applies");
+    assert_eq!(state, json!({"todo": ["write tests", "ship"]}));
+}

@@ -136,6 +136,60 @@ impl Journal {
         .await
     }
 
+    /// A session's state and UI documents (§9.6) as the journal holds them,
+    /// with the sessionSequence they are current through (read in one
+    /// snapshot): `{sessionId, coversThroughSessionSequence, state: [{scope,
+    /// revision, state}], ui: [...]}`. A client that reads them and then
+    /// streams from `coversThroughSessionSequence` misses no change.
+    pub async fn documents(
+        &self,
+        tenant: &TenantId,
+        session_id: &str,
+    ) -> Result<serde_json::Value, JournalError> {
+        let client = self.pool.get().await?;
+        in_tenant(client, tenant, async |c| {
+            // One statement: the documents and the sequence they are
+            // current through come from one snapshot.
+            let Some(row) = c
+                .query_opt(
+                    "select s.session_sequence, \
+                       (select coalesce(jsonb_agg(jsonb_build_array(e.kind, e.id, e.state) \
+                                                  order by e.kind, e.id), '[]') \
+                        from entities e where e.tenant_id = $1 and e.session_id = $2 \
+                          and e.kind in ('document.state', 'document.ui')) \
+                     from sessions s where s.tenant_id = $1 and s.session_id = $2",
+                    &[&tenant.as_str(), &session_id],
+                )
+                .await?
+            else {
+                return Err(JournalError::SessionNotFound(session_id.to_owned()));
+            };
+            let mut state = Vec::new();
+            let mut ui = Vec::new();
+            for e in row
+                .get::<_, serde_json::Value>(1)
+                .as_array()
+                .into_iter()
+                .flatten()
+            {
+                let doc = &e[2];
+                let entry = serde_json::json!({"scope": e[1],
+                    "revision": doc["revision"], "state": doc["state"]});
+                match e[0].as_str() {
+                    Some("document.state") => state.push(entry),
+                    _ => ui.push(entry),
+                }
+            }
+            Ok(serde_json::json!({
+                "sessionId": session_id,
+                "coversThroughSessionSequence": row.get::<_, i64>(0),
+                "state": state,
+                "ui": ui,
+            }))
+        })
+        .await
+    }
+
     /// Lists a tenant's sessions oldest first, `limit` at a time, after the
     /// session id `after` (a cursor from the previous page).
     pub async fn sessions(

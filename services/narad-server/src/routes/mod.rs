@@ -68,6 +68,7 @@ pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::with_openapi(ApiDoc::openapi())
         .routes(routes!(sessions::create, sessions::list))
         .routes(routes!(sessions::read))
+        .routes(routes!(sessions::documents))
         .routes(routes!(sessions::queued_starts))
         .routes(routes!(sessions::withdraw_start))
         .routes(routes!(commands::run))

@@ -100,6 +100,31 @@ pub async fn list(
     }))
 }
 
+/// A session's state and UI documents (§9.6), current through
+/// `coversThroughSessionSequence`: read them, then stream with
+/// `afterSessionSequence` set to it, and no change is missed.
+#[utoipa::path(get, path = "/v1/sessions/{sessionId}/documents", tag = "sessions",
+    params(("sessionId" = String, Path, description = "The session")),
+    responses(
+        (status = 200, description = "`{sessionId, coversThroughSessionSequence, state: [{scope, revision, state}], ui: [...]}`", body = Object),
+        (status = 404, description = "NRD-0007"),
+    ),
+    security(("bearer" = [])))]
+pub async fn documents(
+    State(state): State<AppState>,
+    principal: Principal,
+    Path(session_id): Path<String>,
+) -> ApiResult<Json<serde_json::Value>> {
+    principal.require(Permission::Read)?;
+    principal.require_session(&session_id)?;
+    Ok(Json(
+        state
+            .journal
+            .documents(&principal.tenant, &session_id)
+            .await?,
+    ))
+}
+
 /// Reads a session.
 #[utoipa::path(get, path = "/v1/sessions/{sessionId}", tag = "sessions",
     params(("sessionId" = String, Path, description = "The session")),
