@@ -566,6 +566,63 @@ impl SseStream {
     }
 }
 
+/// Creates session `session` with top-level run `run` started, bound to
+/// `executor` when one is named.
+pub async fn session_with_run(
+    s: &Server,
+    token: &str,
+    session: &str,
+    run: &str,
+    executor: Option<&str>,
+) {
+    s.post(
+        "/v1/sessions",
+        token,
+        &serde_json::json!({ "sessionId": session }),
+    )
+    .await
+    .expect(201);
+    let mut start = serde_json::json!({"sessionId": session, "runId": run});
+    if let Some(e) = executor {
+        start["clientExecutorId"] = serde_json::json!(e);
+    }
+    s.post("/v1/commands/start-run", token, &start)
+        .await
+        .expect(201);
+}
+
+/// Parses stored or streamed events as authority events (panics on
+/// anything else: tests hand it history).
+pub fn authority(events: &[Value]) -> Vec<narad_protocol::AuthorityEvent> {
+    use narad_protocol::{Classified, Reader, WireObject};
+    events
+        .iter()
+        .map(|e| match Reader::all_profiles().classify(e) {
+            Ok(Classified::Accepted(o)) => match *o {
+                WireObject::Authority(a) => a,
+                other => panic!("not an authority event: {other:?}"),
+            },
+            other => panic!("not accepted: {other:?}"),
+        })
+        .collect()
+}
+
+/// A session's whole history, page after page.
+pub async fn whole_history(s: &Server, token: &str, session: &str) -> Vec<Value> {
+    let mut all = Vec::new();
+    let mut after = 0;
+    loop {
+        let path = format!("/v1/sessions/{session}/events?limit=1000&afterSessionSequence={after}");
+        let page = s.get(&path, token).await;
+        let page = page.expect(200);
+        all.extend(page["events"].as_array().expect("events").iter().cloned());
+        match page["nextSessionSequence"].as_u64() {
+            Some(next) => after = next,
+            None => return all,
+        }
+    }
+}
+
 /// A `message.text.delta` of run r1's open message m1 (see
 /// [`open_session`]).
 pub fn delta(id: &str) -> Value {

@@ -46,7 +46,13 @@ async fn journal_traces_hold_through_the_http_api() {
         .filter(|p| *p != narad_protocol::Profile::Core)
         .map(|p| p.id().to_owned())
         .collect();
-    let s = Server::start().await;
+    // Some traces bind runs to a client executor that never attaches: a
+    // sweeper would pause those runs (§11.2) between a trace's lines.
+    let s = Server::start_with_executors(narad_server::executors::ExecutorSettings {
+        sweep_interval: std::time::Duration::from_secs(3600),
+        ..Default::default()
+    })
+    .await;
     let t = token("acme", &Role::ALL);
     let (mut ran, mut failures) = (0, Vec::new());
     for (n, trace) in traces.iter().enumerate() {

@@ -6,7 +6,7 @@ use std::time::Duration;
 use futures::{SinkExt, StreamExt};
 use narad_server::auth::Role;
 use narad_server::executors::ExecutorSettings;
-use narad_tests::{Server, claims, hs256, token};
+use narad_tests::{Server, claims, hs256, session_with_run, token};
 use serde_json::{Value, json};
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
@@ -137,18 +137,31 @@ impl Ws {
     }
 }
 
+/// Session s1 with run r1 bound to executor `desk`, attached over a
+/// socket, and client call tc1 (args `{}`) delivered to it: the backend's
+/// token, the executor's token, the socket and the `client.tool.execute`.
+async fn one_call(s: &Server) -> (String, String, Ws, Value) {
+    let b = backend("acme");
+    let e = executor_token("acme", None);
+    session_for(s, &b, "s1", "desk").await;
+    let mut ws = Ws::connect(s, "desk", &e).await.expect("attached");
+    start_call(s, &b, "s1", "tc1", json!({})).await;
+    let execute = ws.next_control().await.expect("execute");
+    (b, e, ws, execute)
+}
+
+/// Timing for tests where only the lease may lapse.
+fn leases_lapse() -> ExecutorSettings {
+    ExecutorSettings {
+        token_ttl: Duration::from_secs(30),
+        delivery_timeout: Duration::from_secs(30),
+        ..quick()
+    }
+}
+
 /// A session with run r1 bound to `executor`.
 async fn session_for(s: &Server, jwt: &str, session: &str, executor: &str) {
-    s.post("/v1/sessions", jwt, &json!({ "sessionId": session }))
-        .await
-        .expect(201);
-    s.post(
-        "/v1/commands/start-run",
-        jwt,
-        &json!({"sessionId": session, "runId": "r1", "clientExecutorId": executor}),
-    )
-    .await
-    .expect(201);
+    session_with_run(s, jwt, session, "r1", Some(executor)).await;
 }
 
 /// Starts client tool call `call` of run r1.
@@ -280,12 +293,7 @@ async fn controls_reach_only_the_bound_executor_across_replicas() {
 #[tokio::test]
 async fn forged_foreign_and_misdirected_finishes_are_refused() {
     let s = Server::start_with_executors(patient()).await;
-    let b = backend("acme");
-    let e = executor_token("acme", None);
-    session_for(&s, &b, "s1", "desk").await;
-    let mut ws = Ws::connect(&s, "desk", &e).await.expect("attached");
-    start_call(&s, &b, "s1", "tc1", json!({})).await;
-    let execute = ws.next_control().await.expect("execute");
+    let (b, e, ws, execute) = one_call(&s).await;
     let lease = ws.lease().to_owned();
 
     // Forged token.
@@ -430,18 +438,8 @@ async fn an_expired_token_closes_its_call_exactly_once_with_two_sweepers() {
 
 #[tokio::test]
 async fn an_executor_gone_mid_call_pauses_the_run_and_its_return_resumes_it() {
-    let s = Server::start_with_executors(ExecutorSettings {
-        token_ttl: Duration::from_secs(30),
-        delivery_timeout: Duration::from_secs(30),
-        ..quick()
-    })
-    .await;
-    let b = backend("acme");
-    let e = executor_token("acme", None);
-    session_for(&s, &b, "s1", "desk").await;
-    let mut ws = Ws::connect(&s, "desk", &e).await.expect("attached");
-    start_call(&s, &b, "s1", "tc1", json!({})).await;
-    let execute = ws.next_control().await.expect("execute");
+    let s = Server::start_with_executors(leases_lapse()).await;
+    let (b, e, ws, execute) = one_call(&s).await;
     let old_lease = ws.lease().to_owned();
     drop(ws); // killed: no more heartbeats
     wait_for(&s, &b, "s1", "run.paused", 1, 5).await;
@@ -500,12 +498,7 @@ async fn a_call_no_executor_takes_is_closed_unavailable_and_its_run_resumes() {
 #[tokio::test]
 async fn a_stop_during_a_client_call_cancels_it() {
     let s = Server::start_with_executors(quick()).await;
-    let b = backend("acme");
-    let e = executor_token("acme", None);
-    session_for(&s, &b, "s1", "desk").await;
-    let mut ws = Ws::connect(&s, "desk", &e).await.expect("attached");
-    start_call(&s, &b, "s1", "tc1", json!({})).await;
-    ws.next_control().await.expect("execute");
+    let (b, _, mut ws, _) = one_call(&s).await;
     s.post(
         "/v1/commands/stop-run",
         &b,
@@ -610,12 +603,7 @@ async fn the_http_form_attaches_polls_and_renews() {
 #[tokio::test]
 async fn a_finish_on_the_socket_is_recorded_and_a_silent_executor_is_let_go() {
     let s = Server::start_with_executors(quick()).await;
-    let b = backend("acme");
-    let e = executor_token("acme", None);
-    session_for(&s, &b, "s1", "desk").await;
-    let mut ws = Ws::connect(&s, "desk", &e).await.expect("attached");
-    start_call(&s, &b, "s1", "tc1", json!({})).await;
-    let execute = ws.next_control().await.expect("execute");
+    let (b, e, mut ws, execute) = one_call(&s).await;
     // The socket's finish needs no leaseId: the connection's lease is the
     // token's.
     let mut finish = finish_body(&execute, ws.lease(), "success", json!({"on": "socket"}));
@@ -645,18 +633,8 @@ async fn a_finish_on_the_socket_is_recorded_and_a_silent_executor_is_let_go() {
 
 #[tokio::test]
 async fn a_finish_under_the_old_lease_resumes_a_run_whose_executor_stays_away() {
-    let s = Server::start_with_executors(ExecutorSettings {
-        token_ttl: Duration::from_secs(30),
-        delivery_timeout: Duration::from_secs(30),
-        ..quick()
-    })
-    .await;
-    let b = backend("acme");
-    let e = executor_token("acme", None);
-    session_for(&s, &b, "s1", "desk").await;
-    let mut ws = Ws::connect(&s, "desk", &e).await.expect("attached");
-    start_call(&s, &b, "s1", "tc1", json!({})).await;
-    let execute = ws.next_control().await.expect("execute");
+    let s = Server::start_with_executors(leases_lapse()).await;
+    let (b, e, ws, execute) = one_call(&s).await;
     let lease = ws.lease().to_owned();
     drop(ws);
     wait_for(&s, &b, "s1", "run.paused", 1, 5).await;
@@ -676,12 +654,7 @@ async fn a_finish_under_the_old_lease_resumes_a_run_whose_executor_stays_away() 
 async fn a_goodbye_makes_the_executor_unavailable_at_once() {
     // Leases of a minute: only the goodbye can explain a prompt pause.
     let s = Server::start_with_executors(patient()).await;
-    let b = backend("acme");
-    let e = executor_token("acme", None);
-    session_for(&s, &b, "s1", "desk").await;
-    let mut ws = Ws::connect(&s, "desk", &e).await.expect("attached");
-    start_call(&s, &b, "s1", "tc1", json!({})).await;
-    ws.next_control().await.expect("execute");
+    let (b, _, mut ws, _) = one_call(&s).await;
     ws.socket.close(None).await.expect("closes");
     wait_for(&s, &b, "s1", "run.paused", 1, 5).await;
 }

@@ -4,43 +4,14 @@
 
 use std::time::Duration;
 
+use narad_protocol::AuthorityEvent;
 use narad_protocol::graph::{RunGraph, derive};
-use narad_protocol::{AuthorityEvent, Classified, Reader, WireObject};
 use narad_server::auth::Role;
-use narad_tests::{Server, SseStream, token};
+use narad_tests::{Server, SseStream, authority, session_with_run, token, whole_history};
 use serde_json::{Value, json};
 
-fn authority(events: &[Value]) -> Vec<AuthorityEvent> {
-    events
-        .iter()
-        .map(|e| match Reader::all_profiles().classify(e) {
-            Ok(Classified::Accepted(o)) => match *o {
-                WireObject::Authority(a) => a,
-                other => panic!("not authority: {other:?}"),
-            },
-            other => panic!("not accepted: {other:?}"),
-        })
-        .collect()
-}
-
-/// The whole history, page after page.
 async fn history(s: &Server, t: &str, session: &str) -> Vec<Value> {
-    let mut all = Vec::new();
-    let mut after = 0;
-    loop {
-        let page = s
-            .get(
-                &format!("/v1/sessions/{session}/events?limit=1000&afterSessionSequence={after}"),
-                t,
-            )
-            .await;
-        let page = page.expect(200);
-        all.extend(page["events"].as_array().expect("events").iter().cloned());
-        match page["nextSessionSequence"].as_u64() {
-            Some(next) => after = next,
-            None => return all,
-        }
-    }
+    whole_history(s, t, session).await
 }
 
 fn ev(id: &str, ty: &str, run: &str, body: Value) -> Value {
@@ -161,16 +132,7 @@ async fn streams_carry_graph_records_equal_to_the_rebuilt_graph() {
     let a = Server::start().await;
     let b = a.replica().await;
     let t = token("acme", &Role::ALL);
-    a.post("/v1/sessions", &t, &json!({"sessionId": "s1"}))
-        .await
-        .expect(201);
-    a.post(
-        "/v1/commands/start-run",
-        &t,
-        &json!({"sessionId": "s1", "runId": "r1"}),
-    )
-    .await
-    .expect(201);
+    session_with_run(&a, &t, "s1", "r1", None).await;
     append(
         &a,
         &t,
@@ -319,8 +281,14 @@ fn rebuilt_through(events: &[AuthorityEvent], root: &str, through: u64) -> RunGr
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn every_snapshot_of_a_random_workload_is_the_rebuilt_graph_on_two_replicas() {
-    let a = Server::start().await;
-    let b = a.replica().await;
+    // The workload binds runs to a client executor that never attaches: a
+    // sweeper would pause those runs (§11.2) under the generator's feet.
+    let quiet = || narad_server::executors::ExecutorSettings {
+        sweep_interval: Duration::from_secs(3600),
+        ..Default::default()
+    };
+    let a = Server::start_with_executors(quiet()).await;
+    let b = a.replica_with_executors(quiet()).await;
     let t = token("acme", &Role::ALL);
     a.post("/v1/sessions", &t, &json!({"sessionId": "s1"}))
         .await

@@ -50,16 +50,7 @@ async fn streams_open_across_a_database_restart_resume_without_loss() {
     let a = Server::start_on_database(db.clone()).await;
     let b = a.replica().await;
     let t = token("acme", &Role::ALL);
-    a.post("/v1/sessions", &t, &json!({"sessionId": "s1"}))
-        .await
-        .expect(201);
-    a.post(
-        "/v1/commands/start-run",
-        &t,
-        &json!({"sessionId": "s1", "runId": "r1"}),
-    )
-    .await
-    .expect(201);
+    session_with_run(&a, &t, "s1", "r1", None).await;
     let started = json!({"events": [{"protocolVersion": "narad/v1", "type": "message.text.started",
         "eventId": "m1-start", "rootRunId": "r1", "runId": "r1", "messageId": "m1",
         "role": "assistant", "messageScope": "run"}]});

@@ -162,14 +162,55 @@ async fn a_reader_that_does_not_keep_up_is_dropped_and_the_others_get_everything
         .stream("/v1/sessions/s1/stream?afterSessionSequence=0", &t, &[])
         .await;
     fast.next().await.unwrap();
-    // More than the slow connection's socket buffers and queues hold.
-    const BATCHES: u64 = 150;
-    const PER_BATCH: u64 = 200;
+    // More than the slow connection's socket buffers and queues hold. The
+    // writer stays at most two batches ahead of the fast reader: on a
+    // loaded two-core machine a test reader is not fast by itself, and the
+    // point is that the slow reader's backlog never holds the others back.
+    const BATCHES: u64 = 600;
+    const PER_BATCH: u64 = 50;
     let last = 2 + BATCHES * PER_BATCH;
-    let reader = tokio::spawn(async move { fast.events_until(last, 120).await });
+    let progress = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let reader = {
+        let progress = progress.clone();
+        tokio::spawn(async move {
+            let mut got = Vec::new();
+            while got
+                .last()
+                .is_none_or(|e: &Value| e["sessionSequence"] != last)
+            {
+                let frame = tokio::time::timeout(Duration::from_secs(60), fast.next())
+                    .await
+                    .expect("frames keep coming")
+                    .expect("the fast reader is never dropped");
+                if frame.event.is_none() && frame.data.get("sessionSequence").is_some() {
+                    let n = frame.data["sessionSequence"].as_u64().unwrap();
+                    progress.store(n, std::sync::atomic::Ordering::Relaxed);
+                    got.push(frame.data);
+                }
+            }
+            got
+        })
+    };
     for b in 0..BATCHES {
+        let behind = 2 + b.saturating_sub(2) * PER_BATCH;
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+        while progress.load(std::sync::atomic::Ordering::Relaxed) < behind {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the fast reader stalled"
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        // Deltas of 512 bytes: 15 MB in all (in batches under the test
+        // server's body limit), beyond what the slow
+        // connection's socket buffers and queue can hold, however large the
+        // blocks its frames are gathered into.
         let events: Vec<Value> = (0..PER_BATCH)
-            .map(|k| delta(&format!("d{b}-{k}")))
+            .map(|k| {
+                let mut d = delta(&format!("d{b}-{k}"));
+                d["delta"] = json!("x".repeat(512));
+                d
+            })
             .collect();
         s.post("/v1/sessions/s1/events", &t, &json!({"events": events}))
             .await

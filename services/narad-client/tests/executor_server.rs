@@ -10,7 +10,7 @@ use std::time::Duration;
 use narad_client::executor::{Executor, FileTokenStore, ToolResult};
 use narad_server::auth::Role;
 use narad_server::executors::ExecutorSettings;
-use narad_tests::{Server, claims, hs256, token};
+use narad_tests::{Server, claims, hs256, session_with_run, token};
 use serde_json::{Value, json};
 
 fn settings() -> ExecutorSettings {
@@ -68,16 +68,7 @@ async fn start_call(s: &Server, jwt: &str, session: &str, call: &str, tool: &str
 }
 
 async fn session_for(s: &Server, jwt: &str, session: &str, executor: &str) {
-    s.post("/v1/sessions", jwt, &json!({ "sessionId": session }))
-        .await
-        .expect(201);
-    s.post(
-        "/v1/commands/start-run",
-        jwt,
-        &json!({"sessionId": session, "runId": "r1", "clientExecutorId": executor}),
-    )
-    .await
-    .expect(201);
+    session_with_run(s, jwt, session, "r1", Some(executor)).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -6,9 +6,8 @@ use std::time::Duration;
 
 use narad_client::{Client, Item};
 use narad_protocol::graph::derive;
-use narad_protocol::{Classified, Reader, WireObject};
 use narad_server::auth::Role;
-use narad_tests::{Server, token};
+use narad_tests::{Server, authority, session_with_run, token, whole_history};
 use serde_json::{Value, json};
 
 fn ev(id: &str, ty: &str, run: &str, body: Value) -> Value {
@@ -45,16 +44,7 @@ async fn followers_hold_the_rebuilt_graph() {
     let a = Server::start().await;
     let b = a.replica().await;
     let t = token("acme", &Role::ALL);
-    a.post("/v1/sessions", &t, &json!({"sessionId": "s1"}))
-        .await
-        .expect(201);
-    a.post(
-        "/v1/commands/start-run",
-        &t,
-        &json!({"sessionId": "s1", "runId": "r1"}),
-    )
-    .await
-    .expect(201);
+    session_with_run(&a, &t, "s1", "r1", None).await;
     let append = |events: Vec<Value>| {
         let (a, t) = (&a, &t);
         async move {
@@ -91,23 +81,7 @@ async fn followers_hold_the_rebuilt_graph() {
     .await;
     until(&mut from_start, 5).await;
     until(&mut resumed, 5).await;
-    let history = a
-        .get("/v1/sessions/s1/events?limit=1000", &t)
-        .await
-        .expect(200)["events"]
-        .clone();
-    let events: Vec<_> = history
-        .as_array()
-        .expect("events")
-        .iter()
-        .map(|e| match Reader::all_profiles().classify(e) {
-            Ok(Classified::Accepted(o)) => match *o {
-                WireObject::Authority(a) => a,
-                _ => panic!("authority"),
-            },
-            _ => panic!("accepted"),
-        })
-        .collect();
+    let events = authority(&whole_history(&a, &t, "s1").await);
     let expected = derive(&events);
     let expected = expected
         .iter()

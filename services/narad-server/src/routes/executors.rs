@@ -50,6 +50,21 @@ fn authorize(principal: &Principal, executor_id: &str) -> ApiResult<()> {
     Ok(())
 }
 
+/// Refuses a message naming another endpoint than the path's.
+fn same_endpoint(named: Option<&ClientExecutorId>, executor_id: &str) -> ApiResult<()> {
+    if named.is_some_and(|c| c.as_str() != executor_id) {
+        return Err(ApiError::new(
+            ErrorCode::InvalidObject,
+            "clientExecutorId differs from the endpoint in the path",
+        )
+        .with_field(
+            "/clientExecutorId",
+            "must equal the path's clientExecutorId",
+        ));
+    }
+    Ok(())
+}
+
 /// Reads a control message of the client executor profile.
 fn control_body(body: &Value, expected: &str) -> ApiResult<ControlBody> {
     let wrong = || {
@@ -152,16 +167,7 @@ pub async fn heartbeat(
     let ControlBody::ClientHeartbeat(beat) = control_body(&body, "client.heartbeat")? else {
         unreachable!("control_body checks the type");
     };
-    if beat.client_executor_id.as_str() != executor_id {
-        return Err(ApiError::new(
-            ErrorCode::InvalidObject,
-            "clientExecutorId differs from the endpoint in the path",
-        )
-        .with_field(
-            "/clientExecutorId",
-            "must equal the path's clientExecutorId",
-        ));
-    }
+    same_endpoint(Some(&beat.client_executor_id), &executor_id)?;
     let lease = state
         .journal
         .renew_lease(
@@ -209,20 +215,7 @@ pub async fn finish(
         )
         .with_field("/leaseId", "missing"));
     };
-    if finish
-        .client_executor_id
-        .as_ref()
-        .is_some_and(|c| c.as_str() != executor_id)
-    {
-        return Err(ApiError::new(
-            ErrorCode::InvalidObject,
-            "clientExecutorId differs from the endpoint in the path",
-        )
-        .with_field(
-            "/clientExecutorId",
-            "must equal the path's clientExecutorId",
-        ));
-    }
+    same_endpoint(finish.client_executor_id.as_ref(), &executor_id)?;
     Ok(Json(
         state
             .journal
