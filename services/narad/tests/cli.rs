@@ -707,3 +707,107 @@ async fn token_mints_executor_and_session_limits() {
     );
     assert_eq!(principal.sessions, Some(vec!["s1".to_owned()]));
 }
+
+#[tokio::test]
+async fn two_server_processes_send_the_same_graph_records() {
+    use narad_server::auth::{Role, mint_hs256};
+    use narad_tests::SseStream;
+    use serde_json::{Value, json};
+
+    let db = narad_testkit::TestDatabase::new(&narad_journal::MIGRATOR).await;
+    let env = [
+        ("NARAD_DATABASE_URL", db.url()),
+        ("NARAD_JWT_HS256_SECRET", DEV_SECRET),
+    ];
+    let a = Served::start(&env).expect("a serves");
+    let b = Served::start(&env).expect("b serves");
+    let token = mint_hs256(
+        DEV_SECRET.as_bytes(),
+        "narad",
+        "narad",
+        "acme",
+        "tester",
+        &Role::ALL,
+        std::time::Duration::from_secs(600),
+    )
+    .unwrap();
+    narad_server::auth::install_tls_provider();
+    let http = reqwest::Client::new();
+    let post = |path: &str, body: Value| {
+        let req = http
+            .post(format!("{}{path}", a.base))
+            .bearer_auth(&token)
+            .json(&body);
+        async move {
+            let res = req.send().await.unwrap();
+            assert!(res.status().is_success(), "{}", res.text().await.unwrap());
+        }
+    };
+    post("/v1/sessions", json!({"sessionId": "s1"})).await;
+    post(
+        "/v1/commands/start-run",
+        json!({"sessionId": "s1", "runId": "r1"}),
+    )
+    .await;
+    let ev = |id: &str, ty: &str, run: &str, extra: Value| {
+        let mut e = json!({"protocolVersion": "narad/v1", "type": ty, "eventId": id,
+            "rootRunId": "r1", "runId": run});
+        for (k, v) in extra.as_object().unwrap() {
+            e[k] = v.clone();
+        }
+        e
+    };
+    post(
+        "/v1/sessions/s1/events",
+        json!({"events": [
+            ev("t1", "tool.call.started", "r1", json!({"toolCallId": "t1", "toolName": "x", "executor": "backend", "args": {"q": 1}})),
+            ev("r2", "run.started", "r2", json!({"parentRunId": "r1"})),
+            ev("t1f", "tool.call.finished", "r1", json!({"toolCallId": "t1", "outcome": "success", "response": [1, 2]})),
+            ev("r2f", "run.finished", "r2", json!({})),
+        ]}),
+    )
+    .await;
+    // The graph records each process sends, from the start and resumed
+    // mid-way, without their timestamps (the only field that is the
+    // sender's own).
+    let mut records = Vec::new();
+    for base in [&a.base, &b.base] {
+        for cursor in ["0", "2"] {
+            let url = format!("{base}/v1/sessions/s1/stream?afterSessionSequence={cursor}");
+            let mut stream = SseStream::open(&http, &url, &token, &[]).await;
+            let mut got = Vec::new();
+            let mut done = false;
+            loop {
+                let wait = std::time::Duration::from_millis(if done { 300 } else { 10_000 });
+                let Ok(Some(frame)) = tokio::time::timeout(wait, stream.next()).await else {
+                    break;
+                };
+                if frame.data["sessionSequence"] == 5 {
+                    done = true;
+                }
+                if frame.event.as_deref() == Some("hydrate")
+                    && frame.data["type"]
+                        .as_str()
+                        .is_some_and(|t| t.starts_with("graph."))
+                {
+                    let mut record = frame.data.clone();
+                    record.as_object_mut().unwrap().remove("timestamp");
+                    got.push(serde_jcs::to_string(&record).unwrap());
+                }
+            }
+            assert!(!got.is_empty(), "graph records from {base} after {cursor}");
+            records.push(got);
+        }
+    }
+    // From the start: r1's snapshot when it starts, then four deltas.
+    assert_eq!(records[0].len(), 5, "{:#?}", records[0]);
+    assert!(records[0][0].contains("graph.snapshot"));
+    assert_eq!(
+        records[0], records[2],
+        "from the start: the same bytes on both processes"
+    );
+    assert_eq!(
+        records[1], records[3],
+        "resumed: the same bytes on both processes"
+    );
+}
