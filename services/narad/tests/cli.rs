@@ -451,12 +451,16 @@ async fn serve_without_a_database_url_runs_the_embedded_default() {
     let _ = std::fs::remove_dir_all(&home);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_client_resumes_on_another_server_after_kill_9_and_misses_nothing() {
+/// Two `narad serve` processes on one fresh database, a token of tenant
+/// acme with every role, and an HTTP client.
+async fn two_processes() -> (
+    narad_testkit::TestDatabase,
+    Served,
+    Served,
+    String,
+    reqwest::Client,
+) {
     use narad_server::auth::{Role, mint_hs256};
-    use narad_tests::SseStream;
-    use serde_json::{Value, json};
-
     let db = narad_testkit::TestDatabase::new(&narad_journal::MIGRATOR).await;
     let env = [
         ("NARAD_DATABASE_URL", db.url()),
@@ -475,7 +479,15 @@ async fn a_client_resumes_on_another_server_after_kill_9_and_misses_nothing() {
     )
     .unwrap();
     narad_server::auth::install_tls_provider();
-    let http = reqwest::Client::new();
+    (db, a, b, token, reqwest::Client::new())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_client_resumes_on_another_server_after_kill_9_and_misses_nothing() {
+    use narad_tests::SseStream;
+    use serde_json::{Value, json};
+
+    let (_db, a, b, token, http) = two_processes().await;
     let post = {
         let (http, token) = (http.clone(), token.clone());
         move |base: String, path: &'static str, body: Value| {
@@ -710,29 +722,10 @@ async fn token_mints_executor_and_session_limits() {
 
 #[tokio::test]
 async fn two_server_processes_send_the_same_graph_records() {
-    use narad_server::auth::{Role, mint_hs256};
     use narad_tests::SseStream;
     use serde_json::{Value, json};
 
-    let db = narad_testkit::TestDatabase::new(&narad_journal::MIGRATOR).await;
-    let env = [
-        ("NARAD_DATABASE_URL", db.url()),
-        ("NARAD_JWT_HS256_SECRET", DEV_SECRET),
-    ];
-    let a = Served::start(&env).expect("a serves");
-    let b = Served::start(&env).expect("b serves");
-    let token = mint_hs256(
-        DEV_SECRET.as_bytes(),
-        "narad",
-        "narad",
-        "acme",
-        "tester",
-        &Role::ALL,
-        std::time::Duration::from_secs(600),
-    )
-    .unwrap();
-    narad_server::auth::install_tls_provider();
-    let http = reqwest::Client::new();
+    let (_db, a, b, token, http) = two_processes().await;
     let post = |path: &str, body: Value| {
         let req = http
             .post(format!("{}{path}", a.base))
