@@ -90,9 +90,10 @@ pub struct Live {
     pub profile: Profile,
     /// The SSE frame: `id: <eventId>` and `data: <event>`.
     pub frame: Bytes,
-    /// The event, when it can change a run graph (§9.7): streams that
-    /// negotiated the graph profile derive their deltas from it.
-    pub graph_body: Option<Arc<serde_json::Value>>,
+    /// The event, parsed once here, when it can change a run graph
+    /// (§9.7): streams that negotiated the graph profile derive their
+    /// deltas from it.
+    pub graph_event: Option<Arc<narad_protocol::AuthorityEvent>>,
 }
 
 /// An SSE frame of an authority or watch event.
@@ -254,11 +255,11 @@ impl Hub {
                 cursor: event.cursor,
                 profile: profile_of(&event.body),
                 frame: frame(&event.event_id, &event.body),
-                graph_body: (event.authority
-                    && event.body["type"]
-                        .as_str()
-                        .is_some_and(narad_protocol::graph::shapes_graph_type))
-                .then(|| Arc::new(event.body.clone())),
+                graph_event: event
+                    .authority
+                    .then(|| crate::routes::graph_feed::graph_event(&event.body))
+                    .flatten()
+                    .map(Arc::new),
                 session_id: Some(event.session_id),
                 session_sequence: event.session_sequence,
             });
@@ -286,7 +287,7 @@ impl Hub {
                 cursor: watch.cursor,
                 profile: profile_of(&watch.body),
                 frame: frame(id, &watch.body),
-                graph_body: None,
+                graph_event: None,
                 session_id: watch.session_id,
                 session_sequence: watch.covers,
             });

@@ -207,10 +207,8 @@ async fn feed(
                         LiveKind::Authority if event.session_sequence <= last => Take::Skip,
                         LiveKind::Authority if event.session_sequence == last + 1 => {
                             last += 1;
-                            let derived = match (&mut graphs, &event.graph_body) {
-                                (Some(feed), Some(body)) => {
-                                    graph_event(body).and_then(|e| feed.follow(&e))
-                                }
+                            let derived = match (&mut graphs, &event.graph_event) {
+                                (Some(feed), Some(e)) => feed.follow(e),
                                 _ => None,
                             };
                             match derived {
