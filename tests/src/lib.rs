@@ -11,6 +11,7 @@ use jsonwebtoken::{Algorithm, EncodingKey, Header};
 use narad_journal::{Journal, MIGRATOR};
 use narad_server::auth::{AuthSettings, Claims, JwksSource, Role, Verifier};
 use narad_server::executors::ExecutorSettings;
+pub use narad_server::runtime::RuntimeSettings;
 use narad_server::{AppState, app, serve_on};
 use narad_testkit::TestDatabase;
 use serde_json::Value;
@@ -146,6 +147,24 @@ impl Server {
         Server::start_full(self.db.clone(), test_auth(), settings).await
     }
 
+    /// Starts a server on a fresh database with runtime timing of its own.
+    pub async fn start_with_runtime(settings: RuntimeSettings) -> Server {
+        let db = Arc::new(TestDatabase::new(&MIGRATOR).await);
+        Server::start_full_with(db, test_auth(), ExecutorSettings::default(), settings).await
+    }
+
+    /// Starts a second server on this server's database with runtime
+    /// timing of its own.
+    pub async fn replica_with_runtime(&self, settings: RuntimeSettings) -> Server {
+        Server::start_full_with(
+            self.db.clone(),
+            test_auth(),
+            ExecutorSettings::default(),
+            settings,
+        )
+        .await
+    }
+
     async fn start_on(db: Arc<TestDatabase>, auth: AuthSettings) -> Server {
         Server::start_full(db, auth, ExecutorSettings::default()).await
     }
@@ -155,7 +174,18 @@ impl Server {
         auth: AuthSettings,
         executors: ExecutorSettings,
     ) -> Server {
-        let journal = Journal::connect(db.url(), 16).expect("a journal");
+        Server::start_full_with(db, auth, executors, RuntimeSettings::default()).await
+    }
+
+    async fn start_full_with(
+        db: Arc<TestDatabase>,
+        auth: AuthSettings,
+        executors: ExecutorSettings,
+        runtime: RuntimeSettings,
+    ) -> Server {
+        let journal = Journal::connect(db.url(), 16)
+            .expect("a journal")
+            .with_work_defaults(runtime.defaults);
         let verifier = Verifier::new(auth).await.expect("a verifier");
         let hub =
             narad_server::hub::Hub::new(journal.clone(), narad_server::coalesce::DEFAULT_WINDOW);
@@ -166,6 +196,12 @@ impl Server {
             hub.clone(),
             executors.clone(),
         ));
+        let runtime = Arc::new(runtime);
+        let runtime_sweeper = tokio::spawn(narad_server::runtime::sweep(
+            journal.clone(),
+            hub.clone(),
+            runtime.clone(),
+        ));
         let closing = hub.clone();
         let state = AppState {
             hub: hub.clone(),
@@ -173,6 +209,7 @@ impl Server {
             verifier: Arc::new(verifier),
             openapi: Arc::new(OnceLock::new()),
             executors,
+            runtime,
         };
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
@@ -188,6 +225,7 @@ impl Server {
             .expect("serves");
             relay.abort();
             sweeper.abort();
+            runtime_sweeper.abort();
         });
         Server {
             base,
@@ -235,6 +273,26 @@ impl Server {
     pub async fn get(&self, path: &str, token: &str) -> Answer {
         self.call(reqwest::Method::GET, path, Some(token), None)
             .await
+    }
+
+    /// POST of a JSON value with a token and extra headers.
+    pub async fn post_with(
+        &self,
+        path: &str,
+        token: &str,
+        body: &Value,
+        headers: &[(&str, &str)],
+    ) -> Answer {
+        let mut req = self
+            .http
+            .post(format!("{}{path}", self.base))
+            .bearer_auth(token)
+            .header("content-type", "application/json")
+            .body(serde_json::to_vec(body).expect("serialises"));
+        for (name, value) in headers {
+            req = req.header(*name, *value);
+        }
+        Answer::of(req.send().await.expect("the server answers")).await
     }
 
     /// POST of a JSON value with a token.

@@ -19,11 +19,30 @@ use crate::{Journal, JournalError, TenantId};
 pub const MAX_BATCH: usize = 1000;
 
 /// Options of an append.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Default)]
 pub struct AppendOptions {
     /// Append only if the session is at exactly this sequence (optimistic
     /// concurrency); otherwise [`JournalError::SequenceMismatch`].
     pub expected_session_sequence: Option<u64>,
+    /// Who appends, for the runtime-lease fence.
+    pub fence: Fence,
+    /// Hand the top-level runs this batch starts to the work queue.
+    pub work: Option<crate::runtime::WorkOrder>,
+}
+
+/// Who appends, as the runtime-lease fence sees it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum Fence {
+    /// The server itself (commands, executors, sweepers): never fenced.
+    #[default]
+    Server,
+    /// A backend over the API. A run journal held by a runtime takes its
+    /// appends only under the current lease; a lease given must be the
+    /// current, unexpired lease of every run journal the batch touches.
+    Backend {
+        /// The runtime lease presented, if any.
+        lease: Option<String>,
+    },
 }
 
 /// One appended event's identity and sequences.

@@ -20,6 +20,7 @@ use narad_protocol::rules;
 use serde::Serialize;
 use serde_json::{Value, json};
 
+use crate::runtime::WorkOrder;
 use crate::{AppendOptions, Appended, Journal, JournalError, SessionRecord, TenantId, in_tenant};
 
 /// What a start-run command did.
@@ -138,6 +139,18 @@ impl Journal {
         if let Some(input) = &cmd.input {
             proposal["input"] = input.clone();
         }
+        let work = match (&cmd.runtime, &cmd.parent_run_id) {
+            (Some(_), Some(_)) => {
+                return Err(JournalError::InvalidParameter {
+                    parameter: "runtime",
+                    message: "runtime applies to top-level runs; a nested run is executed by \
+                              the runtime that holds its root run"
+                        .to_owned(),
+                });
+            }
+            (Some(order), None) => Some(WorkOrder::of(order, self.work_defaults)),
+            (None, _) => None,
+        };
         let on_conflict = cmd.on_conflict.unwrap_or_default();
         loop {
             match self
@@ -145,7 +158,10 @@ impl Journal {
                     tenant,
                     session,
                     std::slice::from_ref(&proposal),
-                    AppendOptions::default(),
+                    AppendOptions {
+                        work: work.clone(),
+                        ..AppendOptions::default()
+                    },
                 )
                 .await
             {
@@ -175,8 +191,9 @@ impl Journal {
                     };
                     // Queue it only if the slot is still taken, under the
                     // session lock that every slot change holds.
-                    let Some((queue_id, active)) =
-                        self.enqueue(tenant, session, priority, &proposal).await?
+                    let Some((queue_id, active)) = self
+                        .enqueue(tenant, session, priority, &proposal, work.as_ref())
+                        .await?
                     else {
                         continue; // the slot freed meanwhile: start now
                     };
@@ -206,7 +223,9 @@ impl Journal {
         session: &SessionId,
         priority: i16,
         proposal: &Value,
+        work: Option<&WorkOrder>,
     ) -> Result<Option<(String, Option<String>)>, JournalError> {
+        let work = work.map(|w| serde_json::to_value(w).expect("serialises"));
         let client = self.pool.get().await?;
         let queue_id = EventId::new_v7().to_string();
         in_tenant(client, tenant, async |c| {
@@ -232,9 +251,9 @@ impl Journal {
                     .and_then(|r| r.get::<_, Option<String>>(0)),
             };
             c.execute(
-                "insert into queued_starts (tenant_id, session_id, queue_id, priority, proposal) \
-                 values ($1, $2, $3, $4, $5)",
-                &[&tenant.as_str(), &session.as_str(), &queue_id, &priority, proposal],
+                "insert into queued_starts (tenant_id, session_id, queue_id, priority, proposal, work) \
+                 values ($1, $2, $3, $4, $5, $6)",
+                &[&tenant.as_str(), &session.as_str(), &queue_id, &priority, proposal, &work],
             )
             .await?;
             Ok(Some((queue_id.clone(), active_run)))
@@ -258,8 +277,13 @@ impl Journal {
             run_id,
             Some("narad.start-run.interrupt"),
         );
-        self.append(tenant, session, &[stop], AppendOptions::default())
-            .await
+        let appended = self
+            .append(tenant, session, &[stop], AppendOptions::default())
+            .await?;
+        if state["rootRunId"] == run_id {
+            self.stop_unheld(tenant, session.as_str(), run_id).await?;
+        }
+        Ok(appended)
     }
 
     /// The starts waiting for a session's slot, in the order they will start.
@@ -419,11 +443,14 @@ impl Journal {
             cmd.reason.as_deref(),
         );
         let sid = SessionId::new(session.clone()).map_err(JournalError::Corrupt)?;
-        Ok((
-            session,
-            self.append(tenant, &sid, &[stop], AppendOptions::default())
-                .await?,
-        ))
+        let appended = self
+            .append(tenant, &sid, &[stop], AppendOptions::default())
+            .await?;
+        if run["rootRunId"] == cmd.run_id.as_str() {
+            self.stop_unheld(tenant, &session, cmd.run_id.as_str())
+                .await?;
+        }
+        Ok((session, appended))
     }
 
     /// Records what a person said (command `record-user-message`).

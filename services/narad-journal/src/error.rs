@@ -90,6 +90,12 @@ pub enum JournalError {
     /// otherwise (§11.3 rule 8).
     #[error("{0}")]
     FinishConflict(String),
+    /// A runtime lease that is not the current, unexpired lease of its run.
+    #[error("{0}")]
+    RuntimeLeaseNotCurrent(String),
+    /// An append without the lease to a run journal a runtime holds.
+    #[error("{0}")]
+    RuntimeLeaseRequired(String),
     /// The database failed or cannot be reached.
     #[error("database error: {0}")]
     Database(#[from] tokio_postgres::Error),
@@ -120,6 +126,8 @@ impl JournalError {
             JournalError::TokenInvalid(_) => ErrorCode::ExecutionTokenInvalid,
             JournalError::TokenExpired(_) => ErrorCode::ExecutionTokenExpired,
             JournalError::FinishConflict(_) => ErrorCode::FinishConflict,
+            JournalError::RuntimeLeaseNotCurrent(_) => ErrorCode::RuntimeLeaseNotCurrent,
+            JournalError::RuntimeLeaseRequired(_) => ErrorCode::RuntimeLeaseRequired,
             JournalError::Database(_) | JournalError::Pool(_) => ErrorCode::DatabaseUnavailable,
             JournalError::Corrupt(_) => ErrorCode::Internal,
         }

@@ -789,9 +789,19 @@ impl Journal {
         &self,
         body: impl AsyncFnOnce() -> T,
     ) -> Result<Option<T>, JournalError> {
+        self.with_advisory_lock(SWEEPER_LOCK, body).await
+    }
+
+    /// Runs `body` holding the session-level advisory lock `lock`, if it
+    /// can be had now; `None` when another session holds it.
+    pub(crate) async fn with_advisory_lock<T>(
+        &self,
+        lock: i64,
+        body: impl AsyncFnOnce() -> T,
+    ) -> Result<Option<T>, JournalError> {
         let client = self.pool.get().await?;
         let got: bool = client
-            .query_one("select pg_try_advisory_lock($1)", &[&SWEEPER_LOCK])
+            .query_one("select pg_try_advisory_lock($1)", &[&lock])
             .await?
             .get(0);
         if !got {
@@ -807,7 +817,7 @@ impl Journal {
             .0
             .as_ref()
             .expect("held")
-            .query_one("select pg_advisory_unlock($1)", &[&SWEEPER_LOCK])
+            .query_one("select pg_advisory_unlock($1)", &[&lock])
             .await?;
         drop(guard.0.take());
         Ok(Some(out))

@@ -27,8 +27,9 @@ use narad_protocol::wire::AuthorityBody;
 use serde_json::{Value, json};
 use tokio_postgres::Row;
 
-use crate::append::{AppendOptions, Appended, AppendedEvent, Prepared, prepare};
+use crate::append::{AppendOptions, Appended, AppendedEvent, Fence, Prepared, prepare};
 use crate::executors::EXECUTOR_UNAVAILABLE;
+use crate::runtime::WorkOrder;
 use crate::{BEGIN_SCOPED, JournalError, SET_TENANT, TenantId};
 
 /// One caller's append: a prepared batch for one session.
@@ -107,7 +108,7 @@ const FIND_EVENT_IDS: &str = "select event_id, session_id, session_sequence, run
 /// exist, and its workflow).
 const TAKE_QUEUE_HEAD: &str = "
 with head as (
-  select queue_id, proposal from queued_starts
+  select queue_id, proposal, work from queued_starts
   where tenant_id = $1 and session_id = $2 order by priority, position limit 1
 ), taken as (
   delete from queued_starts q using head
@@ -117,8 +118,17 @@ select head.queue_id, head.proposal,
   (select coalesce(jsonb_agg(jsonb_build_array(e.kind, e.id, e.state)), '[]') from entities e
    where e.tenant_id = $1 and e.session_id = $2
      and ((e.kind in ('run', 'run_journal') and e.id = head.proposal ->> 'runId')
-       or (e.kind = 'workflow' and e.id = head.proposal ->> 'workflowId')))
+       or (e.kind = 'workflow' and e.id = head.proposal ->> 'workflowId'))),
+  head.work
 from head";
+
+/// The work items of the run journals a backend's batches touch, locked
+/// against a lease change until the transaction ends (the fence).
+const LOAD_WORK: &str = "select w.session_id, w.root_run_id, w.state, w.lease_id, \
+    w.lease_expires_at > now() from run_work w \
+    join unnest($2::text[], $3::text[]) as r(session_id, root_run_id) \
+      on w.session_id = r.session_id and w.root_run_id = r.root_run_id \
+    where w.tenant_id = $1 for share of w";
 
 /// Takes the pending cancellations of the workflows named.
 const TAKE_CANCELLATIONS: &str = "delete from pending_cancellations \
@@ -128,7 +138,8 @@ const TAKE_CANCELLATIONS: &str = "delete from pending_cancellations \
 /// Round trip 2, per tenant, in one statement: the events, their outbox
 /// rows, the changed entities, the delivery state of client tool calls
 /// (started, closed) and of runs paused for an absent executor (paused,
-/// resumed), and the sessions' cores.
+/// resumed), the work queue of agent runtimes (runs queued, journals that
+/// an event wakes or asks to stop, runs ended), and the sessions' cores.
 const WRITE: &str = "
 with inserted as (
   insert into events (tenant_id, session_id, session_sequence, event_id, type, root_run_id, run_id,
@@ -161,6 +172,28 @@ with inserted as (
   delete from executor_pauses p
   using unnest($35::text[], $36::text[]) as r(session_id, run_id)
   where p.tenant_id = $1 and p.session_id = r.session_id and p.run_id = r.run_id
+), work_added as (
+  insert into run_work (tenant_id, session_id, root_run_id, queue, state, reason, on_lost,
+                        max_attempts, cursor)
+  select $1, a.session_id, a.root_run_id, a.queue, 'ready', 'started', a.on_lost, a.max_attempts,
+         a.cursor
+  from unnest($37::text[], $38::text[], $39::text[], $40::text[], $41::int[], $42::bigint[])
+    as a(session_id, root_run_id, queue, on_lost, max_attempts, cursor)
+  on conflict do nothing
+), work_touched as (
+  update run_work w set
+    stop_requested = w.stop_requested or t.stop,
+    state = case when w.state = 'idle' then 'ready' else w.state end,
+    reason = case when w.state = 'idle' then 'event' else w.reason end,
+    ready_at = case when w.state = 'idle' then now() else w.ready_at end,
+    changed_at = now()
+  from unnest($43::text[], $44::text[], $45::bool[]) as t(session_id, root_run_id, stop)
+  where w.tenant_id = $1 and w.session_id = t.session_id and w.root_run_id = t.root_run_id
+    and (w.state = 'idle' or (t.stop and not w.stop_requested))
+), work_done as (
+  update run_work w set state = 'done', changed_at = now()
+  from unnest($46::text[], $47::text[]) as d(session_id, root_run_id)
+  where w.tenant_id = $1 and w.session_id = d.session_id and w.root_run_id = d.root_run_id
 )
 update sessions s set session_sequence = u.last, core = u.core
 from unnest($17::text[], $18::bigint[], $19::jsonb[]) as u(session_id, last, core)
@@ -179,6 +212,7 @@ struct TenantRead {
     locked: Vec<Row>,
     entities: Vec<Row>,
     existing: Vec<Row>,
+    work: Vec<Row>,
 }
 
 /// Runs `requests` as one transaction and commits it. An `Err` means the
@@ -215,6 +249,14 @@ async fn run(
         client.prepare_cached(FIND_EVENT_IDS),
         client.prepare_cached(WRITE),
     )?;
+    let fenced = requests
+        .iter()
+        .any(|r| matches!(r.options.fence, Fence::Backend { .. }));
+    let load_work = if fenced {
+        Some(client.prepare_cached(LOAD_WORK).await?)
+    } else {
+        None
+    };
 
     // Requests in lock order: by tenant, then session, then arrival.
     let mut order: Vec<usize> = (0..requests.len()).collect();
@@ -236,6 +278,10 @@ async fn run(
     // Round trip 1: begin, then per tenant scope, lock, read.
     let reads = tenants.iter().map(|(tenant, members)| {
         let lookup = Lookup::of(members.iter().map(|&i| &requests[i]));
+        let tenant_fenced = members
+            .iter()
+            .any(|&i| matches!(requests[i].options.fence, Fence::Backend { .. }));
+        let load_work = load_work.as_ref().filter(|_| tenant_fenced);
         let (set, lock, load, find) = (&set, &lock, &load, &find);
         async move {
             let t = tenant.as_str();
@@ -250,16 +296,24 @@ async fn run(
                 &lookup.roots,
             ];
             let find_params: [&Param<'_>; 2] = [&t, &lookup.event_ids];
-            let (_, locked, entities, existing) = futures::try_join!(
+            let work_params: [&Param<'_>; 3] = [&t, &lookup.root_sessions, &lookup.roots];
+            let (_, locked, entities, existing, work) = futures::try_join!(
                 client.query(set, &set_params),
                 client.query(lock, &lock_params),
                 client.query(load, &load_params),
                 client.query(find, &find_params),
+                async {
+                    match load_work {
+                        Some(w) => client.query(w, &work_params).await,
+                        None => Ok(Vec::new()),
+                    }
+                },
             )?;
             Ok::<_, tokio_postgres::Error>(TenantRead {
                 locked,
                 entities,
                 existing,
+                work,
             })
         }
     });
@@ -288,6 +342,12 @@ async fn run(
             .iter()
             .map(|r| (r.get::<_, &str>(0), r))
             .collect();
+        let mut work: BTreeMap<&str, BTreeMap<String, Held>> = BTreeMap::new();
+        for row in &read.work {
+            work.entry(row.get(0))
+                .or_default()
+                .insert(row.get(1), Held::of(row));
+        }
         let mut session_writes = Vec::new();
         let mut start = 0;
         while start < members.len() {
@@ -313,6 +373,7 @@ async fn run(
                 session.clone(),
                 row,
                 entities.get(session.as_str()).map_or(&[][..], |v| &v[..]),
+                work.remove(session.as_str()).unwrap_or_default(),
             )?;
             for &i in group {
                 let request = &mut requests[i];
@@ -344,7 +405,7 @@ async fn run(
             let t = tenant.as_str();
             let rows = WriteRows::of(sessions);
             let set_params: [&Param<'_>; 1] = [&t];
-            let write_params: [&Param<'_>; 36] = [
+            let write_params: [&Param<'_>; 47] = [
                 &t,
                 &rows.session_id,
                 &rows.session_sequence,
@@ -381,6 +442,17 @@ async fn run(
                 &rows.client.paused_wait_id,
                 &rows.client.resumed_session,
                 &rows.client.resumed_run_id,
+                &rows.work.added_session,
+                &rows.work.added_root,
+                &rows.work.added_queue,
+                &rows.work.added_on_lost,
+                &rows.work.added_max_attempts,
+                &rows.work.added_cursor,
+                &rows.work.touched_session,
+                &rows.work.touched_root,
+                &rows.work.touched_stop,
+                &rows.work.done_session,
+                &rows.work.done_root,
             ];
             futures::try_join!(
                 async {
@@ -464,6 +536,30 @@ struct SessionWork {
     before: BTreeMap<EntityKey, Value>,
     /// The accepted events, in order.
     accepted: Vec<Prepared>,
+    /// The work items of the run journals a backend's batches touch, by
+    /// rootRunId (loaded only for fenced requests).
+    held: BTreeMap<String, Held>,
+    /// Top-level runs the accepted requests started for the work queue:
+    /// rootRunId, order, cursor.
+    queued: Vec<(String, WorkOrder, i64)>,
+}
+
+/// A run journal's work item as the fence sees it.
+#[derive(Debug)]
+struct Held {
+    state: String,
+    lease_id: Option<String>,
+    live: bool,
+}
+
+impl Held {
+    fn of(row: &Row) -> Held {
+        Held {
+            state: row.get(2),
+            lease_id: row.get(3),
+            live: row.get::<_, Option<bool>>(4).unwrap_or(false),
+        }
+    }
 }
 
 /// What one session's accepted requests write.
@@ -479,6 +575,11 @@ struct SessionWrite {
     /// The tool calls finished by an accepted event whose executor is the
     /// client.
     client_calls: BTreeSet<String>,
+    /// Runs queued for runtimes: rootRunId, order, cursor.
+    queued: Vec<(String, WorkOrder, i64)>,
+    /// Run journals the accepted events touched: rootRunId → (asked the
+    /// root to stop, the root ended).
+    journals: BTreeMap<String, (bool, bool)>,
 }
 
 impl SessionWork {
@@ -486,6 +587,7 @@ impl SessionWork {
         session_id: SessionId,
         session: &Row,
         entities: &[&Row],
+        held: BTreeMap<String, Held>,
     ) -> Result<SessionWork, JournalError> {
         let mut core: SessionCore = serde_json::from_value(session.get::<_, Value>(1))
             .map_err(|e| JournalError::Corrupt(format!("session {session_id} core: {e}")))?;
@@ -506,6 +608,8 @@ impl SessionWork {
             state,
             before,
             accepted: Vec::new(),
+            held,
+            queued: Vec::new(),
         })
     }
 
@@ -526,6 +630,9 @@ impl SessionWork {
                 expected,
                 actual: self.state.session_sequence,
             }));
+        }
+        if let Err(e) = self.fence(request) {
+            return Ok(Err(e));
         }
         let saved = self.state.clone();
         let mut slot_freed = false;
@@ -588,12 +695,20 @@ impl SessionWork {
                 let queue_id: String = row.get(0);
                 let proposal: Value = row.get(1);
                 self.load_more(row.get(2))?;
+                let order = row
+                    .get::<_, Option<Value>>(3)
+                    .and_then(|w| serde_json::from_value::<WorkOrder>(w).ok());
                 let index = request.prepared.len() + extra.len();
                 match prepare(index, &proposal, &self.session) {
                     Ok(mut p) => {
                         assign(&self.state, &mut p);
                         match self.state.apply(&p.event) {
-                            Ok(_) => extra.push(p),
+                            Ok(_) => {
+                                if let Some(order) = order {
+                                    self.queue_started(&p, &order);
+                                }
+                                extra.push(p)
+                            }
                             Err(v) => tracing::warn!(
                                 queue_id,
                                 rule = v.rule,
@@ -606,6 +721,11 @@ impl SessionWork {
                     }
                 }
                 dequeued = Some(queue_id);
+            }
+        }
+        if let Some(order) = &request.options.work {
+            for p in &request.prepared {
+                self.queue_started(p, order);
             }
         }
         let events = request
@@ -622,6 +742,56 @@ impl SessionWork {
             slot_freed,
             dequeued,
         }))
+    }
+
+    /// Queues the run `p` starts for the runtimes, when it is top-level.
+    fn queue_started(&mut self, p: &Prepared, order: &WorkOrder) {
+        if let AuthorityBody::RunStarted(b) = &p.event.body
+            && b.parent_run_id.is_none()
+            && let Some(run) = &p.event.envelope.run
+        {
+            let cursor = p.event.envelope.session_sequence.get() as i64 - 1;
+            self.queued
+                .push((run.root_run_id.to_string(), order.clone(), cursor));
+        }
+    }
+
+    /// The runtime-lease fence: a backend's batch touching a run journal a
+    /// runtime holds must carry that runtime's current lease, and a lease
+    /// given must be current for every run journal the batch touches.
+    fn fence(&self, request: &Request) -> Result<(), JournalError> {
+        let Fence::Backend { lease } = &request.options.fence else {
+            return Ok(());
+        };
+        let roots: BTreeSet<&str> = request
+            .prepared
+            .iter()
+            .filter_map(|p| p.event.envelope.run.as_ref())
+            .map(|r| r.root_run_id.as_str())
+            .collect();
+        for root in roots {
+            let held = self.held.get(root);
+            match (held, lease) {
+                (None, None) => {}
+                (Some(h), None) if h.state != "claimed" => {}
+                (Some(_), None) => {
+                    return Err(JournalError::RuntimeLeaseRequired(format!(
+                        "run {root} is held by an agent runtime: append under its lease \
+                         (header Narad-Runtime-Lease), or stop the run"
+                    )));
+                }
+                (Some(h), Some(l))
+                    if h.state == "claimed" && h.live && h.lease_id.as_deref() == Some(l) => {}
+                (_, Some(l)) => {
+                    return Err(JournalError::RuntimeLeaseNotCurrent(format!(
+                        "runtime lease {l} is not the current lease of run {root} (it lapsed, \
+                         was released, or the run was handed to another runtime or closed); \
+                         nothing was written: stop working on this run"
+                    )));
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Loads entities read mid-transaction, `[[kind, id, state], …]`,
@@ -661,7 +831,22 @@ impl SessionWork {
             .collect();
         let mut client_executors = BTreeMap::new();
         let mut client_calls = BTreeSet::new();
+        let mut journals: BTreeMap<String, (bool, bool)> = BTreeMap::new();
         for p in &self.accepted {
+            if let Some(run) = &p.event.envelope.run {
+                let root = run.root_run_id.as_str();
+                let entry = journals.entry(root.to_owned()).or_default();
+                if let AuthorityBody::RunStopRequested(b) = &p.event.body
+                    && b.target_run_id.as_str() == root
+                {
+                    entry.0 = true;
+                }
+                entry.1 = self
+                    .state
+                    .runs
+                    .get(&run.root_run_id)
+                    .is_some_and(|r| r.status.is_terminal());
+            }
             if let Some(run) = &p.event.envelope.run
                 && let Some(executor) = self
                     .state
@@ -689,6 +874,8 @@ impl SessionWork {
             core: serde_json::to_value(self.state.core()).expect("serialises"),
             client_executors,
             client_calls,
+            queued: self.queued,
+            journals,
         })
     }
 }
@@ -859,6 +1046,7 @@ struct WriteRows<'a> {
     core_last: Vec<i64>,
     core: Vec<&'a Value>,
     client: ClientRows<'a>,
+    work: WorkRows<'a>,
 }
 
 impl<'a> WriteRows<'a> {
@@ -913,6 +1101,7 @@ impl<'a> WriteRows<'a> {
             core_last: sessions.iter().map(|s| s.last).collect(),
             core: sessions.iter().map(|s| &s.core).collect(),
             client: ClientRows::of(sessions),
+            work: WorkRows::of(sessions),
         }
     }
 }
@@ -1020,6 +1209,59 @@ impl<'a> ClientRows<'a> {
                         rows.resumed_session.push(session);
                         rows.resumed_run_id.push(run_id);
                     }
+                }
+            }
+        }
+        rows
+    }
+}
+
+/// The work-queue bookkeeping of one tenant's write: runs queued for the
+/// runtimes, run journals an event wakes (an idle item becomes ready) or
+/// asks to stop, and run journals whose root ended. A journal queued by
+/// this write is only queued; one that ended is only ended.
+#[derive(Default)]
+struct WorkRows<'a> {
+    added_session: Vec<&'a str>,
+    added_root: Vec<&'a str>,
+    added_queue: Vec<&'a str>,
+    added_on_lost: Vec<&'static str>,
+    added_max_attempts: Vec<i32>,
+    added_cursor: Vec<i64>,
+    touched_session: Vec<&'a str>,
+    touched_root: Vec<&'a str>,
+    touched_stop: Vec<bool>,
+    done_session: Vec<&'a str>,
+    done_root: Vec<&'a str>,
+}
+
+impl<'a> WorkRows<'a> {
+    fn of(sessions: &'a [SessionWrite]) -> Self {
+        let mut rows = WorkRows::default();
+        for s in sessions {
+            let session = s.session.as_str();
+            let mut queued = BTreeSet::new();
+            for (root, order, cursor) in &s.queued {
+                if s.journals.get(root).is_some_and(|j| j.1) {
+                    continue;
+                }
+                queued.insert(root.as_str());
+                rows.added_session.push(session);
+                rows.added_root.push(root);
+                rows.added_queue.push(&order.queue);
+                rows.added_on_lost.push(order.on_lost.as_str());
+                rows.added_max_attempts
+                    .push(i32::try_from(order.max_attempts).unwrap_or(i32::MAX));
+                rows.added_cursor.push(*cursor);
+            }
+            for (root, &(stop, ended)) in &s.journals {
+                if ended {
+                    rows.done_session.push(session);
+                    rows.done_root.push(root);
+                } else if !queued.contains(root.as_str()) {
+                    rows.touched_session.push(session);
+                    rows.touched_root.push(root);
+                    rows.touched_stop.push(stop);
                 }
             }
         }

@@ -15,6 +15,7 @@
 //! - [`history`]: history reads with every cursor form of §10.2;
 //! - [`sessions`]: creating, reading and listing sessions;
 //! - [`rebuild`]: deriving the engine's state from the events alone;
+//! - [`runtime`]: the work queue of agent runtimes, runtime leases, orphan repair;
 //! - [`error`]: failures and their client-facing envelopes.
 
 pub mod append;
@@ -27,6 +28,7 @@ mod group;
 pub mod history;
 pub mod rebuild;
 pub mod relay;
+pub mod runtime;
 pub mod sessions;
 pub mod tenant_relay;
 
@@ -36,7 +38,7 @@ use std::str::FromStr;
 use deadpool_postgres::{Hook, HookError, Manager, ManagerConfig, Pool, RecyclingMethod};
 use tokio_postgres::NoTls;
 
-pub use append::{AppendOptions, Appended, AppendedEvent};
+pub use append::{AppendOptions, Appended, AppendedEvent, Fence};
 pub use combine::AppendStats;
 pub use commands::{QueuedStart, RunStart, WorkflowCancel};
 pub use error::JournalError;
@@ -44,6 +46,9 @@ pub use executors::{Delivery, FinishAccepted, Lease, SweepItem, SweepKind};
 pub use extensions::{ExtensionRecord, SigningKey};
 pub use history::{HistoryPage, HistoryQuery};
 pub use relay::{AttachSnapshot, RelayCursor, Relayed};
+pub use runtime::{
+    Claim, LeaseStanding, Released, Repair, RuntimeDue, RuntimeLease, WorkDefaults, WorkOrder,
+};
 pub use sessions::{NewSession, SessionRecord};
 pub use tenant_relay::{Horizon, StreamPosition};
 
@@ -94,6 +99,7 @@ pub struct Journal {
     pool: Pool,
     config: std::sync::Arc<tokio_postgres::Config>,
     combiner: std::sync::Arc<combine::Combiner>,
+    work_defaults: runtime::WorkDefaults,
 }
 
 /// How many append transactions a journal runs at a time by default (each
@@ -136,7 +142,15 @@ impl Journal {
             pool,
             config: std::sync::Arc::new(config),
             combiner,
+            work_defaults: runtime::WorkDefaults::default(),
         })
+    }
+
+    /// The same journal filling in `defaults` where a start-run's
+    /// `runtime` leaves a setting out.
+    pub fn with_work_defaults(mut self, defaults: runtime::WorkDefaults) -> Journal {
+        self.work_defaults = defaults;
+        self
     }
 
     /// The same journal running at most `groups` append transactions at a
@@ -159,11 +173,7 @@ impl Journal {
             groups,
             notify_in_transaction,
         ));
-        Journal {
-            pool: self.pool,
-            config: self.config,
-            combiner,
-        }
+        Journal { combiner, ..self }
     }
 
     /// Counters of the append path since this journal was connected.

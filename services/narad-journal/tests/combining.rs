@@ -68,7 +68,13 @@ async fn waiting_appends_share_a_transaction_and_each_is_decided_alone() {
 
     let held = f.journal.pool().get().await.unwrap();
     let plain = AppendOptions::default();
-    let a = spawn_append(&f.journal, &f.tenant, "s1", vec![user_message("a")], plain);
+    let a = spawn_append(
+        &f.journal,
+        &f.tenant,
+        "s1",
+        vec![user_message("a")],
+        plain.clone(),
+    );
     // A delta for a message nobody started breaks a rule.
     let bad = spawn_append(
         &f.journal,
@@ -83,9 +89,15 @@ async fn waiting_appends_share_a_transaction_and_each_is_decided_alone() {
                 json!({"messageId": "nope", "delta": "x"}),
             ),
         ],
-        plain,
+        plain.clone(),
     );
-    let c = spawn_append(&f.journal, &f.tenant, "s1", vec![user_message("c")], plain);
+    let c = spawn_append(
+        &f.journal,
+        &f.tenant,
+        "s1",
+        vec![user_message("c")],
+        plain.clone(),
+    );
     let stale = spawn_append(
         &f.journal,
         &f.tenant,
@@ -93,10 +105,23 @@ async fn waiting_appends_share_a_transaction_and_each_is_decided_alone() {
         vec![user_message("d")],
         AppendOptions {
             expected_session_sequence: Some(99),
+            ..AppendOptions::default()
         },
     );
-    let e = spawn_append(&f.journal, &f.tenant, "s2", vec![user_message("e")], plain);
-    let g = spawn_append(&f.journal, &other, "s1", vec![user_message("g")], plain);
+    let e = spawn_append(
+        &f.journal,
+        &f.tenant,
+        "s2",
+        vec![user_message("e")],
+        plain.clone(),
+    );
+    let g = spawn_append(
+        &f.journal,
+        &other,
+        "s1",
+        vec![user_message("g")],
+        plain.clone(),
+    );
     until_waiting(&f.journal, 6).await;
     drop(held);
 
@@ -177,8 +202,20 @@ async fn a_group_whose_write_fails_appends_each_request_alone() {
 
     let held = f.journal.pool().get().await.unwrap();
     let plain = AppendOptions::default();
-    let x = spawn_append(&f.journal, &f.tenant, "s1", vec![user_message("x")], plain);
-    let y = spawn_append(&f.journal, &f.tenant, "s2", vec![user_message("y")], plain);
+    let x = spawn_append(
+        &f.journal,
+        &f.tenant,
+        "s1",
+        vec![user_message("x")],
+        plain.clone(),
+    );
+    let y = spawn_append(
+        &f.journal,
+        &f.tenant,
+        "s2",
+        vec![user_message("y")],
+        plain.clone(),
+    );
     until_waiting(&f.journal, 2).await;
     drop(held);
 

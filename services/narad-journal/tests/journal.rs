@@ -313,6 +313,7 @@ async fn expected_session_sequence_guards_against_concurrent_writers() {
     f.append(&s, &[user_message("m1")]).await.unwrap();
     let stale = AppendOptions {
         expected_session_sequence: Some(0),
+        ..AppendOptions::default()
     };
     let err = f
         .journal
@@ -328,6 +329,7 @@ async fn expected_session_sequence_guards_against_concurrent_writers() {
     ));
     let fresh = AppendOptions {
         expected_session_sequence: Some(1),
+        ..AppendOptions::default()
     };
     f.journal
         .append(&f.tenant, &s, &[user_message("m2")], fresh)

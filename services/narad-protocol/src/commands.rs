@@ -10,8 +10,8 @@ use serde_json::Value;
 use crate::authority::{MemberDecision, MessageScope};
 use crate::classify::WireError;
 use crate::primitives::{
-    AttachmentId, ClientExecutorId, InterruptId, JsonObject, MessageId, NonEmptyString, RunId,
-    SessionId, WorkflowId, present, some,
+    AttachmentId, Attempts, ClientExecutorId, InterruptId, JsonObject, MessageId, NonEmptyString,
+    QueueName, RunId, SessionId, WorkflowId, present, some,
 };
 use crate::wire::deserialize;
 
@@ -26,6 +26,43 @@ pub enum OnConflict {
     Enqueue,
     /// Stop the active run and start this one once it has ended.
     Interrupt,
+}
+
+/// What the server does with a queued run when its runtime's lease lapses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OnLost {
+    /// Hand the run to another runtime, up to `maxAttempts` claims; then fail.
+    Retry,
+    /// Close the run: open work closed, then `run.error` (`runtime_lost`).
+    Fail,
+}
+
+impl OnLost {
+    /// The wire name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OnLost::Retry => "retry",
+            OnLost::Fail => "fail",
+        }
+    }
+}
+
+/// `start-run`'s `runtime`: hand the run to the work queue of agent
+/// runtimes. Absent fields take the server's defaults.
+#[serde_with::skip_serializing_none]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RuntimeOrder {
+    /// The queue runtimes claim it from (default `default`).
+    #[serde(default, deserialize_with = "some")]
+    pub queue: Option<QueueName>,
+    /// What happens when the holding runtime is lost.
+    #[serde(default, deserialize_with = "some")]
+    pub on_lost: Option<OnLost>,
+    /// The most claims, counting the first (retry policy).
+    #[serde(default, deserialize_with = "some")]
+    pub max_attempts: Option<Attempts>,
 }
 
 /// `start-run`: start a top-level or nested run.
@@ -53,6 +90,9 @@ pub struct StartRun {
     /// What to do when the slot is taken (default `reject`).
     #[serde(default, deserialize_with = "some")]
     pub on_conflict: Option<OnConflict>,
+    /// Hand a top-level run to agent runtimes through the work queue.
+    #[serde(default, deserialize_with = "some")]
+    pub runtime: Option<RuntimeOrder>,
 }
 
 /// `stop-run`: request that a run stop.

@@ -96,6 +96,10 @@ error_codes! {
     ExecutionTokenExpired = "NRD-0403", 410, "Execution token expired";
     /// A token finished before with other data, or its call closed otherwise.
     FinishConflict = "NRD-0404", 409, "Finish conflicts";
+    /// A runtime lease that is not the current, unexpired lease of its run.
+    RuntimeLeaseNotCurrent = "NRD-0501", 409, "Runtime lease not current";
+    /// An append without the lease to a run journal a runtime holds.
+    RuntimeLeaseRequired = "NRD-0502", 409, "Runtime lease required";
     /// The database cannot be reached.
     DatabaseUnavailable = "NRD-0901", 503, "Database unavailable";
 }

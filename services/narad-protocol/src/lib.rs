@@ -19,6 +19,7 @@
 //! - [`rules`]: the rule registry and [`rules::Violation`];
 //! - [`engine`]: the rule engine, [`engine::SessionState`];
 //! - [`reducer`]: the client reducer of delivered objects;
+//! - [`repair`]: the events that close a run journal whose runtime is gone;
 //! - [`conformance`]: the golden-trace runner;
 //! - [`testing`]: a generator of valid sessions for tests and benchmarks.
 
@@ -35,6 +36,7 @@ pub mod hydrate;
 pub mod primitives;
 pub mod profile;
 pub mod reducer;
+pub mod repair;
 pub mod rules;
 pub mod testing;
 pub mod watch;

@@ -127,6 +127,8 @@ id_types! {
     LeaseId;
     /// A single-use capability to finish one client tool call (§11.3).
     ExecutionToken;
+    /// A work queue of agent runtimes, chosen at start-run.
+    QueueName;
     /// A transcript message (§9.2).
     MessageId;
     /// A reasoning stream (§9.2).
@@ -278,6 +280,35 @@ impl fmt::Display for UInt {
 impl<'de> Deserialize<'de> for UInt {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         deserialize_safe_int(d, 0).map(Self)
+    }
+}
+
+/// How many times a run may be claimed by agent runtimes: 1 to 100.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(transparent)]
+pub struct Attempts(u32);
+
+impl Attempts {
+    /// The most claims a run may take.
+    pub const MAX: u32 = 100;
+
+    /// A count from a number; `None` outside 1..=100.
+    pub fn new(n: u32) -> Option<Self> {
+        (1..=Self::MAX).contains(&n).then_some(Self(n))
+    }
+
+    /// The number.
+    pub fn get(self) -> u32 {
+        self.0
+    }
+}
+
+impl<'de> Deserialize<'de> for Attempts {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let n = deserialize_safe_int(d, 1)?;
+        u32::try_from(n).ok().and_then(Self::new).ok_or_else(|| {
+            de::Error::custom(format_args!("must be at most {}, got {n}", Self::MAX))
+        })
     }
 }
 

@@ -87,9 +87,43 @@ pub struct Config {
     /// executors, in milliseconds (one replica at a time sweeps).
     #[arg(long, env = "NARAD_EXECUTOR_SWEEP_MS", default_value_t = 1_000)]
     pub executor_sweep_ms: u64,
+
+    /// How long an agent runtime's lease lives without a heartbeat, in
+    /// milliseconds; then its run is repaired (retried or closed).
+    #[arg(long, env = "NARAD_RUNTIME_LEASE_TTL_MS", default_value_t = 30_000)]
+    pub runtime_lease_ttl_ms: u64,
+    /// How often the runtime sweeper looks for lapsed leases and stops no
+    /// runtime holds, in milliseconds (one replica at a time sweeps).
+    #[arg(long, env = "NARAD_RUNTIME_SWEEP_MS", default_value_t = 1_000)]
+    pub runtime_sweep_ms: u64,
+    /// What happens to a queued run whose runtime is lost, unless its
+    /// start-run says: `retry` (another runtime takes it) or `fail` (it is
+    /// closed with run.error runtime_lost).
+    #[arg(long, env = "NARAD_RUNTIME_ON_LOST", default_value = "retry")]
+    pub runtime_on_lost: String,
+    /// How many runtimes may hold a queued run in turn (retry policy),
+    /// unless its start-run says: 1 to 100.
+    #[arg(long, env = "NARAD_RUNTIME_MAX_ATTEMPTS", default_value_t = 3)]
+    pub runtime_max_attempts: u32,
 }
 
 impl Config {
+    /// The runtime timing and defaults these settings describe, checked.
+    pub fn runtime_settings(&self) -> Result<crate::runtime::RuntimeSettings, String> {
+        use std::time::Duration;
+        let settings = crate::runtime::RuntimeSettings {
+            lease_ttl: Duration::from_millis(self.runtime_lease_ttl_ms),
+            sweep_interval: Duration::from_millis(self.runtime_sweep_ms),
+            defaults: narad_journal::WorkDefaults {
+                on_lost: crate::runtime::RuntimeSettings::parse_on_lost(&self.runtime_on_lost)?,
+                max_attempts: self.runtime_max_attempts,
+            },
+            ..crate::runtime::RuntimeSettings::default()
+        };
+        settings.validate()?;
+        Ok(settings)
+    }
+
     /// The executor timing these settings describe, checked.
     pub fn executor_settings(&self) -> Result<crate::executors::ExecutorSettings, String> {
         use std::time::Duration;

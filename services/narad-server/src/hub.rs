@@ -120,6 +120,24 @@ pub fn profile_of(body: &serde_json::Value) -> Profile {
 type SessionKey = (TenantId, String);
 type Channel = broadcast::Sender<Arc<Live>>;
 
+/// Whether a committed event may have made a run claimable (queued,
+/// resumed, a resolution, a client tool's result) or asked one to stop:
+/// the events that commands, executors and the server append to run
+/// journals. Claim polls also look again every second, so a rarer case
+/// is late by at most that.
+fn wakes_runtimes(body: &serde_json::Value) -> bool {
+    matches!(
+        body["type"].as_str(),
+        Some(
+            "run.started"
+                | "run.resumed"
+                | "interrupt.resolved"
+                | "run.stop.requested"
+                | "tool.call.finished"
+        )
+    )
+}
+
 /// Subscribers by session and by tenant, and the relay that feeds them.
 pub struct Hub {
     journal: Journal,
@@ -130,7 +148,33 @@ pub struct Hub {
     closing: tokio::sync::watch::Sender<bool>,
     slow_dropped: std::sync::atomic::AtomicU64,
     listens: std::sync::atomic::AtomicU64,
-    client_calls: Mutex<HashMap<TenantId, tokio::sync::watch::Sender<u64>>>,
+    client_calls: Wakeups,
+    runtimes: Wakeups,
+}
+
+/// Per-tenant wake-up signals: a receiver's value changes on each wake.
+#[derive(Default)]
+struct Wakeups(Mutex<HashMap<TenantId, tokio::sync::watch::Sender<u64>>>);
+
+impl Wakeups {
+    fn subscribe(&self, tenant: &TenantId) -> tokio::sync::watch::Receiver<u64> {
+        let mut senders = self.0.lock().expect("the wake-ups");
+        senders
+            .entry(tenant.clone())
+            .or_insert_with(|| tokio::sync::watch::channel(0).0)
+            .subscribe()
+    }
+
+    fn wake(&self, tenant: &TenantId) {
+        let mut senders = self.0.lock().expect("the wake-ups");
+        if let Some(sender) = senders.get(tenant) {
+            if sender.receiver_count() == 0 {
+                senders.remove(tenant);
+            } else {
+                sender.send_modify(|n| *n += 1);
+            }
+        }
+    }
 }
 
 impl Hub {
@@ -146,7 +190,8 @@ impl Hub {
             closing: tokio::sync::watch::channel(false).0,
             slow_dropped: std::sync::atomic::AtomicU64::new(0),
             listens: std::sync::atomic::AtomicU64::new(0),
-            client_calls: Mutex::new(HashMap::new()),
+            client_calls: Wakeups::default(),
+            runtimes: Wakeups::default(),
         })
     }
 
@@ -203,22 +248,23 @@ impl Hub {
     /// `executor=client` of the tenant is committed: the executor channels
     /// of the tenant then look for calls to deliver.
     pub fn client_calls(&self, tenant: &TenantId) -> tokio::sync::watch::Receiver<u64> {
-        let mut calls = self.client_calls.lock().expect("the executor wake-ups");
-        calls
-            .entry(tenant.clone())
-            .or_insert_with(|| tokio::sync::watch::channel(0).0)
-            .subscribe()
+        self.client_calls.subscribe(tenant)
     }
 
     fn wake_executors(&self, tenant: &TenantId) {
-        let mut calls = self.client_calls.lock().expect("the executor wake-ups");
-        if let Some(sender) = calls.get(tenant) {
-            if sender.receiver_count() == 0 {
-                calls.remove(tenant);
-            } else {
-                sender.send_modify(|n| *n += 1);
-            }
-        }
+        self.client_calls.wake(tenant);
+    }
+
+    /// Wakes (its value changes) whenever an event of a run journal of the
+    /// tenant is committed, or a run is queued again: claim polls look for
+    /// ready runs, control polls for stop requests.
+    pub fn runtime_work(&self, tenant: &TenantId) -> tokio::sync::watch::Receiver<u64> {
+        self.runtimes.subscribe(tenant)
+    }
+
+    /// Wakes the tenant's claim and control polls on this replica.
+    pub fn wake_runtimes(&self, tenant: &TenantId) {
+        self.runtimes.wake(tenant);
     }
 
     /// Hands a batch of relayed events to their subscribers; an event
@@ -235,6 +281,9 @@ impl Hub {
                 && event.body["executor"] == "client"
             {
                 self.wake_executors(&event.tenant);
+            }
+            if event.authority && wakes_runtimes(&event.body) {
+                self.wake_runtimes(&event.tenant);
             }
             let listeners = Listeners::of(
                 &mut sessions,

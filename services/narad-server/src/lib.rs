@@ -7,6 +7,7 @@
 //! - [`routes`]: every route, documented where it is registered;
 //! - [`hub`]: the relay and fan-out of committed events to live streams;
 //! - [`executors`]: client executors' channels and the sweeper (§11);
+//! - [`runtime`]: agent runtimes' settings and the sweeper that repairs lost runs;
 //! - [`signature`]: signed calls of registered extensions;
 //! - [`body`]: request bodies and query strings, with the API's errors;
 //! - [`error`]: the error envelope as an HTTP answer.
@@ -19,6 +20,7 @@ pub mod error;
 pub mod executors;
 pub mod hub;
 pub mod routes;
+pub mod runtime;
 pub mod signature;
 
 use std::sync::{Arc, OnceLock};
@@ -49,6 +51,8 @@ pub struct AppState {
     pub hub: Arc<hub::Hub>,
     /// How client executors are timed.
     pub executors: Arc<executors::ExecutorSettings>,
+    /// How agent runtimes are timed.
+    pub runtime: Arc<runtime::RuntimeSettings>,
 }
 
 /// The header that carries the request id, in requests and answers.

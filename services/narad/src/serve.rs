@@ -39,7 +39,9 @@ async fn serve_with(config: &Config, url: &Secret, embedded: bool) -> anyhow::Re
     narad_journal::migrate(url.expose())
         .await
         .with_context(|| format!("migrating {url}"))?;
-    let journal = Journal::connect(url.expose(), config.database_pool)?;
+    let runtime = Arc::new(config.runtime_settings().map_err(anyhow::Error::msg)?);
+    let journal =
+        Journal::connect(url.expose(), config.database_pool)?.with_work_defaults(runtime.defaults);
     let mut settings = auth_settings(config)?;
     let mut dev_token = None;
     if embedded && settings.hs256_secret.is_none() && settings.jwks.is_none() {
@@ -74,12 +76,18 @@ async fn serve_with(config: &Config, url: &Secret, embedded: bool) -> anyhow::Re
         hub.clone(),
         executors.clone(),
     ));
+    tokio::spawn(narad_server::runtime::sweep(
+        journal.clone(),
+        hub.clone(),
+        runtime.clone(),
+    ));
     let state = AppState {
         hub,
         journal,
         verifier: Arc::new(verifier),
         openapi: Arc::new(OnceLock::new()),
         executors,
+        runtime,
     };
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await

@@ -3,8 +3,8 @@
 
 use axum::Json;
 use axum::extract::{Path, State};
-use axum::http::StatusCode;
-use narad_journal::{AppendOptions, Appended, HistoryPage, HistoryQuery};
+use axum::http::{HeaderMap, StatusCode};
+use narad_journal::{AppendOptions, Appended, Fence, HistoryPage, HistoryQuery};
 use narad_protocol::ErrorCode;
 use narad_protocol::primitives::SessionId;
 use serde_json::Value;
@@ -17,24 +17,42 @@ use crate::signature::StreamCaller;
 
 /// Appends a batch of proposed authority events, atomically.
 #[utoipa::path(post, path = "/v1/sessions/{sessionId}/events", tag = "events",
-    params(("sessionId" = String, Path, description = "The session")),
+    params(
+        ("sessionId" = String, Path, description = "The session"),
+        ("Narad-Runtime-Lease" = Option<String>, Header, description = "The runtime lease of a claim: required for appends to a run journal held by an agent runtime"),
+    ),
     request_body(content = Object, description = "`{events: [proposed authority events, without sequences], expectedSessionSequence?}`; each event names its eventId, which makes retries idempotent"),
     responses(
         (status = 201, description = "Appended: each event's sessionSequence (and sequence, workflowSequence)", body = Object),
         (status = 200, description = "The whole batch had been appended before with the same bodies: the stored sequences", body = Object),
         (status = 400, description = "NRD-0003 and others: an event is not valid; `fields` points at it"),
         (status = 404, description = "NRD-0007: no such session"),
-        (status = 409, description = "NRD-0201 with the rule id, NRD-0202 eventId reused, NRD-0203 expectedSessionSequence"),
+        (status = 409, description = "NRD-0201 with the rule id, NRD-0202 eventId reused, NRD-0203 expectedSessionSequence, NRD-0501 a runtime lease that is not current, NRD-0502 a run held by a runtime appended to without its lease"),
     ),
     security(("bearer" = [])))]
 pub async fn append(
     State(state): State<AppState>,
     principal: Principal,
     Path(session_id): Path<String>,
+    headers: HeaderMap,
     JsonBody(body): JsonBody,
 ) -> ApiResult<(StatusCode, Json<Appended>)> {
     principal.require(Permission::Append)?;
     principal.require_session(&session_id)?;
+    let lease = match headers.get(crate::routes::runtime::LEASE_HEADER) {
+        None => None,
+        Some(v) => Some(
+            v.to_str()
+                .map_err(|_| {
+                    ApiError::new(
+                        ErrorCode::InvalidParameter,
+                        "Narad-Runtime-Lease: must be the leaseId of a claim",
+                    )
+                    .with_field("Narad-Runtime-Lease", "not text")
+                })?
+                .to_owned(),
+        ),
+    };
     let session = SessionId::new(session_id).map_err(|e| {
         ApiError::new(ErrorCode::InvalidParameter, format!("sessionId: {e}"))
             .with_field("sessionId", e)
@@ -67,6 +85,8 @@ pub async fn append(
             &events,
             AppendOptions {
                 expected_session_sequence,
+                fence: Fence::Backend { lease },
+                work: None,
             },
         )
         .await?;

@@ -7,6 +7,7 @@ pub mod executors;
 pub mod extensions;
 pub mod graph_feed;
 pub mod meta;
+pub mod runtime;
 pub mod sessions;
 pub mod sse;
 pub mod stream;
@@ -86,6 +87,10 @@ pub fn router() -> OpenApiRouter<AppState> {
         .routes(routes!(executors::heartbeat))
         .routes(routes!(executors::finish))
         .routes(routes!(executors::controls))
+        .routes(routes!(runtime::claim))
+        .routes(routes!(runtime::heartbeat))
+        .routes(routes!(runtime::release))
+        .routes(routes!(runtime::controls))
         .routes(routes!(meta::openapi))
 }
 

@@ -369,6 +369,7 @@ mod tests {
             verifier: Arc::new(verifier),
             openapi: Arc::new(OnceLock::new()),
             executors: Default::default(),
+            runtime: Default::default(),
         }
     }
 

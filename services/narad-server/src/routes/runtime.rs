@@ -1,0 +1,214 @@
+//! Agent runtimes: claim queued runs, renew and release runtime leases,
+//! and long-poll for a stop (role `backend`).
+//!
+//! A run started by `start-run` with `runtime` waits in the work queue
+//! until a runtime claims it. The claim's lease must accompany every
+//! append to the run's journal (header `Narad-Runtime-Lease`); a lease
+//! that lapsed is refused (`NRD-0501`), and the run is repaired by the
+//! server (retried or closed, per its policy).
+
+use std::time::Duration;
+
+use axum::Json;
+use axum::body::Bytes;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use narad_protocol::ErrorCode;
+use narad_protocol::primitives::QueueName;
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use crate::AppState;
+use crate::auth::{Permission, Principal};
+use crate::body::Query;
+use crate::error::{ApiError, ApiResult};
+
+/// The longest a claim or control poll waits, in milliseconds.
+pub const MAX_POLL_WAIT_MS: u64 = 30_000;
+
+/// The header that carries a runtime lease on appends.
+pub const LEASE_HEADER: &str = "narad-runtime-lease";
+
+/// How often a waiting claim looks again without a wake-up (a run queued
+/// again by another replica's sweeper appends nothing that wakes it).
+const RECHECK: Duration = Duration::from_secs(1);
+
+/// A claim request.
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct ClaimRequest {
+    /// Only runs of this queue.
+    queue: Option<QueueName>,
+    /// A name for the claiming runtime (for operators).
+    runtime_id: Option<String>,
+    /// How long to wait for a run, in milliseconds.
+    wait_ms: Option<u64>,
+}
+
+/// A release request.
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct ReleaseRequest {
+    /// The last sessionSequence the runtime read or wrote.
+    handled_through: Option<u64>,
+}
+
+/// Reads an optional JSON object body (empty means `{}`).
+fn optional_body<T: Default + serde::de::DeserializeOwned>(bytes: &Bytes) -> ApiResult<T> {
+    if bytes.iter().all(u8::is_ascii_whitespace) {
+        return Ok(T::default());
+    }
+    serde_json::from_slice(bytes).map_err(|e| {
+        ApiError::new(ErrorCode::InvalidObject, format!("the body: {e}"))
+            .with_field("", e.to_string())
+    })
+}
+
+fn check_wait(wait: u64) -> ApiResult<Duration> {
+    if wait > MAX_POLL_WAIT_MS {
+        return Err(ApiError::new(
+            ErrorCode::InvalidParameter,
+            format!("waitMs: at most {MAX_POLL_WAIT_MS}"),
+        )
+        .with_field("waitMs", format!("at most {MAX_POLL_WAIT_MS}")));
+    }
+    Ok(Duration::from_millis(wait))
+}
+
+/// Claims the oldest ready run (of `queue`, when given), waiting up to
+/// `waitMs` (default 0, at most 30,000) for one. The answer holds the run,
+/// its session, the cursor to read history after, and the lease to present
+/// on every append to the run. A client's own timeout must exceed `waitMs`.
+#[utoipa::path(post, path = "/v1/runtime/claims", tag = "runtime",
+    request_body(content = Object, description = "`{queue?, runtimeId?, waitMs?}`; an empty body claims from any queue without waiting"),
+    responses(
+        (status = 200, description = "`{runId, sessionId, queue, reason, cursor, attempt, maxAttempts, onLost, stopRequested, lease: {leaseId, expiresAt}}`", body = Object),
+        (status = 204, description = "No run was ready in time"),
+        (status = 400, description = "NRD-0003: a bad body; NRD-0008: waitMs above 30,000"),
+    ),
+    security(("bearer" = [])))]
+pub async fn claim(
+    State(state): State<AppState>,
+    principal: Principal,
+    body: Bytes,
+) -> ApiResult<Response> {
+    principal.require(Permission::Append)?;
+    let request: ClaimRequest = optional_body(&body)?;
+    let wait = check_wait(request.wait_ms.unwrap_or(0))?;
+    let runtime_id = request
+        .runtime_id
+        .unwrap_or_else(|| principal.subject.clone());
+    let queue = request.queue.as_ref().map(QueueName::as_str);
+    let tenant = &principal.tenant;
+    let mut wakes = state.hub.runtime_work(tenant);
+    let deadline = tokio::time::Instant::now() + wait;
+    loop {
+        if let Some((claim, waited)) = state
+            .journal
+            .claim_run(tenant, queue, &runtime_id, state.runtime.lease_ttl)
+            .await?
+        {
+            metrics::histogram!("narad_runtime_claim_wait_seconds").record(waited);
+            metrics::counter!("narad_runtime_claims_total").increment(1);
+            return Ok(Json(claim).into_response());
+        }
+        let now = tokio::time::Instant::now();
+        if now >= deadline {
+            return Ok(StatusCode::NO_CONTENT.into_response());
+        }
+        tokio::select! {
+            _ = tokio::time::sleep_until(deadline.min(now + RECHECK)) => {}
+            _ = state.hub.closed() => return Ok(StatusCode::NO_CONTENT.into_response()),
+            _ = wakes.changed() => {}
+        }
+    }
+}
+
+/// Renews a runtime lease for another lease lifetime; says whether the run
+/// was asked to stop.
+#[utoipa::path(post, path = "/v1/runtime/leases/{leaseId}/heartbeat", tag = "runtime",
+    params(("leaseId" = String, Path, description = "The lease of the claim")),
+    responses(
+        (status = 200, description = "`{runId, sessionId, expiresAt, stopRequested}`", body = Object),
+        (status = 409, description = "NRD-0501: the lease lapsed or was released; stop working on the run"),
+    ),
+    security(("bearer" = [])))]
+pub async fn heartbeat(
+    State(state): State<AppState>,
+    principal: Principal,
+    Path(lease_id): Path<String>,
+) -> ApiResult<Json<Value>> {
+    principal.require(Permission::Append)?;
+    let standing = state
+        .journal
+        .renew_runtime_lease(&principal.tenant, &lease_id, state.runtime.lease_ttl)
+        .await?;
+    Ok(Json(json!(standing)))
+}
+
+/// Gives a run back while it waits (an interrupt, a client tool), or after
+/// it ended. `handledThrough` is the last sessionSequence the runtime read
+/// or wrote: a later event of the run's journal queues it again at once;
+/// otherwise the next one does.
+#[utoipa::path(post, path = "/v1/runtime/leases/{leaseId}/release", tag = "runtime",
+    params(("leaseId" = String, Path, description = "The lease of the claim")),
+    request_body(content = Object, description = "`{handledThrough?}`"),
+    responses(
+        (status = 200, description = "`{released: idle | ready | ended}`", body = Object),
+        (status = 409, description = "NRD-0501: the lease lapsed or was released before"),
+    ),
+    security(("bearer" = [])))]
+pub async fn release(
+    State(state): State<AppState>,
+    principal: Principal,
+    Path(lease_id): Path<String>,
+    body: Bytes,
+) -> ApiResult<Json<Value>> {
+    principal.require(Permission::Append)?;
+    let request: ReleaseRequest = optional_body(&body)?;
+    let released = state
+        .journal
+        .release_run(&principal.tenant, &lease_id, request.handled_through)
+        .await?;
+    Ok(Json(json!({ "released": released })))
+}
+
+/// Long-polls for a stop of the lease's run: answers at once when the run
+/// was asked to stop, otherwise when it is, or after `waitMs` (default 0,
+/// at most 30,000) with `stopRequested: false`.
+#[utoipa::path(get, path = "/v1/runtime/leases/{leaseId}/controls", tag = "runtime",
+    params(
+        ("leaseId" = String, Path, description = "The lease of the claim"),
+        ("waitMs" = Option<u64>, Query, description = "How long to wait for a stop, in milliseconds (at most 30,000)"),
+    ),
+    responses(
+        (status = 200, description = "`{runId, sessionId, expiresAt, stopRequested}`", body = Object),
+        (status = 409, description = "NRD-0501: the lease lapsed or was released"),
+    ),
+    security(("bearer" = [])))]
+pub async fn controls(
+    State(state): State<AppState>,
+    principal: Principal,
+    Path(lease_id): Path<String>,
+    mut query: Query,
+) -> ApiResult<Json<Value>> {
+    principal.require(Permission::Append)?;
+    let wait = check_wait(query.number("waitMs")?.unwrap_or(0))?;
+    query.finish()?;
+    let tenant = &principal.tenant;
+    let mut wakes = state.hub.runtime_work(tenant);
+    let deadline = tokio::time::Instant::now() + wait;
+    loop {
+        let standing = state.journal.runtime_lease(tenant, &lease_id).await?;
+        let now = tokio::time::Instant::now();
+        if standing.stop_requested || now >= deadline {
+            return Ok(Json(json!(standing)));
+        }
+        tokio::select! {
+            _ = tokio::time::sleep_until(deadline.min(now + RECHECK)) => {}
+            _ = state.hub.closed() => return Ok(Json(json!(standing))),
+            _ = wakes.changed() => {}
+        }
+    }
+}

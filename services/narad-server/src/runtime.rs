@@ -1,0 +1,185 @@
+//! Agent runtimes on the server: their timing settings and the sweeper
+//! that repairs runs whose runtime was lost and serves stops nobody holds.
+//!
+//! The queue, leases and repairs live in Postgres
+//! (`narad_journal::runtime`), so any replica hands out claims, renews
+//! leases and fences appends; the sweeper runs on one replica at a time.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use narad_journal::runtime::QueueDepth;
+use narad_journal::{Journal, JournalError, Repair, RuntimeDue, WorkDefaults};
+use narad_protocol::commands::OnLost;
+
+use crate::hub::Hub;
+
+/// How runtimes are timed, and the defaults of a start-run's `runtime`.
+#[derive(Debug, Clone)]
+pub struct RuntimeSettings {
+    /// How long a runtime lease lives without a heartbeat.
+    pub lease_ttl: Duration,
+    /// How often the sweeper looks for lapsed leases and unheld stops.
+    pub sweep_interval: Duration,
+    /// A repair untouched this long (its replica died mid-way) is taken
+    /// over by the next sweep.
+    pub stall: Duration,
+    /// The policy of runs that do not name one.
+    pub defaults: WorkDefaults,
+}
+
+impl Default for RuntimeSettings {
+    fn default() -> Self {
+        RuntimeSettings {
+            lease_ttl: Duration::from_secs(30),
+            sweep_interval: Duration::from_secs(1),
+            stall: Duration::from_secs(30),
+            defaults: WorkDefaults::default(),
+        }
+    }
+}
+
+impl RuntimeSettings {
+    /// Checks that the settings make sense: durations positive, attempts
+    /// in 1..=100.
+    pub fn validate(&self) -> Result<(), String> {
+        for (name, d) in [
+            ("runtime lease lifetime", self.lease_ttl),
+            ("runtime sweep interval", self.sweep_interval),
+            ("runtime repair stall deadline", self.stall),
+        ] {
+            if d.is_zero() {
+                return Err(format!("the {name} must be more than 0 ms"));
+            }
+        }
+        if !(1..=narad_protocol::primitives::Attempts::MAX).contains(&self.defaults.max_attempts) {
+            return Err(format!(
+                "the default runtime max attempts must be 1 to {}, not {}",
+                narad_protocol::primitives::Attempts::MAX,
+                self.defaults.max_attempts
+            ));
+        }
+        Ok(())
+    }
+
+    /// The policy named `on_lost` (`retry` or `fail`).
+    pub fn parse_on_lost(on_lost: &str) -> Result<OnLost, String> {
+        match on_lost {
+            "retry" => Ok(OnLost::Retry),
+            "fail" => Ok(OnLost::Fail),
+            other => Err(format!(
+                "the runtime policy is retry or fail, not {other:?}"
+            )),
+        }
+    }
+}
+
+/// How many due items of each kind one sweep takes.
+const SWEEP_BATCH: i32 = 100;
+
+/// How long an ended run's item is kept for late releases.
+const DONE_RETENTION: Duration = Duration::from_secs(3600);
+
+/// Runs the sweeper until the hub closes: every `sweep_interval`, on the
+/// one replica holding the runtime sweeper's lock, repairs runs whose lease
+/// lapsed (retry or close), closes runs asked to stop that no runtime
+/// holds, and takes over repairs that stalled.
+pub async fn sweep(journal: Journal, hub: Arc<Hub>, settings: Arc<RuntimeSettings>) {
+    loop {
+        tokio::select! {
+            _ = hub.closed() => return,
+            _ = tokio::time::sleep(settings.sweep_interval) => {}
+        }
+        let pass = journal
+            .as_runtime_sweeper(async || {
+                let done = sweep_once(&journal, &hub, &settings).await;
+                if let Err(e) = journal.forget_run_work(DONE_RETENTION, 1000).await {
+                    tracing::warn!(error = %e, "cannot forget ended work items yet");
+                }
+                if let Ok(depth) = journal.queue_depth().await {
+                    record_depth(&depth);
+                }
+                done
+            })
+            .await;
+        match pass {
+            Ok(Some(Err(e))) | Err(e) => {
+                tracing::warn!(error = %e, "a runtime sweep failed; it runs again")
+            }
+            Ok(_) => {}
+        }
+    }
+}
+
+/// One pass of the sweeper (whoever holds the lock); the number of runs
+/// it repaired or closed.
+pub async fn sweep_once(
+    journal: &Journal,
+    hub: &Hub,
+    settings: &RuntimeSettings,
+) -> Result<usize, JournalError> {
+    let due = journal.runtime_work(settings.stall, SWEEP_BATCH).await?;
+    let mut done = 0;
+    for item in &due {
+        match act(journal, item).await {
+            Ok(Repair::Nothing) => {}
+            Ok(repair) => {
+                done += 1;
+                if repair == Repair::Retried {
+                    hub.wake_runtimes(&item.tenant);
+                }
+            }
+            Err(e) => tracing::warn!(
+                tenant = %item.tenant, session = item.session_id, run = item.root_run_id,
+                kind = item.kind, error = %e, "a runtime repair failed; the next sweep retries it"
+            ),
+        }
+    }
+    Ok(done)
+}
+
+async fn act(journal: &Journal, item: &RuntimeDue) -> Result<Repair, JournalError> {
+    let (tenant, session, root) = (&item.tenant, &item.session_id, &item.root_run_id);
+    let repair = match item.kind.as_str() {
+        "lapsed" => {
+            let lease = item.lease_id.as_deref().unwrap_or_default();
+            metrics::counter!("narad_runtime_lease_expiries_total").increment(1);
+            journal.repair_lapsed(tenant, session, root, lease).await?
+        }
+        "stopped" => {
+            if journal.stop_unheld(tenant, session, root).await? {
+                Repair::Closed
+            } else {
+                Repair::Nothing
+            }
+        }
+        _ => journal.finish_closing(tenant, session, root).await?,
+    };
+    let outcome = match repair {
+        Repair::Retried => "retried",
+        Repair::Closed => "closed",
+        Repair::Nothing => return Ok(repair),
+    };
+    tracing::info!(tenant = %tenant, session, run = root, kind = item.kind, outcome, "runtime repair");
+    metrics::counter!("narad_runtime_repairs_total", "outcome" => outcome).increment(1);
+    Ok(repair)
+}
+
+fn record_depth(depth: &[QueueDepth]) {
+    let mut by_state: std::collections::BTreeMap<(&str, &str), f64> = Default::default();
+    for d in depth {
+        *by_state
+            .entry((d.queue.as_str(), d.state.as_str()))
+            .or_default() += d.items as f64;
+    }
+    for state in ["ready", "claimed", "idle", "closing"] {
+        // Every state is set, so that a drained queue reads 0.
+        let queues: std::collections::BTreeSet<&str> =
+            depth.iter().map(|d| d.queue.as_str()).collect();
+        for queue in queues {
+            let n = by_state.get(&(queue, state)).copied().unwrap_or(0.0);
+            metrics::gauge!("narad_runtime_queue_depth", "queue" => queue.to_owned(), "state" => state)
+                .set(n);
+        }
+    }
+}

@@ -1,0 +1,917 @@
+//! Agent runtimes end to end: the work queue, runtime leases and their
+//! fence, orphan repair under both policies, stops that reach the holder or
+//! are served by the server, and 1,000 runs through four runtimes. A real
+//! server (two replicas where it matters), real Postgres.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use narad_protocol::engine::SessionState;
+use narad_server::auth::Role;
+use narad_tests::{RuntimeSettings, Server, authority, token, whole_history};
+use serde_json::{Value, json};
+
+/// Leases of 600 ms, swept every 100 ms: a runtime that stops
+/// heartbeating is lost within a second.
+fn quick() -> RuntimeSettings {
+    RuntimeSettings {
+        lease_ttl: Duration::from_millis(600),
+        sweep_interval: Duration::from_millis(100),
+        ..RuntimeSettings::default()
+    }
+}
+
+/// Leases that do not lapse within a test.
+fn patient() -> RuntimeSettings {
+    RuntimeSettings {
+        lease_ttl: Duration::from_secs(60),
+        sweep_interval: Duration::from_millis(100),
+        ..RuntimeSettings::default()
+    }
+}
+
+fn backend(org: &str) -> String {
+    token(
+        org,
+        &[Role::Reader, Role::Writer, Role::Backend, Role::Approver],
+    )
+}
+
+fn event(kind: &str, root: &str, run: &str, fields: Value) -> Value {
+    let mut e = json!({"protocolVersion": "narad/v1", "type": kind,
+        "eventId": uuid::Uuid::now_v7().to_string(), "rootRunId": root, "runId": run});
+    for (k, v) in fields.as_object().expect("an object") {
+        e[k] = v.clone();
+    }
+    e
+}
+
+/// Creates a session and starts run `run` in it for the runtimes.
+async fn queued_run(s: &Server, jwt: &str, session: &str, run: &str, runtime: Value) {
+    s.post("/v1/sessions", jwt, &json!({ "sessionId": session }))
+        .await
+        .expect(201);
+    s.post(
+        "/v1/commands/start-run",
+        jwt,
+        &json!({"sessionId": session, "runId": run, "runtime": runtime}),
+    )
+    .await
+    .expect(201);
+}
+
+async fn claim(s: &Server, jwt: &str, body: Value) -> Option<Value> {
+    let a = s.post("/v1/runtime/claims", jwt, &body).await;
+    match a.status {
+        200 => Some(a.body),
+        204 => None,
+        other => panic!("claim answered {other}: {}", a.body),
+    }
+}
+
+async fn append(
+    s: &Server,
+    jwt: &str,
+    session: &str,
+    lease: Option<&str>,
+    events: Vec<Value>,
+) -> narad_tests::Answer {
+    let headers: Vec<(&str, &str)> = lease
+        .map(|l| ("Narad-Runtime-Lease", l))
+        .into_iter()
+        .collect();
+    s.post_with(
+        &format!("/v1/sessions/{session}/events"),
+        jwt,
+        &json!({ "events": events }),
+        &headers,
+    )
+    .await
+}
+
+fn lease_of(claim: &Value) -> String {
+    claim["lease"]["leaseId"]
+        .as_str()
+        .expect("a lease")
+        .to_owned()
+}
+
+fn types(history: &[Value]) -> Vec<String> {
+    history
+        .iter()
+        .map(|e| e["type"].as_str().unwrap_or_default().to_owned())
+        .collect()
+}
+
+/// Applies a whole history to a fresh engine: every event must obey the
+/// rules, in order.
+fn obeys_the_rules(history: &[Value]) {
+    let mut state = SessionState::new();
+    for event in authority(history) {
+        if let Err(v) = state.apply(&event) {
+            panic!(
+                "{} breaks {}: {}",
+                event.body.wire_type().name(),
+                v.rule,
+                v.message
+            );
+        }
+    }
+}
+
+/// Waits until the session's history holds an event of `kind`.
+async fn history_with(s: &Server, jwt: &str, session: &str, kind: &str) -> Vec<Value> {
+    for _ in 0..100 {
+        let h = whole_history(s, jwt, session).await;
+        if types(&h).iter().any(|t| t == kind) {
+            return h;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("no {kind} in session {session} after 10 s");
+}
+
+#[tokio::test]
+async fn a_claim_hands_out_the_run_and_its_lease_fences_every_append() {
+    let s = Server::start_with_runtime(patient()).await;
+    let jwt = backend("acme");
+    queued_run(&s, &jwt, "s1", "r1", json!({})).await;
+    // A run started without `runtime` is its backend's, not the queue's.
+    s.post("/v1/sessions", &jwt, &json!({"sessionId": "s2"}))
+        .await
+        .expect(201);
+    s.post(
+        "/v1/commands/start-run",
+        &jwt,
+        &json!({"sessionId": "s2", "runId": "r2"}),
+    )
+    .await
+    .expect(201);
+
+    let c = claim(&s, &jwt, json!({})).await.expect("the queued run");
+    assert_eq!(c["runId"], "r1");
+    assert_eq!(c["sessionId"], "s1");
+    assert_eq!(c["reason"], "started");
+    assert_eq!(c["cursor"], 0, "read from before run.started");
+    assert_eq!(c["attempt"], 1);
+    assert_eq!(c["queue"], "default");
+    assert_eq!(c["onLost"], "retry");
+    assert_eq!(c["maxAttempts"], 3);
+    assert_eq!(c["stopRequested"], false);
+    let lease = lease_of(&c);
+    assert!(
+        claim(&s, &jwt, json!({})).await.is_none(),
+        "r1 is held; r2 is not queued"
+    );
+
+    let delta_start = |id: &str| {
+        event(
+            "message.text.started",
+            "r1",
+            "r1",
+            json!({"messageId": id, "role": "assistant", "messageScope": "run"}),
+        )
+    };
+    // Without the lease: refused, nothing written.
+    let a = append(&s, &jwt, "s1", None, vec![delta_start("m1")]).await;
+    assert_eq!((a.status, a.code()), (409, "NRD-0502"), "{}", a.body);
+    // Under a lease that is not r1's: refused.
+    let a = append(&s, &jwt, "s1", Some("not-a-lease"), vec![delta_start("m1")]).await;
+    assert_eq!((a.status, a.code()), (409, "NRD-0501"), "{}", a.body);
+    assert_eq!(types(&whole_history(&s, &jwt, "s1").await), ["run.started"]);
+    // Under the lease: appended.
+    append(&s, &jwt, "s1", Some(&lease), vec![delta_start("m1")])
+        .await
+        .expect(201);
+    // A lease fences only its own journal: r2 is not held, so r2's
+    // backend appends without one, and r1's lease cannot write to it.
+    let r2 = |id: &str| {
+        event(
+            "message.text.started",
+            "r2",
+            "r2",
+            json!({"messageId": id, "role": "assistant", "messageScope": "run"}),
+        )
+    };
+    append(&s, &jwt, "s2", None, vec![r2("m2")])
+        .await
+        .expect(201);
+    let a = append(&s, &jwt, "s2", Some(&lease), vec![r2("m3")]).await;
+    assert_eq!(a.code(), "NRD-0501");
+
+    // Heartbeat renews; the run ends under the lease; release says so.
+    let hb = s
+        .post(
+            &format!("/v1/runtime/leases/{lease}/heartbeat"),
+            &jwt,
+            &json!({}),
+        )
+        .await;
+    let hb = hb.expect(200);
+    assert_eq!(
+        (hb["runId"].as_str(), hb["stopRequested"].as_bool()),
+        (Some("r1"), Some(false))
+    );
+    append(
+        &s,
+        &jwt,
+        "s1",
+        Some(&lease),
+        vec![
+            event(
+                "message.text.completed",
+                "r1",
+                "r1",
+                json!({"messageId": "m1"}),
+            ),
+            event("run.finished", "r1", "r1", json!({})),
+        ],
+    )
+    .await
+    .expect(201);
+    let r = s
+        .post(
+            &format!("/v1/runtime/leases/{lease}/release"),
+            &jwt,
+            &json!({}),
+        )
+        .await;
+    assert_eq!(r.expect(200)["released"], "ended");
+    let a = s
+        .post(
+            &format!("/v1/runtime/leases/{lease}/heartbeat"),
+            &jwt,
+            &json!({}),
+        )
+        .await;
+    assert_eq!((a.status, a.code()), (409, "NRD-0501"));
+    // Another tenant sees nothing of acme's queue.
+    queued_run(&s, &jwt, "s3", "r3", json!({})).await;
+    assert!(claim(&s, &backend("globex"), json!({})).await.is_none());
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn bad_claims_and_runtime_settings_are_refused_with_clear_codes() {
+    let s = Server::start_with_runtime(patient()).await;
+    let jwt = backend("acme");
+    let a = s
+        .post("/v1/runtime/claims", &jwt, &json!({"waitMs": 30_001}))
+        .await;
+    assert_eq!((a.status, a.code()), (400, "NRD-0008"));
+    let a = s
+        .post("/v1/runtime/claims", &jwt, &json!({"queu": "x"}))
+        .await;
+    assert_eq!((a.status, a.code()), (400, "NRD-0003"));
+    let reader = token("acme", &[Role::Reader]);
+    let a = s.post("/v1/runtime/claims", &reader, &json!({})).await;
+    assert_eq!((a.status, a.code()), (403, "NRD-0102"));
+    s.post("/v1/sessions", &jwt, &json!({"sessionId": "s1"}))
+        .await
+        .expect(201);
+    for bad in [
+        json!({"maxAttempts": 0}),
+        json!({"maxAttempts": 101}),
+        json!({"onLost": "later"}),
+        json!({"queue": ""}),
+        json!({"priority": 1}),
+    ] {
+        let a = s
+            .post(
+                "/v1/commands/start-run",
+                &jwt,
+                &json!({"sessionId": "s1", "runId": "r1", "runtime": bad}),
+            )
+            .await;
+        assert_eq!((a.status, a.code()), (400, "NRD-0003"), "{bad}: {}", a.body);
+    }
+    assert!(
+        whole_history(&s, &jwt, "s1").await.is_empty(),
+        "nothing written"
+    );
+    // A nested run belongs to its root's runtime.
+    s.post(
+        "/v1/commands/start-run",
+        &jwt,
+        &json!({"sessionId": "s1", "runId": "r1"}),
+    )
+    .await
+    .expect(201);
+    let a = s
+        .post(
+            "/v1/commands/start-run",
+            &jwt,
+            &json!({"sessionId": "s1", "runId": "c1", "parentRunId": "r1", "runtime": {}}),
+        )
+        .await;
+    assert_eq!((a.status, a.code()), (400, "NRD-0008"), "{}", a.body);
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn two_runtimes_never_hold_the_same_run_even_on_two_replicas() {
+    let s = Server::start_with_runtime(patient()).await;
+    let replica = s.replica_with_runtime(patient()).await;
+    let jwt = backend("acme");
+    for i in 0..30 {
+        queued_run(&s, &jwt, &format!("s{i}"), &format!("r{i}"), json!({})).await;
+    }
+    let servers = [&s, &replica];
+    let claimers = (0..8).map(|n| {
+        let (server, jwt) = (servers[n % 2], jwt.clone());
+        async move {
+            let mut got = Vec::new();
+            while let Some(c) = claim(server, &jwt, json!({"runtimeId": format!("rt{n}")})).await {
+                got.push(c["runId"].as_str().expect("a run").to_owned());
+            }
+            got
+        }
+    });
+    let all: Vec<String> = futures::future::join_all(claimers)
+        .await
+        .into_iter()
+        .flatten()
+        .collect();
+    let distinct: BTreeSet<&String> = all.iter().collect();
+    assert_eq!(all.len(), 30, "every run claimed once: {all:?}");
+    assert_eq!(distinct.len(), 30);
+    replica.stop().await;
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn queues_keep_runs_apart_and_a_waiting_claim_wakes_when_a_run_starts() {
+    let s = Server::start_with_runtime(patient()).await;
+    let jwt = backend("acme");
+    queued_run(&s, &jwt, "s1", "r1", json!({"queue": "fast"})).await;
+    queued_run(&s, &jwt, "s2", "r2", json!({"queue": "slow"})).await;
+    let c = claim(&s, &jwt, json!({"queue": "slow"})).await.expect("r2");
+    assert_eq!(
+        (c["runId"].as_str(), c["queue"].as_str()),
+        (Some("r2"), Some("slow"))
+    );
+    assert!(claim(&s, &jwt, json!({"queue": "slow"})).await.is_none());
+    let c = claim(&s, &jwt, json!({"queue": "fast"})).await.expect("r1");
+    assert_eq!(c["runId"], "r1");
+
+    // A claim waiting on an empty queue gets the run started meanwhile
+    // (through the other replica), well before its wait is over.
+    let replica = s.replica_with_runtime(patient()).await;
+    let waiting = {
+        let (base, jwt) = (s.base.clone(), jwt.clone());
+        tokio::spawn(async move {
+            let started = std::time::Instant::now();
+            let a = reqwest::Client::new()
+                .post(format!("{base}/v1/runtime/claims"))
+                .bearer_auth(&jwt)
+                .json(&json!({"queue": "fast", "waitMs": 20_000}))
+                .send()
+                .await
+                .expect("answers");
+            (
+                a.status().as_u16(),
+                a.json::<Value>().await.ok(),
+                started.elapsed(),
+            )
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    queued_run(&replica, &jwt, "s3", "r3", json!({"queue": "fast"})).await;
+    let (status, body, waited) = waiting.await.expect("the claim");
+    assert_eq!(status, 200);
+    assert_eq!(body.expect("a claim")["runId"], "r3");
+    assert!(waited < Duration::from_secs(20), "woken, not timed out");
+    replica.stop().await;
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn a_lost_runtime_s_run_is_retried_by_another_and_the_zombie_cannot_write() {
+    let s = Server::start_with_runtime(quick()).await;
+    let jwt = backend("acme");
+    queued_run(
+        &s,
+        &jwt,
+        "s1",
+        "r1",
+        json!({"onLost": "retry", "maxAttempts": 2}),
+    )
+    .await;
+    let a = claim(&s, &jwt, json!({"runtimeId": "a"}))
+        .await
+        .expect("r1");
+    let lease_a = lease_of(&a);
+    // Runtime a starts a backend tool call, then dies (no more heartbeats).
+    append(
+        &s,
+        &jwt,
+        "s1",
+        Some(&lease_a),
+        vec![event(
+            "tool.call.started",
+            "r1",
+            "r1",
+            json!({"toolCallId": "tc1", "toolName": "search", "executor": "backend", "args": {}}),
+        )],
+    )
+    .await
+    .expect(201);
+    // Runtime b waits for work and gets r1 once a's lease lapses.
+    let b = claim(&s, &jwt, json!({"runtimeId": "b", "waitMs": 10_000}))
+        .await
+        .expect("r1 again");
+    assert_eq!(b["runId"], "r1");
+    assert_eq!(b["reason"], "retry");
+    assert_eq!(b["attempt"], 2);
+    assert_eq!(b["cursor"], 0, "the new holder reads the whole run");
+    let lease_b = lease_of(&b);
+    assert_ne!(lease_a, lease_b);
+    // The dangling call was closed before the hand-over.
+    let h = whole_history(&s, &jwt, "s1").await;
+    let finished = h
+        .iter()
+        .find(|e| e["type"] == "tool.call.finished")
+        .expect("tc1 closed");
+    assert_eq!(
+        (finished["outcome"].as_str(), finished["code"].as_str()),
+        (Some("cancelled"), Some("runtime_lost"))
+    );
+    // The zombie wakes up: its appends, heartbeats and release are refused.
+    let zombie = append(
+        &s,
+        &jwt,
+        "s1",
+        Some(&lease_a),
+        vec![event("run.finished", "r1", "r1", json!({}))],
+    )
+    .await;
+    assert_eq!(
+        (zombie.status, zombie.code()),
+        (409, "NRD-0501"),
+        "{}",
+        zombie.body
+    );
+    let hb = s
+        .post(
+            &format!("/v1/runtime/leases/{lease_a}/heartbeat"),
+            &jwt,
+            &json!({}),
+        )
+        .await;
+    assert_eq!(hb.code(), "NRD-0501");
+    let rel = s
+        .post(
+            &format!("/v1/runtime/leases/{lease_a}/release"),
+            &jwt,
+            &json!({}),
+        )
+        .await;
+    assert_eq!(rel.code(), "NRD-0501");
+    // b finishes the run (heartbeating meanwhile would keep it; it is quick).
+    append(
+        &s,
+        &jwt,
+        "s1",
+        Some(&lease_b),
+        vec![event("run.finished", "r1", "r1", json!({}))],
+    )
+    .await
+    .expect(201);
+    let h = whole_history(&s, &jwt, "s1").await;
+    assert_eq!(
+        types(&h),
+        [
+            "run.started",
+            "tool.call.started",
+            "tool.call.finished",
+            "run.finished"
+        ]
+    );
+    obeys_the_rules(&h);
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn the_fail_policy_closes_every_open_item_and_frees_the_session() {
+    let s = Server::start_with_runtime(quick()).await;
+    let jwt = backend("acme");
+    queued_run(&s, &jwt, "s1", "r1", json!({"onLost": "fail"})).await;
+    let a = claim(&s, &jwt, json!({})).await.expect("r1");
+    let lease = lease_of(&a);
+    // A child run with an open backend call, a client-free tree, and the
+    // root paused on a blocking interrupt.
+    append(&s, &jwt, "s1", Some(&lease), vec![
+        event("run.started", "r1", "c1", json!({"parentRunId": "r1"})),
+        event("tool.call.started", "r1", "c1",
+            json!({"toolCallId": "tc1", "toolName": "search", "executor": "backend", "args": {"q": 1}})),
+        event("interrupt.requested", "r1", "r1",
+            json!({"interruptId": "i1", "waitId": "w1", "kind": "approval", "actions": ["approve", "deny"]})),
+        event("run.paused", "r1", "r1",
+            json!({"waitId": "w1", "interruptId": "i1", "reason": "narad.approval", "resumeMode": "command"})),
+    ]).await.expect(201);
+    // The runtime dies; the sweeper closes the run with ordinary events.
+    let h = history_with(&s, &jwt, "s1", "run.error").await;
+    let tail: Vec<(String, String)> = h[5..]
+        .iter()
+        .map(|e| {
+            (
+                e["type"].as_str().unwrap().to_owned(),
+                e["runId"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    let pairs = |v: &[(&str, &str)]| {
+        v.iter()
+            .map(|(a, b)| (a.to_string(), b.to_string()))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        tail,
+        pairs(&[
+            ("tool.call.finished", "c1"),
+            ("run.error", "c1"),
+            ("interrupt.resolved", "r1"),
+            ("run.resumed", "r1"),
+            ("run.error", "r1"),
+        ])
+    );
+    let resolved = &h[7];
+    assert_eq!(resolved["decision"], "expired");
+    for e in h.iter().filter(|e| e["type"] == "run.error") {
+        assert_eq!(e["code"], "runtime_lost");
+    }
+    obeys_the_rules(&h);
+    // The slot is free: a new run starts without conflict.
+    s.post(
+        "/v1/commands/start-run",
+        &jwt,
+        &json!({"sessionId": "s1", "runId": "r2"}),
+    )
+    .await
+    .expect(201);
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn spent_attempts_close_the_run_under_the_retry_policy_too() {
+    let s = Server::start_with_runtime(quick()).await;
+    let jwt = backend("acme");
+    queued_run(
+        &s,
+        &jwt,
+        "s1",
+        "r1",
+        json!({"onLost": "retry", "maxAttempts": 1}),
+    )
+    .await;
+    claim(&s, &jwt, json!({})).await.expect("r1");
+    let h = history_with(&s, &jwt, "s1", "run.error").await;
+    assert_eq!(types(&h), ["run.started", "run.error"]);
+    assert_eq!(h[1]["code"], "runtime_lost");
+    assert!(
+        claim(&s, &jwt, json!({"waitMs": 500})).await.is_none(),
+        "not queued again"
+    );
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn a_stop_nobody_holds_is_served_by_the_server() {
+    let s = Server::start_with_runtime(patient()).await;
+    let jwt = backend("acme");
+    queued_run(&s, &jwt, "s1", "r1", json!({})).await;
+    s.post("/v1/commands/stop-run", &jwt, &json!({"runId": "r1"}))
+        .await
+        .expect(200);
+    // Served in the command itself: no runtime held the run.
+    let h = whole_history(&s, &jwt, "s1").await;
+    assert_eq!(
+        types(&h),
+        ["run.started", "run.stop.requested", "run.cancelled"]
+    );
+    assert_eq!(h[2]["code"], "stopped_without_runtime");
+    obeys_the_rules(&h);
+    assert!(claim(&s, &jwt, json!({})).await.is_none());
+
+    // A run its runtime released while it waits on an interrupt is closed
+    // the same way, its interrupt and pause closed first.
+    queued_run(&s, &jwt, "s2", "r2", json!({})).await;
+    let c = claim(&s, &jwt, json!({})).await.expect("r2");
+    let lease = lease_of(&c);
+    let appended = append(&s, &jwt, "s2", Some(&lease), vec![
+        event("interrupt.requested", "r2", "r2",
+            json!({"interruptId": "i2", "waitId": "w2", "kind": "approval", "actions": ["approve"]})),
+        event("run.paused", "r2", "r2",
+            json!({"waitId": "w2", "interruptId": "i2", "reason": "narad.approval", "resumeMode": "command"})),
+    ]).await;
+    let through = appended.expect(201)["events"][1]["sessionSequence"]
+        .as_u64()
+        .unwrap();
+    let r = s
+        .post(
+            &format!("/v1/runtime/leases/{lease}/release"),
+            &jwt,
+            &json!({"handledThrough": through}),
+        )
+        .await;
+    assert_eq!(r.expect(200)["released"], "idle");
+    s.post("/v1/commands/stop-run", &jwt, &json!({"runId": "r2"}))
+        .await
+        .expect(200);
+    let h = whole_history(&s, &jwt, "s2").await;
+    assert_eq!(
+        types(&h),
+        [
+            "run.started",
+            "interrupt.requested",
+            "run.paused",
+            "run.stop.requested",
+            "interrupt.resolved",
+            "run.resumed",
+            "run.cancelled"
+        ]
+    );
+    obeys_the_rules(&h);
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn a_stop_reaches_the_runtime_holding_the_run() {
+    let s = Server::start_with_runtime(patient()).await;
+    let jwt = backend("acme");
+    queued_run(&s, &jwt, "s1", "r1", json!({})).await;
+    let c = claim(&s, &jwt, json!({})).await.expect("r1");
+    let lease = lease_of(&c);
+    let polling = {
+        let (base, jwt, lease) = (s.base.clone(), jwt.clone(), lease.clone());
+        tokio::spawn(async move {
+            reqwest::Client::new()
+                .get(format!(
+                    "{base}/v1/runtime/leases/{lease}/controls?waitMs=20000"
+                ))
+                .bearer_auth(&jwt)
+                .send()
+                .await
+                .expect("answers")
+                .json::<Value>()
+                .await
+                .expect("json")
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    s.post("/v1/commands/stop-run", &jwt, &json!({"runId": "r1"}))
+        .await
+        .expect(200);
+    let control = tokio::time::timeout(Duration::from_secs(10), polling)
+        .await
+        .expect("the poll answers on the stop")
+        .expect("the poll");
+    assert_eq!(control["stopRequested"], true);
+    assert_eq!(control["runId"], "r1");
+    let hb = s
+        .post(
+            &format!("/v1/runtime/leases/{lease}/heartbeat"),
+            &jwt,
+            &json!({}),
+        )
+        .await;
+    assert_eq!(hb.expect(200)["stopRequested"], true);
+    // The server left the run to its holder, which ends it.
+    assert_eq!(
+        types(&whole_history(&s, &jwt, "s1").await),
+        ["run.started", "run.stop.requested"]
+    );
+    append(
+        &s,
+        &jwt,
+        "s1",
+        Some(&lease),
+        vec![event("run.cancelled", "r1", "r1", json!({}))],
+    )
+    .await
+    .expect(201);
+    let r = s
+        .post(
+            &format!("/v1/runtime/leases/{lease}/release"),
+            &jwt,
+            &json!({}),
+        )
+        .await;
+    assert_eq!(r.expect(200)["released"], "ended");
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn a_released_run_is_queued_again_by_the_next_event_of_its_journal() {
+    let s = Server::start_with_runtime(patient()).await;
+    let jwt = backend("acme");
+    queued_run(&s, &jwt, "s1", "r1", json!({})).await;
+    let c = claim(&s, &jwt, json!({})).await.expect("r1");
+    let lease = lease_of(&c);
+    let ask = |n: u32| {
+        vec![
+            event(
+                "interrupt.requested",
+                "r1",
+                "r1",
+                json!({"interruptId": format!("i{n}"), "waitId": format!("w{n}"), "kind": "approval", "actions": ["approve"]}),
+            ),
+            event(
+                "run.paused",
+                "r1",
+                "r1",
+                json!({"waitId": format!("w{n}"), "interruptId": format!("i{n}"), "reason": "narad.approval", "resumeMode": "command"}),
+            ),
+        ]
+    };
+    let a = append(&s, &jwt, "s1", Some(&lease), ask(1)).await;
+    let through = a.expect(201)["events"][1]["sessionSequence"]
+        .as_u64()
+        .unwrap();
+    let r = s
+        .post(
+            &format!("/v1/runtime/leases/{lease}/release"),
+            &jwt,
+            &json!({"handledThrough": through}),
+        )
+        .await;
+    assert_eq!(r.expect(200)["released"], "idle");
+    assert!(
+        claim(&s, &jwt, json!({})).await.is_none(),
+        "waiting on a person"
+    );
+    // Released with its lease, the old lease fences nothing any more.
+    let a = append(
+        &s,
+        &jwt,
+        "s1",
+        Some(&lease),
+        vec![event("run.resumed", "r1", "r1", json!({"waitId": "w1"}))],
+    )
+    .await;
+    assert_eq!(a.code(), "NRD-0501");
+
+    // The resolution queues the run again; the claim says where to read.
+    s.post(
+        "/v1/commands/resolve-interrupt",
+        &jwt,
+        &json!({"interruptId": "i1", "decision": "approve"}),
+    )
+    .await
+    .expect(200);
+    let c = claim(&s, &jwt, json!({"waitMs": 5_000}))
+        .await
+        .expect("r1 again");
+    assert_eq!(
+        (
+            c["reason"].as_str(),
+            c["cursor"].as_u64(),
+            c["attempt"].as_u64()
+        ),
+        (Some("event"), Some(through), Some(1))
+    );
+    let lease = lease_of(&c);
+
+    // A release that missed an event is queued again at once.
+    let a = append(&s, &jwt, "s1", Some(&lease), {
+        let mut v = vec![event("run.resumed", "r1", "r1", json!({"waitId": "w1"}))];
+        v.extend(ask(2));
+        v
+    })
+    .await;
+    let seen = a.expect(201)["events"][0]["sessionSequence"]
+        .as_u64()
+        .unwrap();
+    let r = s
+        .post(
+            &format!("/v1/runtime/leases/{lease}/release"),
+            &jwt,
+            &json!({"handledThrough": seen}),
+        )
+        .await;
+    assert_eq!(r.expect(200)["released"], "ready");
+    let c = claim(&s, &jwt, json!({})).await.expect("r1 at once");
+    assert_eq!(c["cursor"].as_u64(), Some(seen));
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn a_queued_start_keeps_its_runtime_settings_until_it_takes_the_slot() {
+    let s = Server::start_with_runtime(patient()).await;
+    let jwt = backend("acme");
+    queued_run(&s, &jwt, "s1", "r1", json!({})).await;
+    let a = s
+        .post(
+            "/v1/commands/start-run",
+            &jwt,
+            &json!({"sessionId": "s1", "runId": "r2",
+        "onConflict": "enqueue", "runtime": {"queue": "later", "onLost": "fail"}}),
+        )
+        .await;
+    assert!(a.status == 201 || a.status == 202, "{}", a.body);
+    assert!(
+        claim(&s, &jwt, json!({"queue": "later"})).await.is_none(),
+        "r2 waits for the slot"
+    );
+    let c = claim(&s, &jwt, json!({})).await.expect("r1");
+    append(
+        &s,
+        &jwt,
+        "s1",
+        Some(&lease_of(&c)),
+        vec![event("run.finished", "r1", "r1", json!({}))],
+    )
+    .await
+    .expect(201);
+    // r1's end started r2 in the same transaction, queued with its settings.
+    let c = claim(&s, &jwt, json!({"queue": "later"}))
+        .await
+        .expect("r2");
+    assert_eq!(
+        (c["runId"].as_str(), c["onLost"].as_str()),
+        (Some("r2"), Some("fail"))
+    );
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn a_thousand_runs_through_four_runtimes_each_end_exactly_once() {
+    let s = Server::start_with_runtime(patient()).await;
+    let jwt = backend("acme");
+    // 100 sessions × 10 runs, queued behind each other in their session.
+    let sessions = 100;
+    let per_session = 10;
+    futures::future::join_all((0..sessions).map(|i| {
+        let (s, jwt) = (&s, &jwt);
+        async move {
+            let session = format!("s{i}");
+            s.post("/v1/sessions", jwt, &json!({ "sessionId": session }))
+                .await
+                .expect(201);
+            for j in 0..per_session {
+                let a = s
+                    .post(
+                        "/v1/commands/start-run",
+                        jwt,
+                        &json!({"sessionId": session,
+                    "runId": format!("r{i}-{j}"), "onConflict": "enqueue", "runtime": {}}),
+                    )
+                    .await;
+                assert!(a.status == 201 || a.status == 202, "{}", a.body);
+            }
+        }
+    }))
+    .await;
+    let held = Arc::new(std::sync::Mutex::new(BTreeMap::<String, usize>::new()));
+    let runtimes = (0..4).map(|n| {
+        let (s, jwt, held) = (&s, &jwt, held.clone());
+        async move {
+            loop {
+                let Some(c) = claim(s, jwt, json!({"runtimeId": format!("rt{n}"), "waitMs": 2_000})).await else {
+                    return;
+                };
+                let run = c["runId"].as_str().unwrap().to_owned();
+                let session = c["sessionId"].as_str().unwrap().to_owned();
+                *held.lock().unwrap().entry(run.clone()).or_default() += 1;
+                let lease = lease_of(&c);
+                append(s, jwt, &session, Some(&lease), vec![
+                    event("message.text.started", &run, &run,
+                        json!({"messageId": format!("m-{run}"), "role": "assistant", "messageScope": "run"})),
+                    event("message.text.delta", &run, &run, json!({"messageId": format!("m-{run}"), "delta": "ok"})),
+                    event("message.text.completed", &run, &run, json!({"messageId": format!("m-{run}")})),
+                    event("run.finished", &run, &run, json!({})),
+                ]).await.expect(201);
+                let r = s.post(&format!("/v1/runtime/leases/{lease}/release"), jwt, &json!({})).await;
+                assert_eq!(r.expect(200)["released"], "ended");
+            }
+        }
+    });
+    futures::future::join_all(runtimes).await;
+    let held = held.lock().unwrap().clone();
+    assert_eq!(
+        held.len(),
+        sessions * per_session,
+        "every run was handed out"
+    );
+    assert!(held.values().all(|&n| n == 1), "each run held once");
+    for i in 0..sessions {
+        let h = whole_history(&s, &jwt, &format!("s{i}")).await;
+        let mut ends: BTreeMap<String, usize> = BTreeMap::new();
+        for e in &h {
+            let t = e["type"].as_str().unwrap();
+            if matches!(t, "run.finished" | "run.error" | "run.cancelled") {
+                *ends
+                    .entry(e["runId"].as_str().unwrap().to_owned())
+                    .or_default() += 1;
+            }
+        }
+        assert_eq!(ends.len(), per_session, "session s{i}: {ends:?}");
+        assert!(
+            ends.values().all(|&n| n == 1),
+            "exactly one terminal per run in s{i}"
+        );
+        obeys_the_rules(&h);
+    }
+    s.stop().await;
+}
