@@ -183,6 +183,7 @@ impl Server {
         executors: ExecutorSettings,
         runtime: RuntimeSettings,
     ) -> Server {
+        narad_server::metrics::install();
         let journal = Journal::connect(db.url(), 16)
             .expect("a journal")
             .with_work_defaults(runtime.defaults);

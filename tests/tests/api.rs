@@ -427,6 +427,7 @@ const ROUTES: &[(&str, &str)] = &[
     ("post", "/v1/runtime/leases/{leaseId}/release"),
     ("get", "/v1/runtime/leases/{leaseId}/controls"),
     ("get", "/healthz"),
+    ("get", "/metrics"),
     ("get", "/readyz"),
     ("get", "/openapi.json"),
 ];

@@ -573,6 +573,30 @@ async fn spent_attempts_close_the_run_under_the_retry_policy_too() {
         claim(&s, &jwt, json!({"waitMs": 500})).await.is_none(),
         "not queued again"
     );
+    // The repair and the lapse are counted (the recorder is the process's,
+    // shared by every test server in it: counts only grow).
+    let text = s
+        .http
+        .get(format!("{}/metrics", s.base))
+        .send()
+        .await
+        .expect("answers")
+        .text()
+        .await
+        .expect("text");
+    let count = |name: &str| -> f64 {
+        text.lines()
+            .filter(|l| l.starts_with(name))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
+    };
+    assert!(
+        count("narad_runtime_repairs_total{reason=\"lost\"}") >= 1.0,
+        "{text}"
+    );
+    assert!(count("narad_runtime_lease_expiries_total") >= 1.0, "{text}");
+    assert!(count("narad_runtime_claims_total") >= 1.0, "{text}");
+    assert!(text.contains("narad_runtime_claim_wait_seconds"), "{text}");
     s.stop().await;
 }
 

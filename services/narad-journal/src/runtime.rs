@@ -520,6 +520,8 @@ impl Journal {
                     Err(e) => return Err(e),
                 }
             }
+            metrics::counter!("narad_runtime_repairs_total", "reason" => reason.clone())
+                .increment(1);
             let client = self.pool.get().await?;
             return in_tenant(client, tenant, async |c| {
                 if reason == "retrying" {

@@ -6,6 +6,7 @@
 //! - [`auth`]: bearer JWTs, roles and permissions;
 //! - [`routes`]: every route, documented where it is registered;
 //! - [`hub`]: the relay and fan-out of committed events to live streams;
+//! - [`metrics`]: the Prometheus recorder behind `/metrics`;
 //! - [`executors`]: client executors' channels and the sweeper (§11);
 //! - [`runtime`]: agent runtimes' settings and the sweeper that repairs lost runs;
 //! - [`signature`]: signed calls of registered extensions;
@@ -19,6 +20,7 @@ pub mod config;
 pub mod error;
 pub mod executors;
 pub mod hub;
+pub mod metrics;
 pub mod routes;
 pub mod runtime;
 pub mod signature;

@@ -161,7 +161,6 @@ async fn act(journal: &Journal, item: &RuntimeDue) -> Result<Repair, JournalErro
         Repair::Nothing => return Ok(repair),
     };
     tracing::info!(tenant = %tenant, session, run = root, kind = item.kind, outcome, "runtime repair");
-    metrics::counter!("narad_runtime_repairs_total", "outcome" => outcome).increment(1);
     Ok(repair)
 }
 

@@ -39,6 +39,7 @@ async fn serve_with(config: &Config, url: &Secret, embedded: bool) -> anyhow::Re
     narad_journal::migrate(url.expose())
         .await
         .with_context(|| format!("migrating {url}"))?;
+    narad_server::metrics::install();
     let runtime = Arc::new(config.runtime_settings().map_err(anyhow::Error::msg)?);
     let journal =
         Journal::connect(url.expose(), config.database_pool)?.with_work_defaults(runtime.defaults);

@@ -68,6 +68,19 @@ pub async fn capability_document(
     Ok(doc)
 }
 
+/// Prometheus metrics of this process (text exposition format).
+#[utoipa::path(get, path = "/metrics", tag = "meta",
+    responses((status = 200, description = "Prometheus text format", content_type = "text/plain")))]
+pub async fn metrics() -> ([(axum::http::header::HeaderName, &'static str); 1], String) {
+    (
+        [(
+            axum::http::header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        crate::metrics::render(),
+    )
+}
+
 /// The process is up.
 #[utoipa::path(get, path = "/healthz", tag = "meta",
     responses((status = 200, description = "`{status: ok}`", body = Object)))]

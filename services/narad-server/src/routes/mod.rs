@@ -81,6 +81,7 @@ pub fn router() -> OpenApiRouter<AppState> {
         .routes(routes!(extensions::update))
         .routes(routes!(meta::capabilities))
         .routes(routes!(meta::healthz))
+        .routes(routes!(meta::metrics))
         .routes(routes!(meta::readyz))
         .routes(routes!(executors::connect))
         .routes(routes!(executors::attach))
