@@ -302,28 +302,7 @@ async fn the_readme_quickstart_runs_as_written() {
         ("NARAD_JWT_HS256_SECRET", DEV_SECRET),
     ])
     .expect("serves");
-    let readme =
-        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../README.md")).unwrap();
-    let block = readme
-        .split("<!-- quickstart -->\n```sh\n")
-        .nth(1)
-        .and_then(|rest| rest.split("\n```").next())
-        .expect("README has the quickstart block");
-    // The block as written, with the server's address and this build's binary.
-    let script = block
-        .replace("http://127.0.0.1:8080", &served.base)
-        .replace("./target/release/narad", env!("CARGO_BIN_EXE_narad"));
-    let out = Command::new("bash")
-        .args(["-euo", "pipefail", "-c", &script])
-        .env("NARAD_JWT_HS256_SECRET", DEV_SECRET)
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "the quickstart failed: {stdout}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let stdout = run_readme_block("quickstart", &served);
     // The last answer is the history: the run and the streamed answer, in order.
     let history: serde_json::Value =
         serde_json::from_str(stdout.lines().rfind(|l| !l.trim().is_empty()).unwrap())
@@ -346,6 +325,59 @@ async fn the_readme_quickstart_runs_as_written() {
     );
     let printed = served.stop();
     assert!(printed.contains("narad stopped"), "{printed}");
+}
+
+#[tokio::test]
+async fn the_readme_runtime_loop_runs_as_written() {
+    let db = narad_testkit::TestDatabase::new(&narad_journal::MIGRATOR).await;
+    let served = Served::start(&[
+        ("NARAD_DATABASE_URL", db.url()),
+        ("NARAD_JWT_HS256_SECRET", DEV_SECRET),
+    ])
+    .expect("serves");
+    let stdout = run_readme_block("runtime-http", &served);
+    let lines: Vec<&str> = stdout.lines().filter(|l| !l.trim().is_empty()).collect();
+    let json = |l: &str| serde_json::from_str::<serde_json::Value>(l).expect("a JSON answer");
+    let claim = lines
+        .iter()
+        .map(|l| json(l))
+        .find(|v| v.get("lease").is_some())
+        .expect("the claim is printed");
+    assert_eq!(
+        (claim["runId"].as_str(), claim["queue"].as_str()),
+        (Some("run-q"), Some("agents"))
+    );
+    assert_eq!(json(lines[lines.len() - 1])["released"], "ended");
+    let printed = served.stop();
+    assert!(printed.contains("narad stopped"), "{printed}");
+}
+
+/// Runs the README's `sh` block after `<!-- {marker} -->` with bash
+/// against `served` and this build's binary; its standard output.
+fn run_readme_block(marker: &str, served: &Served) -> String {
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../README.md")).unwrap();
+    let block = readme
+        .split(&format!("<!-- {marker} -->\n```sh\n"))
+        .nth(1)
+        .and_then(|rest| rest.split("\n```").next())
+        .unwrap_or_else(|| panic!("README has the {marker} block"));
+    // The block as written, with the server's address and this build's binary.
+    let script = block
+        .replace("http://127.0.0.1:8080", &served.base)
+        .replace("./target/release/narad", env!("CARGO_BIN_EXE_narad"));
+    let out = Command::new("bash")
+        .args(["-euo", "pipefail", "-c", &script])
+        .env("NARAD_JWT_HS256_SECRET", DEV_SECRET)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "the {marker} block failed: {stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
 }
 
 #[tokio::test]
