@@ -6,7 +6,9 @@
 //! Modules:
 //! - `follow`: the resumable stream consumer ([`Client`], [`Follow`]);
 //! - [`executor`]: the client executor ([`Executor`]) and its durable
-//!   token store ([`TokenStore`], [`FileTokenStore`]).
+//!   token store ([`TokenStore`], [`FileTokenStore`]);
+//! - [`runtime`]: the agent runtime loop ([`Runtime`]) that claims queued
+//!   runs and hands each to a [`RunHandler`] under a renewed lease.
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), narad_client::ClientError> {
@@ -26,6 +28,8 @@
 pub mod executor;
 mod follow;
 pub mod graph;
+pub mod runtime;
+mod urls;
 
 pub use executor::{
     Executor, ExecutorBuilder, ExecutorError, ExecutorStats, FileTokenStore, MemoryTokenStore,
@@ -33,6 +37,7 @@ pub use executor::{
 };
 pub use follow::{Follow, Item};
 pub use graph::{GraphUpdate, GraphView, HeldGraph};
+pub use runtime::{RunContext, RunHandler, Runtime, RuntimeBuilder, RuntimeError};
 
 /// A connection to one narad deployment: its replicas' base URLs (tried in
 /// turn when one fails) and a bearer token.

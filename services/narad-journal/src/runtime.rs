@@ -141,6 +141,8 @@ pub struct LeaseStanding {
     pub expires_at: String,
     /// The run was asked to stop: close its work and end it.
     pub stop_requested: bool,
+    /// The run has ended: nothing more to do (the lease renews nothing).
+    pub ended: bool,
 }
 
 /// What a release did.
@@ -203,6 +205,32 @@ fn lease_not_current(lease_id: &str) -> JournalError {
         "runtime lease {lease_id} is not current: it lapsed, was released, or its run was \
          handed to another runtime; stop working on the run and claim again"
     ))
+}
+
+/// The standing of a lease whose run ended while it held it (a late
+/// heartbeat or control poll learns that); otherwise the lease is not
+/// current.
+async fn ended_under(
+    c: &deadpool_postgres::Client,
+    tenant: &TenantId,
+    lease_id: &str,
+) -> Result<LeaseStanding, JournalError> {
+    let row = c
+        .query_opt(
+            "select root_run_id, session_id, rfc3339(coalesce(lease_expires_at, now())), \
+               stop_requested from run_work \
+             where tenant_id = $1 and lease_id = $2 and state = 'done'",
+            &[&tenant.as_str(), &lease_id],
+        )
+        .await?
+        .ok_or_else(|| lease_not_current(lease_id))?;
+    Ok(LeaseStanding {
+        run_id: row.get(0),
+        session_id: row.get(1),
+        expires_at: row.get(2),
+        stop_requested: row.get(3),
+        ended: true,
+    })
 }
 
 const CLAIM: &str = "
@@ -286,14 +314,17 @@ impl Journal {
                      returning root_run_id, session_id, rfc3339(lease_expires_at), stop_requested",
                     &[&tenant.as_str(), &lease_id, &seconds(ttl)],
                 )
-                .await?
-                .ok_or_else(|| lease_not_current(lease_id))?;
-            Ok(LeaseStanding {
-                run_id: row.get(0),
-                session_id: row.get(1),
-                expires_at: row.get(2),
-                stop_requested: row.get(3),
-            })
+                .await?;
+            match row {
+                Some(row) => Ok(LeaseStanding {
+                    run_id: row.get(0),
+                    session_id: row.get(1),
+                    expires_at: row.get(2),
+                    stop_requested: row.get(3),
+                    ended: false,
+                }),
+                None => ended_under(c, tenant, lease_id).await,
+            }
         })
         .await
     }
@@ -313,14 +344,17 @@ impl Journal {
                        and lease_expires_at > now()",
                     &[&tenant.as_str(), &lease_id],
                 )
-                .await?
-                .ok_or_else(|| lease_not_current(lease_id))?;
-            Ok(LeaseStanding {
-                run_id: row.get(0),
-                session_id: row.get(1),
-                expires_at: row.get(2),
-                stop_requested: row.get(3),
-            })
+                .await?;
+            match row {
+                Some(row) => Ok(LeaseStanding {
+                    run_id: row.get(0),
+                    session_id: row.get(1),
+                    expires_at: row.get(2),
+                    stop_requested: row.get(3),
+                    ended: false,
+                }),
+                None => ended_under(c, tenant, lease_id).await,
+            }
         })
         .await
     }

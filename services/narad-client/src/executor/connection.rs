@@ -23,7 +23,8 @@ use tokio_util::sync::CancellationToken;
 
 use super::dispatch::Core;
 use super::finish::FinishRequest;
-use super::{ExecutorError, Timings, bump, endpoint};
+use super::{ExecutorError, Timings, bump};
+use crate::urls::endpoint;
 
 type Socket =
     tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;

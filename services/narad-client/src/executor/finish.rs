@@ -21,7 +21,8 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::store::{StoreError, TokenEntry, TokenStore};
-use super::{ExecutorStats, Timings, blocking, bump, endpoint};
+use super::{ExecutorStats, Timings, blocking, bump};
+use crate::urls::endpoint;
 
 /// What the finisher is asked to do.
 #[derive(Debug)]

@@ -390,7 +390,7 @@ impl ExecutorBuilder {
         let bases = self
             .bases
             .iter()
-            .map(|b| base_url(b))
+            .map(|b| crate::urls::base_url(b).map_err(ExecutorError::Config))
             .collect::<Result<Vec<_>, _>>()?;
         let store = self.store.ok_or_else(|| {
             ExecutorError::Config(
@@ -407,28 +407,6 @@ impl ExecutorBuilder {
             timings: self.timings,
         })
     }
-}
-
-/// A base URL (`http://host:8080` or `https://…`) that takes a path.
-fn base_url(base: &str) -> Result<reqwest::Url, ExecutorError> {
-    let url = reqwest::Url::parse(base.trim_end_matches('/'))
-        .map_err(|e| ExecutorError::Config(format!("{base}: not a base URL: {e}")))?;
-    if !matches!(url.scheme(), "http" | "https") || url.cannot_be_a_base() {
-        return Err(ExecutorError::Config(format!(
-            "{base}: not an http:// or https:// base URL"
-        )));
-    }
-    Ok(url)
-}
-
-/// `base` with these path segments appended.
-fn endpoint(base: &reqwest::Url, segments: &[&str]) -> reqwest::Url {
-    let mut url = base.clone();
-    url.path_segments_mut()
-        .expect("checked by base_url")
-        .pop_if_empty()
-        .extend(segments);
-    url
 }
 
 impl Executor {
@@ -582,14 +560,5 @@ mod tests {
             .build()
             .unwrap();
         assert!(!format!("{ok:?}").contains("secret-jwt"));
-    }
-
-    #[test]
-    fn endpoints_encode_the_executor_id() {
-        let base = base_url("http://h:1/prefix/").unwrap();
-        assert_eq!(
-            endpoint(&base, &["v1", "executors", "a/b c", "finish"]).as_str(),
-            "http://h:1/prefix/v1/executors/a%2Fb%20c/finish"
-        );
     }
 }

@@ -130,7 +130,7 @@ pub async fn claim(
 #[utoipa::path(post, path = "/v1/runtime/leases/{leaseId}/heartbeat", tag = "runtime",
     params(("leaseId" = String, Path, description = "The lease of the claim")),
     responses(
-        (status = 200, description = "`{runId, sessionId, expiresAt, stopRequested}`", body = Object),
+        (status = 200, description = "`{runId, sessionId, expiresAt, stopRequested, ended}`; `ended` once the run has ended under this lease", body = Object),
         (status = 409, description = "NRD-0501: the lease lapsed or was released; stop working on the run"),
     ),
     security(("bearer" = [])))]
@@ -183,7 +183,7 @@ pub async fn release(
         ("waitMs" = Option<u64>, Query, description = "How long to wait for a stop, in milliseconds (at most 30,000)"),
     ),
     responses(
-        (status = 200, description = "`{runId, sessionId, expiresAt, stopRequested}`", body = Object),
+        (status = 200, description = "`{runId, sessionId, expiresAt, stopRequested, ended}`", body = Object),
         (status = 409, description = "NRD-0501: the lease lapsed or was released"),
     ),
     security(("bearer" = [])))]
@@ -202,7 +202,7 @@ pub async fn controls(
     loop {
         let standing = state.journal.runtime_lease(tenant, &lease_id).await?;
         let now = tokio::time::Instant::now();
-        if standing.stop_requested || now >= deadline {
+        if standing.stop_requested || standing.ended || now >= deadline {
             return Ok(Json(json!(standing)));
         }
         tokio::select! {
