@@ -489,3 +489,73 @@ async fn a_released_run_is_claimed_again_after_what_its_handler_saw() {
     );
     running.stop().await;
 }
+
+/// A runtime killed mid-run (its task aborted: no release, no more
+/// heartbeats) loses its run to another runtime, which finds the dead
+/// runtime's dangling tool call already closed `runtime_lost`.
+#[tokio::test]
+async fn a_killed_runtime_s_run_is_finished_by_another() {
+    let s = Server::start_with_runtime(quick_leases()).await;
+    let started = Arc::new(tokio::sync::Notify::new());
+    let doomed = {
+        let started = started.clone();
+        move |ctx: RunContext| {
+            let started = started.clone();
+            async move {
+                ctx.append(vec![ctx.event(
+                    "tool.call.started",
+                    json!({"toolCallId": "tc1", "toolName": "search", "executor": "backend", "args": {}}),
+                )])
+                .await?;
+                started.notify_one();
+                std::future::pending::<()>().await;
+                Ok::<(), RuntimeError>(())
+            }
+        }
+    };
+    let killed = Running::spawn(runtime(&s, "doomed"), doomed);
+    start_run(&s, "s1", "r1").await;
+    tokio::time::timeout(Duration::from_secs(10), started.notified())
+        .await
+        .expect("the first runtime started its call");
+    killed.task.abort();
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let survivor = {
+        let seen = seen.clone();
+        move |ctx: RunContext| {
+            let seen = seen.clone();
+            async move {
+                let read = ctx.history().await?;
+                seen.lock().unwrap().push((ctx.attempt(), read));
+                ctx.append(vec![ctx.event("run.finished", json!({}))])
+                    .await?;
+                Ok::<(), RuntimeError>(())
+            }
+        }
+    };
+    let running = Running::spawn(runtime(&s, "survivor"), survivor);
+    let history = history_when(&s, "s1", |h| !terminals(h, "r1").is_empty()).await;
+    let kinds: Vec<&str> = history
+        .iter()
+        .map(|e| e["type"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            "run.started",
+            "tool.call.started",
+            "tool.call.finished",
+            "run.finished"
+        ]
+    );
+    assert_eq!(history[2]["code"], "runtime_lost");
+    let seen = seen.lock().unwrap().clone();
+    assert_eq!(seen.len(), 1, "one more holder");
+    assert_eq!(seen[0].0, 2, "the second attempt");
+    assert!(
+        seen[0].1.iter().any(|e| e["type"] == "tool.call.finished"),
+        "the survivor read the closed call: {:?}",
+        seen[0].1
+    );
+    running.stop().await;
+}
