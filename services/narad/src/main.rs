@@ -9,6 +9,7 @@ use clap::{Parser, Subcommand};
 
 mod bench;
 mod bench_stream;
+mod demo_agent;
 mod executor;
 mod serve;
 mod tail;
@@ -55,6 +56,11 @@ enum Command {
     /// assigns, and keeps its execution tokens in a durable `--store`.
     /// Ctrl-C stops it.
     Executor(executor::ExecutorArgs),
+    /// Run a demonstration agent runtime on the SDK's runtime loop: each
+    /// user message starts a run that it answers (an echo, an approval
+    /// before anything destructive, the `clock.now` client tool when asked
+    /// for the time); it honours stops. Ctrl-C stops it.
+    DemoAgent(demo_agent::DemoAgentArgs),
     /// Apply the database migrations (idempotent).
     Migrate {
         /// The database to migrate.
@@ -137,6 +143,12 @@ fn main() -> ExitCode {
         Command::Tail(args) => runtime()
             .block_on(tail::tail(args))
             .map(|()| ExitCode::SUCCESS),
+        Command::DemoAgent(args) => {
+            init_logging();
+            runtime()
+                .block_on(demo_agent::demo_agent(args))
+                .map(|()| ExitCode::SUCCESS)
+        }
         Command::Executor(args) => {
             init_logging();
             runtime()

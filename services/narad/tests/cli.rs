@@ -1,6 +1,6 @@
 //! The `narad` binary, driven as a user would.
 
-use std::io::Write;
+use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Stdio};
 
 fn narad(args: &[&str], stdin: &str, env: &[(&str, &str)]) -> (i32, String, String) {
@@ -348,6 +348,90 @@ async fn the_readme_runtime_loop_runs_as_written() {
         (Some("run-q"), Some("agents"))
     );
     assert_eq!(json(lines[lines.len() - 1])["released"], "ended");
+    let printed = served.stop();
+    assert!(printed.contains("narad stopped"), "{printed}");
+}
+
+#[tokio::test]
+async fn the_readme_tour_runs_as_written_with_the_demo_agent_and_an_executor() {
+    let db = narad_testkit::TestDatabase::new(&narad_journal::MIGRATOR).await;
+    let served = Served::start(&[
+        ("NARAD_DATABASE_URL", db.url()),
+        ("NARAD_JWT_HS256_SECRET", DEV_SECRET),
+    ])
+    .expect("serves");
+    let token = |sub: &str, roles: &str| {
+        let out = Command::new(env!("CARGO_BIN_EXE_narad"))
+            .args(["token", "--org", "dev", "--sub", sub, "--roles", roles])
+            .env("NARAD_JWT_HS256_SECRET", DEV_SECRET)
+            .output()
+            .unwrap();
+        String::from_utf8(out.stdout).unwrap().trim().to_owned()
+    };
+    let workdir = std::env::temp_dir().join(format!("narad-tour-{}", std::process::id()));
+    std::fs::create_dir_all(&workdir).unwrap();
+    // The programs of terminals 2 and 3, as the tour starts them.
+    let spawn = |args: &[&str], token: String| {
+        Command::new(env!("CARGO_BIN_EXE_narad"))
+            .args(args)
+            .args(["--server", &served.base])
+            .env("NARAD_TOKEN", token)
+            .current_dir(&workdir)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap()
+    };
+    let mut agent = spawn(
+        &["demo-agent", "--executor", "desk-1"],
+        token("agent", "reader,writer,backend"),
+    );
+    // As a person would, talk once the agent listens.
+    let mut lines = BufReader::new(agent.stdout.take().unwrap()).lines();
+    assert!(
+        lines.any(|l| l.is_ok_and(|l| l.contains("listening for user messages"))),
+        "the demo agent never listened"
+    );
+    let mut executor = spawn(&["executor", "--id", "desk-1"], token("desk", "executor"));
+    let stdout = run_readme_block("tour", &served);
+    let _ = agent.kill();
+    let _ = executor.kill();
+    let _ = agent.wait();
+    let _ = executor.wait();
+    let _ = std::fs::remove_dir_all(&workdir);
+    let types: Vec<&str> = stdout
+        .lines()
+        .rfind(|l| !l.trim().is_empty())
+        .unwrap()
+        .split_whitespace()
+        .collect();
+    let count = |t: &str| types.iter().filter(|x| **x == t).count();
+    assert_eq!(count("run.started"), 4, "{types:?}");
+    assert_eq!(count("run.finished"), 3, "{types:?}");
+    assert_eq!(count("run.cancelled"), 1, "{types:?}");
+    assert_eq!(count("interrupt.requested"), 1, "{types:?}");
+    assert_eq!(count("interrupt.resolved"), 1, "{types:?}");
+    assert_eq!(count("tool.call.finished"), 1, "{types:?}");
+    assert_eq!(count("reasoning.completed"), 4, "{types:?}");
+    // The executor's answer reached the agent's reply.
+    let history = std::process::Command::new("curl")
+        .args([
+            "-s",
+            &format!("{}/v1/sessions/tour/events?limit=1000", served.base),
+        ])
+        .arg("-H")
+        .arg(format!("Authorization: Bearer {}", token("me", "reader")))
+        .output()
+        .unwrap();
+    let history: serde_json::Value = serde_json::from_slice(&history.stdout).unwrap();
+    let finished = history["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["type"] == "tool.call.finished")
+        .unwrap();
+    assert_eq!(finished["outcome"], "success", "{finished}");
+    assert!(finished["response"]["now"].is_string(), "{finished}");
     let printed = served.stop();
     assert!(printed.contains("narad stopped"), "{printed}");
 }

@@ -1,0 +1,417 @@
+//! `narad demo-agent`: a small agent runtime built only on the SDK's
+//! public API (the tenant stream and the runtime loop), so that a
+//! newcomer sees every part of the protocol with real traffic.
+//!
+//! - It follows the tenant stream; each user message recorded at session
+//!   scope (`record-user-message`) becomes a start-run for its queue, with
+//!   the message as the run's input (bound to `--executor` when given).
+//! - Its runtime loop claims those runs (and any other run started for its
+//!   queue with `input.prompt`) and answers each from the run's history
+//!   alone, so that any holder — after a release, a lost runtime, a
+//!   restart — carries on where the journal stands:
+//!   - a prompt that asks to delete or drop something first raises an
+//!     approval interrupt (`interrupt.requested` + `run.paused`) and gives
+//!     the run back; the resolution brings it back, and it resumes and
+//!     says what it did (or did not);
+//!   - a prompt that asks for the time calls the client tool `clock.now`
+//!     on the run's executor (`narad executor` runs one) and gives the run
+//!     back; the tool's result brings it back, and it answers with it;
+//!   - anything else is echoed, word by word, after a little reasoning.
+//! - It honours stops: between words, and whenever it is claimed again, a
+//!   run asked to stop is closed (open work first) with `run.cancelled`.
+
+use std::time::Duration;
+
+use narad_client::runtime::{RunContext, RunHandler, Runtime, RuntimeError};
+use narad_client::{Client, Item};
+use narad_protocol::engine::{SessionState, Status};
+use narad_protocol::primitives::RunId;
+use narad_protocol::repair::{self, Closing};
+use narad_protocol::{Classified, Reader, WireObject};
+use serde_json::{Value, json};
+
+/// What `narad demo-agent` serves, and how.
+#[derive(clap::Args)]
+pub struct DemoAgentArgs {
+    /// A replica's base URL; repeat it (or separate with commas) to fail
+    /// over between replicas.
+    #[arg(
+        long = "server",
+        env = "NARAD_SERVER",
+        default_value = "http://127.0.0.1:8080",
+        value_delimiter = ','
+    )]
+    pub servers: Vec<String>,
+    /// A bearer token with roles reader, writer and backend (`narad token`
+    /// mints a development one).
+    #[arg(long, env = "NARAD_TOKEN", hide_env_values = true)]
+    pub token: String,
+    /// The work queue its runs go to and come from.
+    #[arg(long, default_value = "demo")]
+    pub queue: String,
+    /// The client executor to bind its runs to (for the `clock.now` tool).
+    #[arg(long)]
+    pub executor: Option<String>,
+    /// Pause between streamed words, in milliseconds.
+    #[arg(long, default_value_t = 60)]
+    pub word_delay_ms: u64,
+}
+
+/// Runs the demo agent until Ctrl-C.
+pub async fn demo_agent(args: DemoAgentArgs) -> anyhow::Result<()> {
+    let runtime = Runtime::builder(args.servers.clone(), args.token.clone())
+        .queue(args.queue.clone())
+        .runtime_id("narad-demo-agent")
+        .build()?;
+    let handler = Agent {
+        delay: Duration::from_millis(args.word_delay_ms),
+    };
+    let watcher = tokio::spawn(start_runs_for_messages(args));
+    tracing::info!("demo agent running; Ctrl-C stops it");
+    let served = runtime
+        .run(handler, async {
+            let _ = tokio::signal::ctrl_c().await;
+        })
+        .await;
+    watcher.abort();
+    served?;
+    Ok(())
+}
+
+/// Follows the tenant stream and starts a run for each user message
+/// recorded at session scope.
+async fn start_runs_for_messages(args: DemoAgentArgs) {
+    let client = Client::new(args.servers.clone(), args.token.clone());
+    let http = reqwest::Client::new();
+    let mut follow = client.follow_tenant(None, None);
+    let mut attached = false;
+    loop {
+        let event = match follow.next().await {
+            Ok(Some(Item::Authority(e))) => e,
+            Ok(Some(Item::Capabilities(_))) => {
+                // Attached: from here on no message is missed (the stream
+                // resumes across disconnects by itself).
+                if !attached {
+                    attached = true;
+                    println!("narad demo-agent is listening for user messages");
+                }
+                continue;
+            }
+            Ok(Some(_)) => continue,
+            Ok(None) => return,
+            Err(e) => {
+                tracing::error!(error = %e, "the tenant stream failed; no more runs are started");
+                return;
+            }
+        };
+        if event["type"] != "message.user.recorded" || event["messageScope"] != "session" {
+            continue;
+        }
+        let mut start = json!({
+            "sessionId": event["sessionId"],
+            "onConflict": "enqueue",
+            "runtime": {"queue": args.queue},
+            "input": {"prompt": text_of(&event["content"]), "messageId": event["messageId"]},
+        });
+        if let Some(executor) = &args.executor {
+            start["clientExecutorId"] = json!(executor);
+        }
+        for base in &args.servers {
+            let sent = http
+                .post(format!(
+                    "{}/v1/commands/start-run",
+                    base.trim_end_matches('/')
+                ))
+                .bearer_auth(&args.token)
+                .json(&start)
+                .send()
+                .await;
+            match sent {
+                Ok(r) if r.status().is_success() => {
+                    tracing::info!(session = %event["sessionId"], "a run starts for the message");
+                    break;
+                }
+                Ok(r) => {
+                    let status = r.status();
+                    let body = r.text().await.unwrap_or_default();
+                    tracing::warn!(%status, body, "start-run was refused");
+                    break;
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, base, "start-run failed; trying the next server")
+                }
+            }
+        }
+    }
+}
+
+/// The text of a message's content: a string, or the text parts of an
+/// array of parts.
+fn text_of(content: &Value) -> String {
+    match content {
+        Value::String(s) => s.clone(),
+        Value::Array(parts) => parts
+            .iter()
+            .filter_map(|p| p["text"].as_str().or_else(|| p.as_str()))
+            .collect::<Vec<_>>()
+            .join(" "),
+        other => other.to_string(),
+    }
+}
+
+/// The demo agent's run handler.
+struct Agent {
+    delay: Duration,
+}
+
+/// Where a run stands, read from its journal.
+enum Phase {
+    /// Asked to stop: close it.
+    Stop,
+    /// Waiting on a person or a client tool: give it back.
+    Waiting,
+    /// Paused on a decided approval: resume and report.
+    Decided(String),
+    /// The clock tool answered.
+    ToolDone(Value),
+    /// Nothing done yet.
+    Fresh,
+    /// Over.
+    Ended,
+}
+
+impl RunHandler for Agent {
+    async fn handle(&self, ctx: RunContext) -> Result<(), RuntimeError> {
+        let history = ctx.history_after(0).await?;
+        let state = engine_state(&history)?;
+        let run = ctx.run_id().clone();
+        let prompt = history
+            .iter()
+            .find(|e| e["type"] == "run.started" && e["runId"] == run.as_str())
+            .and_then(|e| e["input"]["prompt"].as_str())
+            .unwrap_or("hello")
+            .to_owned();
+        match phase(&state, &history, &run) {
+            Phase::Ended | Phase::Waiting => Ok(()),
+            Phase::Stop => stop(&ctx, &state, &run).await,
+            Phase::Decided(decision) => {
+                let mut wait_id = Value::Null;
+                if let Some(Status::Paused { wait_id: w, .. }) =
+                    state.runs.get(&run).map(|r| &r.status)
+                {
+                    wait_id = json!(w);
+                }
+                ctx.append(vec![ctx.event("run.resumed", json!({"waitId": wait_id}))])
+                    .await?;
+                let answer = if decision == "approve" {
+                    format!("Approved. Pretending to {prompt} now: done, and nothing was harmed.")
+                } else {
+                    format!("Denied ({decision}). I did not {prompt}.")
+                };
+                self.say(&ctx, "reply", &answer).await
+            }
+            Phase::ToolDone(response) => {
+                let now = response["now"]
+                    .as_str()
+                    .map_or_else(|| response.to_string(), str::to_owned);
+                self.say(&ctx, "reply", &format!("Your executor's clock says {now}."))
+                    .await
+            }
+            Phase::Fresh => self.start(&ctx, &prompt).await,
+        }
+    }
+}
+
+impl Agent {
+    /// The first turn: a little reasoning, then an approval, a client tool
+    /// call, or an echo.
+    async fn start(&self, ctx: &RunContext, prompt: &str) -> Result<(), RuntimeError> {
+        let run = ctx.run_id().as_str();
+        let message = format!("m-{run}-{}", ctx.attempt());
+        let reasoning = format!("reasoning:{message}");
+        let lower = prompt.to_lowercase();
+        let dangerous = ["delete", "drop", "remove", "rm "]
+            .iter()
+            .any(|w| lower.contains(w));
+        let clock = ["time", "clock"].iter().any(|w| lower.contains(w));
+        let thought = if dangerous {
+            "This changes things for good: a person should approve it first."
+        } else if clock {
+            "The time is best read on the user's own machine: a client tool."
+        } else {
+            "A friendly echo will do."
+        };
+        ctx.append(vec![
+            ctx.event(
+                "reasoning.started",
+                json!({"reasoningId": reasoning, "messageId": message}),
+            ),
+            ctx.event(
+                "reasoning.delta",
+                json!({"reasoningId": reasoning, "messageId": message, "delta": thought}),
+            ),
+            ctx.event(
+                "reasoning.completed",
+                json!({"reasoningId": reasoning, "messageId": message}),
+            ),
+        ])
+        .await?;
+        if dangerous {
+            let interrupt = format!("i-{run}");
+            let wait = format!("w-{run}");
+            ctx.append(vec![
+                ctx.event(
+                    "interrupt.requested",
+                    json!({
+                        "interruptId": interrupt, "waitId": wait, "kind": "approval",
+                        "actions": ["approve", "deny"], "title": "Approve a destructive action",
+                        "message": format!("The agent wants to: {prompt}"),
+                    }),
+                ),
+                ctx.event(
+                    "run.paused",
+                    json!({
+                        "waitId": wait, "interruptId": interrupt,
+                        "reason": "narad.approval", "resumeMode": "command",
+                    }),
+                ),
+            ])
+            .await?;
+            return Ok(());
+        }
+        if clock && has_executor(ctx).await? {
+            ctx.append(vec![ctx.event(
+                "tool.call.started",
+                json!({
+                    "toolCallId": format!("t-{run}"), "toolName": "clock.now",
+                    "executor": "client", "args": {},
+                }),
+            )])
+            .await?;
+            return Ok(());
+        }
+        self.say(ctx, "echo", &format!("You said: {prompt}")).await
+    }
+
+    /// Streams `text` word by word as an assistant message, then ends the
+    /// run; a stop between words completes the message and cancels.
+    async fn say(&self, ctx: &RunContext, kind: &str, text: &str) -> Result<(), RuntimeError> {
+        let message = format!("{kind}-{}-{}", ctx.run_id(), ctx.attempt());
+        ctx.append(vec![ctx.event(
+            "message.text.started",
+            json!({"messageId": message, "role": "assistant", "messageScope": "run"}),
+        )])
+        .await?;
+        let mut stopped = false;
+        for (n, word) in text.split(' ').enumerate() {
+            if ctx.is_stop_requested() {
+                stopped = true;
+                break;
+            }
+            let delta = if n == 0 {
+                word.to_owned()
+            } else {
+                format!(" {word}")
+            };
+            ctx.append(vec![ctx.event(
+                "message.text.delta",
+                json!({"messageId": message, "delta": delta}),
+            )])
+            .await?;
+            tokio::time::sleep(self.delay).await;
+        }
+        let end = if stopped || ctx.is_stop_requested() {
+            ctx.event(
+                "run.cancelled",
+                json!({"code": "stopped", "message": "stopped on request"}),
+            )
+        } else {
+            ctx.event("run.finished", json!({}))
+        };
+        ctx.append(vec![
+            ctx.event("message.text.completed", json!({"messageId": message})),
+            end,
+        ])
+        .await?;
+        Ok(())
+    }
+}
+
+/// Whether the run is bound to a client executor (read from its start).
+async fn has_executor(ctx: &RunContext) -> Result<bool, RuntimeError> {
+    let history = ctx.history_after(0).await?;
+    Ok(history.iter().any(|e| {
+        e["type"] == "run.started"
+            && e["runId"] == ctx.run_id().as_str()
+            && e.get("clientExecutorId").is_some()
+    }))
+}
+
+/// Closes a run asked to stop: its open work, then `run.cancelled`.
+async fn stop(ctx: &RunContext, state: &SessionState, run: &RunId) -> Result<(), RuntimeError> {
+    let how = Closing::Cancelled {
+        code: "stopped".to_owned(),
+        message: "stopped on request".to_owned(),
+    };
+    let events = repair::close_journal(state, run, &how);
+    if !events.is_empty() {
+        ctx.append(events).await?;
+    }
+    Ok(())
+}
+
+/// The engine's state after the session's history.
+fn engine_state(history: &[Value]) -> Result<SessionState, RuntimeError> {
+    let reader = Reader::all_profiles();
+    let mut state = SessionState::new();
+    for event in history {
+        if let Ok(Classified::Accepted(object)) = reader.classify(event)
+            && let WireObject::Authority(a) = *object
+        {
+            state.apply(&a).map_err(|v| {
+                RuntimeError::handler(format!(
+                    "the session's history breaks {}: {}",
+                    v.rule, v.message
+                ))
+            })?;
+        }
+    }
+    Ok(state)
+}
+
+/// Where run `run` stands.
+fn phase(state: &SessionState, history: &[Value], run: &RunId) -> Phase {
+    let Some(r) = state.runs.get(run) else {
+        return Phase::Fresh;
+    };
+    if r.status.is_terminal() {
+        return Phase::Ended;
+    }
+    if r.stop_requested {
+        return Phase::Stop;
+    }
+    if let Status::Paused {
+        interrupt_id: Some(i),
+        ..
+    } = &r.status
+    {
+        return match state.interrupts.get(i).and_then(|s| s.decision.clone()) {
+            Some(decision) => Phase::Decided(decision),
+            None => Phase::Waiting,
+        };
+    }
+    if !r.open_tool_calls.is_empty() || matches!(r.status, Status::Paused { .. }) {
+        return Phase::Waiting;
+    }
+    let mine = |e: &&Value| e["runId"] == run.as_str();
+    if let Some(finished) = history
+        .iter()
+        .filter(mine)
+        .find(|e| e["type"] == "tool.call.finished")
+    {
+        return Phase::ToolDone(finished["response"].clone());
+    }
+    // Nothing decided yet (or a lost holder left a turn unfinished: this
+    // attempt starts it again, under ids of its own).
+    Phase::Fresh
+}
