@@ -88,6 +88,12 @@ pub struct Config {
     #[arg(long, env = "NARAD_EXECUTOR_SWEEP_MS", default_value_t = 1_000)]
     pub executor_sweep_ms: u64,
 
+    /// How long a stopping server (SIGTERM, Ctrl-C) waits for requests in
+    /// flight and open streams to end, in milliseconds; then it stops
+    /// anyway.
+    #[arg(long, env = "NARAD_SHUTDOWN_GRACE_MS", default_value_t = 20_000)]
+    pub shutdown_grace_ms: u64,
+
     /// How long an agent runtime's lease lives without a heartbeat, in
     /// milliseconds; then its run is repaired (retried or closed).
     #[arg(long, env = "NARAD_RUNTIME_LEASE_TTL_MS", default_value_t = 30_000)]

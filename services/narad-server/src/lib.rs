@@ -116,7 +116,8 @@ async fn method_not_allowed() -> ApiError {
     )
 }
 
-/// How long a stopping server waits for requests in flight.
+/// How long a stopping server waits for requests in flight by default
+/// (`NARAD_SHUTDOWN_GRACE_MS`).
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(20);
 
 /// Serves `app` on `listener` until `shutdown` completes, then lets the

@@ -106,12 +106,33 @@ async fn serve_with(config: &Config, url: &Secret, embedded: bool) -> anyhow::Re
     // Last: this line says the server is ready.
     println!("narad is serving on http://{addr}");
     let hub = state.hub.clone();
-    serve_on(listener, app(state, config.max_body_bytes), async move {
+    let journal = state.journal.clone();
+    let grace = Duration::from_millis(config.shutdown_grace_ms);
+    let (signalled, on_signal) = tokio::sync::oneshot::channel::<()>();
+    let serving = serve_on(listener, app(state, config.max_body_bytes), async move {
         shutdown_signal().await;
-        // Streams end at a frame boundary, so that clients resume.
+        // No new connections from here; streams and executor sockets end
+        // at a frame boundary (clients resume elsewhere), the sweepers and
+        // the relay stop, requests in flight (appends among them) finish.
         hub.close();
-    })
-    .await?;
+        let _ = signalled.send(());
+    });
+    let deadline = async {
+        if on_signal.await.is_ok() {
+            tokio::time::sleep(grace).await;
+        } else {
+            std::future::pending::<()>().await;
+        }
+    };
+    tokio::select! {
+        served = serving => served?,
+        () = deadline => tracing::warn!(
+            grace_ms = grace.as_millis() as u64,
+            "the shutdown grace ran out: the connections still open are cut"
+        ),
+    }
+    // The pool's connections end with a clean goodbye to Postgres.
+    journal.pool().close();
     println!("narad stopped");
     Ok(())
 }
