@@ -212,6 +212,7 @@ struct Served {
     child: std::process::Child,
     base: String,
     stdout: std::sync::Arc<std::sync::Mutex<String>>,
+    stderr: std::sync::Arc<std::sync::Mutex<String>>,
     stopped: bool,
 }
 
@@ -245,6 +246,15 @@ impl Served {
             cmd.env(k, v);
         }
         let mut child = cmd.spawn().expect("narad runs");
+        // Its log, read as it comes (a pipe nobody reads would block it).
+        let stderr = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+        let err = child.stderr.take().unwrap();
+        let copy = stderr.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(err).lines().map_while(Result::ok) {
+                copy.lock().unwrap().push_str(&format!("{line}\n"));
+            }
+        });
         let stdout = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
         let (tx, rx) = std::sync::mpsc::channel();
         let out = child.stdout.take().unwrap();
@@ -262,15 +272,17 @@ impl Served {
                 child,
                 base,
                 stdout,
+                stderr,
                 stopped: false,
             }),
             Err(_) => {
                 let _ = child.kill();
-                let out = child.wait_with_output().unwrap();
+                let _ = child.wait();
+                std::thread::sleep(std::time::Duration::from_millis(100));
                 Err(format!(
                     "narad serve did not start: {}{}",
                     stdout.lock().unwrap(),
-                    String::from_utf8_lossy(&out.stderr)
+                    stderr.lock().unwrap()
                 ))
             }
         }
@@ -1086,4 +1098,43 @@ async fn sigterm_under_load_loses_no_acknowledged_append() {
     let deltas = stored.iter().filter(|id| id.starts_with('w')).count() as u64;
     assert!(deltas >= acknowledged.len() as u64 && deltas <= attempted + writers as u64);
     let _ = served.stop();
+}
+
+/// With NARAD_LOG_FORMAT=json every log line is one JSON object, and the
+/// lines of a request carry its request id (the client's x-request-id,
+/// or one the server made, which the answer names).
+#[tokio::test]
+async fn json_logs_name_the_request_on_every_line_of_it() {
+    let db = narad_testkit::TestDatabase::new(&narad_journal::MIGRATOR).await;
+    let served = Served::start(&[
+        ("NARAD_DATABASE_URL", db.url()),
+        ("NARAD_JWT_HS256_SECRET", DEV_SECRET),
+        ("NARAD_LOG_FORMAT", "json"),
+        ("RUST_LOG", "info,tower_http=debug"),
+    ])
+    .expect("serves");
+    narad_server::auth::install_tls_provider();
+    let answer = reqwest::Client::new()
+        .get(format!("{}/v1/sessions/nope", served.base))
+        .header("x-request-id", "req-tour-42")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(answer.status().as_u16(), 401);
+    assert_eq!(answer.headers()["x-request-id"], "req-tour-42");
+    let stderr = served.stderr.clone();
+    let _ = served.stop();
+    let log = stderr.lock().unwrap().clone();
+    let lines: Vec<serde_json::Value> = log
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
+        .collect();
+    let of_request: Vec<&serde_json::Value> = lines
+        .iter()
+        .filter(|l| l["span"]["name"] == "request" && l["span"]["path"] == "/v1/sessions/nope")
+        .collect();
+    assert!(of_request.len() >= 2, "the request's lines: {log}");
+    for line in of_request {
+        assert_eq!(line["span"]["request_id"], "req-tour-42", "{line}");
+    }
 }
