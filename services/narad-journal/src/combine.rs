@@ -18,6 +18,10 @@
 //!   appended alone, so that one request never fails another.
 //! - Workers are spawned when requests wait and end when none do: an idle
 //!   journal runs no task.
+//! - Every answer is counted in the process's metrics as it is sent, on
+//!   whichever path (grouped, alone), whether or not its caller still
+//!   waits: outcome, events written, time since submission, and the rule
+//!   or error code of a refusal.
 
 use std::collections::{HashSet, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -36,7 +40,20 @@ const MAX_GROUP_REQUESTS: usize = 128;
 /// The most events one group takes (a larger single request goes alone).
 const MAX_GROUP_EVENTS: usize = 4096;
 
-type Reply = oneshot::Sender<Result<Appended, JournalError>>;
+/// Where a request's answer goes. Sending it counts the append in the
+/// process's metrics (see [`record`]), whether or not its caller still
+/// waits.
+struct Reply {
+    sender: oneshot::Sender<Result<Appended, JournalError>>,
+    submitted: std::time::Instant,
+}
+
+impl Reply {
+    fn send(self, answer: Result<Appended, JournalError>) {
+        record(&answer, self.submitted.elapsed());
+        let _ = self.sender.send(answer);
+    }
+}
 
 /// The append queue and its workers.
 pub(crate) struct Combiner {
@@ -128,7 +145,11 @@ impl Combiner {
         self: &Arc<Self>,
         request: Request,
     ) -> Result<Appended, JournalError> {
-        let (reply, answer) = oneshot::channel();
+        let (sender, answer) = oneshot::channel();
+        let reply = Reply {
+            sender,
+            submitted: std::time::Instant::now(),
+        };
         let spawn = {
             let mut q = self.queue.lock().expect("the append queue");
             q.pending.push_back(Waiting { request, reply });
@@ -215,7 +236,7 @@ impl Combiner {
                 for ((request, reply), outcome) in requests.into_iter().zip(replies).zip(outcomes) {
                     match outcome {
                         Outcome::Done(answer) => {
-                            let _ = reply.send(answer);
+                            reply.send(answer);
                         }
                         Outcome::Locked => self.alone(request, reply),
                     }
@@ -225,7 +246,7 @@ impl Combiner {
             Err(e) => {
                 c.failed_groups.fetch_add(1, Ordering::Relaxed);
                 if requests.len() == 1 {
-                    let _ = replies.into_iter().next().expect("one").send(Err(e));
+                    replies.into_iter().next().expect("one").send(Err(e));
                 } else {
                     tracing::debug!(
                         requests = requests.len(),
@@ -262,8 +283,49 @@ impl Combiner {
             if answer.as_ref().is_ok_and(|a| !a.duplicate) {
                 this.committed.notify_one();
             }
-            let _ = reply.send(answer);
+            reply.send(answer);
         });
+    }
+}
+
+/// Records an answered append in the process's metrics: its outcome, the
+/// events it wrote, how long it took, and why it was refused. Each is a
+/// registry lookup of a static key and an atomic add (or a histogram
+/// sample): no allocation, no lock held across appends.
+fn record(answer: &Result<Appended, JournalError>, took: std::time::Duration) {
+    metrics::histogram!("narad_append_duration_seconds").record(took);
+    match answer {
+        Ok(a) if a.duplicate => {
+            metrics::counter!("narad_appends_total", "outcome" => "duplicate").increment(1);
+        }
+        Ok(a) => {
+            metrics::counter!("narad_appends_total", "outcome" => "appended").increment(1);
+            metrics::counter!("narad_appended_events_total").increment(a.events.len() as u64);
+        }
+        Err(e) => record_refusal(e),
+    }
+}
+
+/// Counts an append that was refused (or failed) as `e` says: by rule id
+/// for a rule violation, by error code otherwise. Both label sets are
+/// bounded: the rules of `narad_protocol::rules`, the catalogued codes.
+fn record_refusal(e: &JournalError) {
+    let outcome = match e {
+        JournalError::Database(_) | JournalError::Pool(_) | JournalError::Corrupt(_) => {
+            metrics::counter!("narad_appends_total", "outcome" => "failed")
+        }
+        _ => metrics::counter!("narad_appends_total", "outcome" => "rejected"),
+    };
+    outcome.increment(1);
+    match e {
+        JournalError::Rejected { violation, .. } => {
+            metrics::counter!("narad_append_rule_violations_total", "rule" => violation.rule)
+                .increment(1);
+        }
+        other => {
+            metrics::counter!("narad_append_refusals_total", "code" => other.code().code())
+                .increment(1);
+        }
     }
 }
 

@@ -377,6 +377,9 @@ impl Journal {
             .await?)
         })
         .await?;
+        if !rows.is_empty() {
+            metrics::counter!("narad_executor_deliveries_total").increment(rows.len() as u64);
+        }
         rows.iter()
             .map(|r| {
                 let control = json!({

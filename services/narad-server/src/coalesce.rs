@@ -174,6 +174,8 @@ impl Coalescer {
         }
         let timestamp = Timestamp::now();
         let mut out = Vec::with_capacity(self.pending.len());
+        // Emissions by type, counted once per flush.
+        let mut emitted = [0u64; 4];
         for (scope, advance) in std::mem::take(&mut self.pending) {
             if self
                 .emitted
@@ -183,9 +185,34 @@ impl Coalescer {
                 continue;
             }
             self.emitted.insert(scope.clone(), advance.revision);
+            emitted[scope.index()] += 1;
             out.push(watch(scope, advance, &timestamp));
         }
+        for (i, n) in emitted.into_iter().enumerate() {
+            if n > 0 {
+                crate::metrics::watch_emitted(Scope::TYPES[i], n);
+            }
+        }
         out
+    }
+}
+
+impl Scope {
+    /// The watch type of each scope, by [`Scope::index`].
+    const TYPES: [&'static str; 4] = [
+        "session.revision",
+        "run.revision",
+        "workflow.revision",
+        "workspace.revision",
+    ];
+
+    fn index(&self) -> usize {
+        match self {
+            Scope::Session(..) => 0,
+            Scope::Run(..) => 1,
+            Scope::Workflow(..) => 2,
+            Scope::Workspace(..) => 3,
+        }
     }
 }
 

@@ -19,6 +19,7 @@ use serde::Serialize;
 use serde_json::{Value, json};
 
 use crate::hub::Hub;
+use crate::metrics::{Held, StreamKind};
 
 /// How executors are timed.
 #[derive(Debug, Clone)]
@@ -146,6 +147,7 @@ impl Channel {
     /// `client.tool.execute`, finishes recorded. Ends with a close frame
     /// saying why.
     pub async fn serve(self, mut socket: WebSocket) {
+        let _open = Held::stream(StreamKind::Executor);
         let ended = match self.attach_and_serve(&mut socket).await {
             Ok(ended) => ended,
             Err(e) => {
@@ -168,6 +170,7 @@ impl Channel {
             .journal
             .attach_executor(&self.tenant, &self.executor_id, s.lease_ttl)
             .await?;
+        let _lease = Held::executor_lease();
         let mut expires_at = lease.expires_at.clone();
         if send(socket, &attached(&self.executor_id, &lease, s))
             .await
@@ -406,7 +409,10 @@ async fn send(socket: &mut WebSocket, v: &Value) -> Result<(), ()> {
     )
     .await
     {
-        Ok(Ok(())) => Ok(()),
+        Ok(Ok(())) => {
+            metrics::counter!("narad_stream_frames_total", "kind" => "executor").increment(1);
+            Ok(())
+        }
         _ => Err(()),
     }
 }
@@ -513,12 +519,16 @@ async fn act(journal: &Journal, item: &SweepItem) -> Result<bool, JournalError> 
             .await
         }
         SweepKind::Expired => {
-            close(
+            let closed = close(
                 "error",
                 "client_execution_expired",
                 "the client executor did not finish the call before its token expired",
             )
-            .await
+            .await?;
+            if closed {
+                metrics::counter!("narad_executor_token_expiries_total").increment(1);
+            }
+            Ok(closed)
         }
         SweepKind::Stopping => {
             close(

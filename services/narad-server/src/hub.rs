@@ -148,6 +148,9 @@ pub struct Hub {
     closing: tokio::sync::watch::Sender<bool>,
     slow_dropped: std::sync::atomic::AtomicU64,
     listens: std::sync::atomic::AtomicU64,
+    /// Where the relay stands (`None` until it has started): what its lag
+    /// is measured from.
+    relay_cursor: Mutex<Option<RelayCursor>>,
     client_calls: Wakeups,
     runtimes: Wakeups,
 }
@@ -190,6 +193,7 @@ impl Hub {
             closing: tokio::sync::watch::channel(false).0,
             slow_dropped: std::sync::atomic::AtomicU64::new(0),
             listens: std::sync::atomic::AtomicU64::new(0),
+            relay_cursor: Mutex::new(None),
             client_calls: Wakeups::default(),
             runtimes: Wakeups::default(),
         })
@@ -199,6 +203,17 @@ impl Hub {
     pub fn dropped_slow_consumer(&self) {
         self.slow_dropped
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        crate::metrics::slow_consumer_dropped();
+    }
+
+    /// Where the relay stands: after the last row it read (`None` until
+    /// it has started).
+    pub fn relay_cursor(&self) -> Option<RelayCursor> {
+        *self.relay_cursor.lock().expect("the relay cursor")
+    }
+
+    fn relay_at(&self, cursor: RelayCursor) {
+        *self.relay_cursor.lock().expect("the relay cursor") = Some(cursor);
     }
 
     /// Streams closed so far because their clients did not keep up.
@@ -350,7 +365,10 @@ impl Hub {
         tokio::spawn(self.clone().announce());
         let mut cursor = loop {
             match self.journal.relay_start().await {
-                Ok(c) => break c,
+                Ok(c) => {
+                    self.relay_at(c);
+                    break c;
+                }
                 Err(e) => {
                     tracing::warn!(error = %e, "the relay cannot start yet");
                     tokio::time::sleep(Duration::from_secs(1)).await;
@@ -373,6 +391,7 @@ impl Hub {
                         let full = batch.len() == RELAY_BATCH as usize;
                         if let Some(last) = batch.last() {
                             cursor = last.cursor;
+                            self.relay_at(cursor);
                         }
                         self.publish(batch);
                         if !full {

@@ -4,7 +4,7 @@
 use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
-use narad_journal::{AppendOptions, Appended, Fence, HistoryPage, HistoryQuery};
+use narad_journal::{AppendOptions, Appended, Fence, HistoryPage, HistoryQuery, JournalError};
 use narad_protocol::ErrorCode;
 use narad_protocol::primitives::SessionId;
 use serde_json::Value;
@@ -57,6 +57,42 @@ pub async fn append(
         ApiError::new(ErrorCode::InvalidParameter, format!("sessionId: {e}"))
             .with_field("sessionId", e)
     })?;
+    let (events, expected_session_sequence) = batch(body).inspect_err(|_| {
+        crate::metrics::append_refused(ErrorCode::InvalidObject);
+    })?;
+    let appended = state
+        .journal
+        .append(
+            &principal.tenant,
+            &session,
+            &events,
+            AppendOptions {
+                expected_session_sequence,
+                fence: Fence::Backend { lease },
+                work: None,
+            },
+        )
+        .await
+        .inspect_err(|e| {
+            // Refused before the journal queued the batch, where every
+            // other answer is counted.
+            if matches!(
+                e,
+                JournalError::Invalid { .. } | JournalError::InvalidParameter { .. }
+            ) {
+                crate::metrics::append_refused(e.code());
+            }
+        })?;
+    let status = if appended.duplicate {
+        StatusCode::OK
+    } else {
+        StatusCode::CREATED
+    };
+    Ok((status, Json(appended)))
+}
+
+/// The events and `expectedSessionSequence` of an append's body.
+fn batch(body: Value) -> ApiResult<(Vec<Value>, Option<u64>)> {
     let Value::Object(mut body) = body else {
         return Err(invalid("", "the body is `{\"events\": [...]}`"));
     };
@@ -77,25 +113,7 @@ pub async fn append(
             "unknown field: the body holds events and expectedSessionSequence",
         ));
     }
-    let appended = state
-        .journal
-        .append(
-            &principal.tenant,
-            &session,
-            &events,
-            AppendOptions {
-                expected_session_sequence,
-                fence: Fence::Backend { lease },
-                work: None,
-            },
-        )
-        .await?;
-    let status = if appended.duplicate {
-        StatusCode::OK
-    } else {
-        StatusCode::CREATED
-    };
-    Ok((status, Json(appended)))
+    Ok((events, expected_session_sequence))
 }
 
 fn invalid(pointer: &str, problem: &str) -> ApiError {

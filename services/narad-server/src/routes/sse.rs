@@ -15,6 +15,7 @@ use crate::auth::Principal;
 use crate::body::Query;
 use crate::error::ApiResult;
 use crate::hub::Live;
+use crate::metrics::{Held, StreamKind};
 
 /// How often an idle stream sends an SSE comment.
 pub const KEEP_ALIVE: Duration = Duration::from_secs(15);
@@ -148,6 +149,8 @@ pub enum Gather {
 #[derive(Default)]
 pub struct Gathered {
     frames: Vec<u8>,
+    /// How many frames `frames` holds.
+    count: u64,
 }
 
 impl Gathered {
@@ -180,7 +183,6 @@ impl Gathered {
                 Err(_) => return Gather::Done,
             };
         }
-        Gather::Done
     }
 
     /// Hands the gathered frames on (see [`Connection::deliver`]) and
@@ -195,12 +197,18 @@ impl Gathered {
             return true;
         }
         let frames = Bytes::from(std::mem::take(&mut self.frames));
-        connection.deliver(state, live, &frames).await
+        let count = std::mem::take(&mut self.count);
+        let delivered = connection.deliver(state, live, &frames).await;
+        if delivered {
+            connection.frames.increment(count);
+        }
+        delivered
     }
 }
 
 /// The connection of one stream: its queue, its client's profiles and
-/// credential.
+/// credential. It counts as an open stream of its kind
+/// (`narad_streams_open`) until it is dropped, with its feed.
 pub struct Connection {
     /// The queue the response drains.
     pub tx: mpsc::Sender<Bytes>,
@@ -208,17 +216,27 @@ pub struct Connection {
     pub profiles: ProfileSet,
     /// The caller.
     pub principal: Principal,
+    /// Frames handed to the queue (`narad_stream_frames_total`).
+    frames: metrics::Counter,
+    _open: Held,
 }
 
 impl Connection {
-    /// A connection and the receiver its response drains.
-    pub fn new(profiles: ProfileSet, principal: Principal) -> (Connection, mpsc::Receiver<Bytes>) {
+    /// A connection of a stream of `kind`, and the receiver its response
+    /// drains.
+    pub fn new(
+        kind: StreamKind,
+        profiles: ProfileSet,
+        principal: Principal,
+    ) -> (Connection, mpsc::Receiver<Bytes>) {
         let (tx, rx) = mpsc::channel(CONNECTION_BUFFER);
         (
             Connection {
                 tx,
                 profiles,
                 principal,
+                frames: kind.frames(),
+                _open: Held::stream(kind),
             },
             rx,
         )
@@ -238,7 +256,9 @@ impl Connection {
     /// Sends a frame, waiting while the client keeps up; `Err` when the
     /// client went away.
     pub async fn send(&self, frame: Bytes) -> Result<(), ()> {
-        self.tx.send(frame).await.map_err(|_| ())
+        self.tx.send(frame).await.map_err(|_| ())?;
+        self.frames.increment(1);
+        Ok(())
     }
 
     /// Hands a live frame to the client, waiting while it keeps up;
@@ -383,7 +403,7 @@ mod tests {
             expires_at: None,
             extension: None,
         };
-        Connection::new(ProfileSet::all(), principal)
+        Connection::new(StreamKind::Session, ProfileSet::all(), principal)
     }
 
     #[tokio::test(start_paused = true)]

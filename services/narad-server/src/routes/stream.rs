@@ -113,7 +113,8 @@ pub async fn stream(
             .map(narad_protocol::profile::Profile::id)
             .collect::<Vec<_>>()
     );
-    let (connection, rx) = Connection::new(profiles, principal);
+    let (connection, rx) =
+        Connection::new(crate::metrics::StreamKind::Session, profiles, principal);
     let first = sse::capabilities_frame(&capabilities);
     tokio::spawn(feed(
         state, connection, session_id, after, hydrate, live, first,

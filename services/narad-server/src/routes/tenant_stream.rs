@@ -133,7 +133,7 @@ pub async fn events(
             cursor
         }
     };
-    let (connection, rx) = Connection::new(profiles, principal);
+    let (connection, rx) = Connection::new(crate::metrics::StreamKind::Tenant, profiles, principal);
     tokio::spawn(feed(
         state, connection, session_id, cursor, attached, live, first,
     ));
