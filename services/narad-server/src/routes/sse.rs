@@ -164,15 +164,26 @@ impl Gathered {
         mut take: impl FnMut(&Live) -> Take,
     ) -> Gather {
         let mut event = first;
-        for _ in 0..GATHER {
+        let mut taken = 0;
+        loop {
             match take(&event) {
-                Take::Send => self.frames.extend_from_slice(&event.frame),
+                Take::Send => {
+                    self.frames.extend_from_slice(&event.frame);
+                    self.count += 1;
+                }
                 Take::SendWith(after) => {
                     self.frames.extend_from_slice(&event.frame);
                     self.frames.extend_from_slice(&after);
+                    self.count += 2;
                 }
                 Take::Skip => {}
                 Take::Stop => return Gather::Ahead,
+            }
+            taken += 1;
+            // Full: stop before taking another event off the channel (one
+            // taken and not handled would be lost to this stream).
+            if taken == GATHER {
+                return Gather::Done;
             }
             event = match live.try_recv() {
                 Ok(next) => next,
@@ -391,6 +402,46 @@ mod tests {
             executors: Default::default(),
             runtime: Default::default(),
         }
+    }
+
+    /// A burst longer than one gather is handed on whole, over several
+    /// gathers: none of its events is taken off the channel and dropped.
+    #[tokio::test]
+    async fn a_burst_longer_than_a_gather_loses_no_event() {
+        let state = state().await;
+        let (tx, mut rx) = broadcast::channel::<Arc<Live>>(4 * GATHER);
+        let total = 2 * GATHER + 10;
+        for n in 0..total {
+            let _ = tx.send(Arc::new(Live {
+                kind: crate::hub::LiveKind::Authority,
+                cursor: narad_journal::RelayCursor {
+                    txid: 1,
+                    position: n as i64,
+                },
+                session_id: Some("s1".into()),
+                session_sequence: n as u64 + 1,
+                profile: Profile::Core,
+                frame: Bytes::from(format!("id: {n}\n\n")),
+                graph_event: None,
+            }));
+        }
+        let mut gathered = Gathered::default();
+        let mut seen = Vec::new();
+        while let Ok(first) = rx.try_recv() {
+            let outcome = gathered.gather(&state, &mut rx, first, |_| Take::Send);
+            assert_eq!(outcome, Gather::Done);
+            assert!(gathered.count <= GATHER as u64);
+            let frames = std::mem::take(&mut gathered.frames);
+            gathered.count = 0;
+            seen.extend(
+                String::from_utf8(frames)
+                    .unwrap()
+                    .split("\n\n")
+                    .filter(|f| !f.is_empty())
+                    .map(|f| f.trim_start_matches("id: ").parse::<usize>().unwrap()),
+            );
+        }
+        assert_eq!(seen, (0..total).collect::<Vec<_>>());
     }
 
     fn connection() -> (Connection, mpsc::Receiver<Bytes>) {
