@@ -36,11 +36,13 @@ async fn following_survives_a_replica_stopping_mid_stream() {
     let mut follow = client.follow_session("s1");
     assert_eq!(authority_until(&mut follow, 2, 10).await, [1, 2]);
     const BATCHES: u64 = 40;
-    let writer = {
+    // Half the batches while the client reads from a, the other half after
+    // a stopped: those can only reach the client over a new connection.
+    let write = |range: std::ops::Range<u64>| {
         let (base, t) = (b.base.clone(), t.clone());
         tokio::spawn(async move {
             let http = reqwest::Client::new();
-            for n in 0..BATCHES {
+            for n in range {
                 let r = http
                     .post(format!("{base}/v1/sessions/s1/events"))
                     .bearer_auth(&t)
@@ -53,11 +55,14 @@ async fn following_survives_a_replica_stopping_mid_stream() {
             }
         })
     };
+    let first_half = write(0..BATCHES / 2);
     let mut got = authority_until(&mut follow, 12, 10).await;
     // The replica the client reads from stops; the client goes on on b.
     a.stop().await;
+    first_half.await.unwrap();
+    let second_half = write(BATCHES / 2..BATCHES);
     got.extend(authority_until(&mut follow, 2 + BATCHES, 30).await);
-    writer.await.unwrap();
+    second_half.await.unwrap();
     assert_eq!(
         got,
         (3..=2 + BATCHES).collect::<Vec<_>>(),
