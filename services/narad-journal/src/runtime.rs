@@ -145,6 +145,19 @@ pub struct LeaseStanding {
     pub ended: bool,
 }
 
+impl LeaseStanding {
+    /// From a row of `root_run_id, session_id, expires_at, stop_requested`.
+    fn of(row: &tokio_postgres::Row, ended: bool) -> LeaseStanding {
+        LeaseStanding {
+            run_id: row.get(0),
+            session_id: row.get(1),
+            expires_at: row.get(2),
+            stop_requested: row.get(3),
+            ended,
+        }
+    }
+}
+
 /// What a release did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -224,13 +237,7 @@ async fn ended_under(
         )
         .await?
         .ok_or_else(|| lease_not_current(lease_id))?;
-    Ok(LeaseStanding {
-        run_id: row.get(0),
-        session_id: row.get(1),
-        expires_at: row.get(2),
-        stop_requested: row.get(3),
-        ended: true,
-    })
+    Ok(LeaseStanding::of(&row, true))
 }
 
 const CLAIM: &str = "
@@ -316,13 +323,7 @@ impl Journal {
                 )
                 .await?;
             match row {
-                Some(row) => Ok(LeaseStanding {
-                    run_id: row.get(0),
-                    session_id: row.get(1),
-                    expires_at: row.get(2),
-                    stop_requested: row.get(3),
-                    ended: false,
-                }),
+                Some(row) => Ok(LeaseStanding::of(&row, false)),
                 None => ended_under(c, tenant, lease_id).await,
             }
         })
@@ -346,13 +347,7 @@ impl Journal {
                 )
                 .await?;
             match row {
-                Some(row) => Ok(LeaseStanding {
-                    run_id: row.get(0),
-                    session_id: row.get(1),
-                    expires_at: row.get(2),
-                    stop_requested: row.get(3),
-                    ended: false,
-                }),
+                Some(row) => Ok(LeaseStanding::of(&row, false)),
                 None => ended_under(c, tenant, lease_id).await,
             }
         })

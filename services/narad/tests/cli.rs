@@ -306,14 +306,32 @@ impl Served {
 
 const DEV_SECRET: &str = "a-test-secret-of-at-least-32-bytes-for-hs256";
 
+impl Served {
+    /// `narad serve` on `db`, with tokens signed by [`DEV_SECRET`].
+    fn on(db: &narad_testkit::TestDatabase) -> Served {
+        Served::start(&[
+            ("NARAD_DATABASE_URL", db.url()),
+            ("NARAD_JWT_HS256_SECRET", DEV_SECRET),
+        ])
+        .expect("serves")
+    }
+}
+
+/// A development token of org `dev` (`narad token`, signed by [`DEV_SECRET`]).
+fn dev_token(sub: &str, roles: &str) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_narad"))
+        .args(["token", "--org", "dev", "--sub", sub, "--roles", roles])
+        .env("NARAD_JWT_HS256_SECRET", DEV_SECRET)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "narad token: {out:?}");
+    String::from_utf8(out.stdout).unwrap().trim().to_owned()
+}
+
 #[tokio::test]
 async fn the_readme_quickstart_runs_as_written() {
     let db = narad_testkit::TestDatabase::new(&narad_journal::MIGRATOR).await;
-    let served = Served::start(&[
-        ("NARAD_DATABASE_URL", db.url()),
-        ("NARAD_JWT_HS256_SECRET", DEV_SECRET),
-    ])
-    .expect("serves");
+    let served = Served::on(&db);
     let stdout = run_readme_block("quickstart", &served);
     // The last answer is the history: the run and the streamed answer, in order.
     let history: serde_json::Value =
@@ -342,11 +360,7 @@ async fn the_readme_quickstart_runs_as_written() {
 #[tokio::test]
 async fn the_readme_runtime_loop_runs_as_written() {
     let db = narad_testkit::TestDatabase::new(&narad_journal::MIGRATOR).await;
-    let served = Served::start(&[
-        ("NARAD_DATABASE_URL", db.url()),
-        ("NARAD_JWT_HS256_SECRET", DEV_SECRET),
-    ])
-    .expect("serves");
+    let served = Served::on(&db);
     let stdout = run_readme_block("runtime-http", &served);
     let lines: Vec<&str> = stdout.lines().filter(|l| !l.trim().is_empty()).collect();
     let json = |l: &str| serde_json::from_str::<serde_json::Value>(l).expect("a JSON answer");
@@ -367,19 +381,8 @@ async fn the_readme_runtime_loop_runs_as_written() {
 #[tokio::test]
 async fn the_readme_tour_runs_as_written_with_the_demo_agent_and_an_executor() {
     let db = narad_testkit::TestDatabase::new(&narad_journal::MIGRATOR).await;
-    let served = Served::start(&[
-        ("NARAD_DATABASE_URL", db.url()),
-        ("NARAD_JWT_HS256_SECRET", DEV_SECRET),
-    ])
-    .expect("serves");
-    let token = |sub: &str, roles: &str| {
-        let out = Command::new(env!("CARGO_BIN_EXE_narad"))
-            .args(["token", "--org", "dev", "--sub", sub, "--roles", roles])
-            .env("NARAD_JWT_HS256_SECRET", DEV_SECRET)
-            .output()
-            .unwrap();
-        String::from_utf8(out.stdout).unwrap().trim().to_owned()
-    };
+    let served = Served::on(&db);
+    let token = dev_token;
     let workdir = std::env::temp_dir().join(format!("narad-tour-{}", std::process::id()));
     std::fs::create_dir_all(&workdir).unwrap();
     // The programs of terminals 2 and 3, as the tour starts them.
@@ -941,21 +944,9 @@ async fn two_server_processes_send_the_same_graph_records() {
 async fn sigterm_under_load_loses_no_acknowledged_append() {
     use std::sync::{Arc, Mutex};
     let db = narad_testkit::TestDatabase::new(&narad_journal::MIGRATOR).await;
-    let env = [
-        ("NARAD_DATABASE_URL", db.url()),
-        ("NARAD_JWT_HS256_SECRET", DEV_SECRET),
-    ];
-    let served = Served::start(&env).expect("serves");
+    let served = Served::on(&db);
     let base = served.base.clone();
-    let jwt = {
-        let out = Command::new(env!("CARGO_BIN_EXE_narad"))
-            .args(["token", "--org", "dev", "--sub", "load"])
-            .args(["--roles", "reader,writer,backend"])
-            .env("NARAD_JWT_HS256_SECRET", DEV_SECRET)
-            .output()
-            .unwrap();
-        String::from_utf8(out.stdout).unwrap().trim().to_owned()
-    };
+    let jwt = dev_token("load", "reader,writer,backend");
     narad_server::auth::install_tls_provider();
     let http = reqwest::Client::new();
     let post = |path: String, body: serde_json::Value| {
@@ -1062,7 +1053,7 @@ async fn sigterm_under_load_loses_no_acknowledged_append() {
     assert!(body.ends_with(b"\n\n"), "ends at a frame boundary");
 
     // A restarted server has every acknowledged append, once.
-    let served = Served::start(&env).expect("serves again");
+    let served = Served::on(&db);
     let mut stored = std::collections::BTreeSet::new();
     for w in 0..writers {
         let mut after = 0;
