@@ -720,3 +720,18 @@ async fn calls_closed_undelivered_or_of_a_stopping_run_are_never_handed_out() {
         .expect(200);
     assert!(deliver().await.expect("delivers").is_empty());
 }
+
+/// A stopping server closes executor sockets with 1001 (going away): the
+/// executor attaches again elsewhere.
+#[tokio::test]
+async fn a_stopping_server_closes_executor_sockets_going_away() {
+    let s = Server::start_with_executors(patient()).await;
+    let mut ws = Ws::connect(&s, "desk-1", &executor_token("acme", None))
+        .await
+        .expect("attaches");
+    // The database outlives the server, as a real one does.
+    let _db = s.db.clone();
+    let stopping = tokio::spawn(s.stop());
+    assert_eq!(ws.close_code(Duration::from_secs(10)).await, Some(1001));
+    stopping.await.expect("the server stops");
+}

@@ -148,6 +148,7 @@ impl Channel {
     /// saying why.
     pub async fn serve(self, mut socket: WebSocket) {
         let _open = Held::stream(StreamKind::Executor);
+        let _socket = self.hub.socket_opened();
         let ended = match self.attach_and_serve(&mut socket).await {
             Ok(ended) => ended,
             Err(e) => {

@@ -146,6 +146,9 @@ pub struct Hub {
     coalescer: Mutex<Coalescer>,
     wake: Notify,
     closing: tokio::sync::watch::Sender<bool>,
+    /// Upgraded sockets open on this replica (executor channels): a
+    /// stopping server waits for them, as the HTTP server does not.
+    sockets: tokio::sync::watch::Sender<usize>,
     slow_dropped: std::sync::atomic::AtomicU64,
     listens: std::sync::atomic::AtomicU64,
     /// Where the relay stands (`None` until it has started): what its lag
@@ -153,6 +156,15 @@ pub struct Hub {
     relay_cursor: Mutex<Option<RelayCursor>>,
     client_calls: Wakeups,
     runtimes: Wakeups,
+}
+
+/// An open upgraded socket ([`Hub::socket_opened`]); closed when dropped.
+pub struct SocketOpen(Arc<Hub>);
+
+impl Drop for SocketOpen {
+    fn drop(&mut self) {
+        self.0.sockets.send_modify(|n| *n = n.saturating_sub(1));
+    }
 }
 
 /// Per-tenant wake-up signals: a receiver's value changes on each wake.
@@ -191,6 +203,7 @@ impl Hub {
             coalescer: Mutex::new(Coalescer::new(watch_window)),
             wake: Notify::new(),
             closing: tokio::sync::watch::channel(false).0,
+            sockets: tokio::sync::watch::channel(0).0,
             slow_dropped: std::sync::atomic::AtomicU64::new(0),
             listens: std::sync::atomic::AtomicU64::new(0),
             relay_cursor: Mutex::new(None),
@@ -237,6 +250,18 @@ impl Hub {
     pub async fn closed(&self) {
         let mut rx = self.closing.subscribe();
         let _ = rx.wait_for(|closing| *closing).await;
+    }
+
+    /// Counts an upgraded socket as open until the guard is dropped.
+    pub fn socket_opened(self: &Arc<Self>) -> SocketOpen {
+        self.sockets.send_modify(|n| *n += 1);
+        SocketOpen(self.clone())
+    }
+
+    /// Completes once no upgraded socket is open on this replica.
+    pub async fn sockets_closed(&self) {
+        let mut rx = self.sockets.subscribe();
+        let _ = rx.wait_for(|open| *open == 0).await;
     }
 
     /// Subscribes to a session's committed events (and its watch events)

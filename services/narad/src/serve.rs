@@ -107,11 +107,15 @@ async fn serve_with(config: &Config, url: &Secret, embedded: bool) -> anyhow::Re
     // Last: this line says the server is ready.
     println!("narad is serving on http://{addr}");
     let hub = state.hub.clone();
+    let hub_sockets = state.hub.clone();
     let journal = state.journal.clone();
     let grace = Duration::from_millis(config.shutdown_grace_ms);
     let (signalled, on_signal) = tokio::sync::oneshot::channel::<()>();
+    let signalled_at = Arc::new(OnceLock::new());
+    let mark = signalled_at.clone();
     let serving = serve_on(listener, app(state, config.max_body_bytes), async move {
         shutdown_signal().await;
+        let _ = mark.set(tokio::time::Instant::now());
         // No new connections from here; streams and executor sockets end
         // at a frame boundary (clients resume elsewhere), the sweepers and
         // the relay stop, requests in flight (appends among them) finish.
@@ -131,6 +135,19 @@ async fn serve_with(config: &Config, url: &Secret, embedded: bool) -> anyhow::Re
             grace_ms = grace.as_millis() as u64,
             "the shutdown grace ran out: the connections still open are cut"
         ),
+    }
+    // Executor sockets are upgraded connections the HTTP server no longer
+    // tracks: they close themselves (1001) when the hub closes; wait for
+    // their close frames, within what is left of the grace.
+    let since = signalled_at
+        .get()
+        .map_or(Duration::ZERO, |at: &tokio::time::Instant| at.elapsed());
+    let left = grace.saturating_sub(since);
+    if tokio::time::timeout(left, hub_sockets.sockets_closed())
+        .await
+        .is_err()
+    {
+        tracing::warn!("executor sockets still open at the end of the grace are cut");
     }
     // The pool's connections end with a clean goodbye to Postgres.
     journal.pool().close();
