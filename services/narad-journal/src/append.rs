@@ -188,7 +188,7 @@ impl Journal {
     /// A batch breaking a rule is [`JournalError::Rejected`] with the index
     /// of the offending event and the rule.
     ///
-    /// Concurrent appends share transactions: see [`crate::combine`]. Each
+    /// Concurrent appends share transactions: see `combine.rs`. Each
     /// batch is still checked, accepted or refused on its own.
     #[tracing::instrument(skip_all, fields(tenant = %tenant, session = %session_id, events = proposals.len()))]
     pub async fn append(

@@ -3,7 +3,7 @@
 //! sweeper does when tokens lapse or executors go away.
 //!
 //! A `client_calls` row is written in the append transaction of every
-//! `tool.call.started` with `executor=client` (see [`crate::group`]), and
+//! `tool.call.started` with `executor=client` (see `group.rs`), and
 //! closed in the one of its `tool.call.finished`, whoever appends it. A
 //! token is issued once, when the call is handed to a live lease, and
 //! stored as its SHA-256 only. Every terminal the server appends for a

@@ -229,7 +229,7 @@ pub const JWKS_REFETCH_INTERVAL: Duration = Duration::from_secs(10);
 
 impl JwksSource {
     /// Reads `NARAD_JWKS`: an `https://` URL, an `http://` URL of the
-    /// loopback (127.0.0.1, [::1], localhost), or a file path.
+    /// loopback (127.0.0.1, `[::1]`, localhost), or a file path.
     pub fn parse(s: &str) -> Result<JwksSource, String> {
         if s.starts_with("https://") {
             return Ok(JwksSource::Url(s.to_owned()));

@@ -57,7 +57,7 @@ impl<S: Send + Sync> FromRequest<S> for JsonBody {
     }
 }
 
-/// A query string as name → value, read strictly by [`Query::take`] and
+/// A query string as name → value, read strictly by [`Query::text`], [`Query::number`] and
 /// [`Query::finish`].
 #[derive(Debug, Default)]
 pub struct Query(BTreeMap<String, String>);

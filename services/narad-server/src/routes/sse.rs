@@ -155,7 +155,7 @@ pub struct Gathered {
 
 impl Gathered {
     /// Takes `first` and the live events already waiting behind it (at
-    /// most [`GATHER`]), keeping the frames of those `take` sends.
+    /// most `GATHER`, 256), keeping the frames of those `take` sends.
     pub fn gather(
         &mut self,
         state: &AppState,
