@@ -5,6 +5,9 @@
 //! - It follows the tenant stream; each user message recorded at session
 //!   scope (`record-user-message`) becomes a start-run for its queue, with
 //!   the message as the run's input (bound to `--executor` when given).
+//!   It follows live from its start: a message recorded while no demo
+//!   agent listens starts no run (the runs already queued are served
+//!   whenever it comes back).
 //! - Its runtime loop claims those runs (and any other run started for its
 //!   queue with `input.prompt`) and answers each from the run's history
 //!   alone, so that any holder — after a release, a lost runtime, a
