@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use narad_protocol::engine::SessionState;
 use narad_server::auth::Role;
-use narad_tests::{RuntimeSettings, Server, authority, token, whole_history};
+use narad_tests::{RuntimeSettings, Server, authority, claims, hs256, token, whole_history};
 use serde_json::{Value, json};
 
 /// Leases of 600 ms, swept every 100 ms: a runtime that stops
@@ -118,6 +118,24 @@ fn obeys_the_rules(history: &[Value]) {
             );
         }
     }
+}
+
+/// Waits (up to 10 s) for run `run`'s terminal; its type.
+async fn terminal_of(s: &Server, jwt: &str, session: &str, run: &str) -> String {
+    for _ in 0..200 {
+        let h = whole_history(s, jwt, session).await;
+        if let Some(e) = h.iter().find(|e| {
+            e["runId"] == run
+                && matches!(
+                    e["type"].as_str(),
+                    Some("run.finished" | "run.error" | "run.cancelled")
+                )
+        }) {
+            return e["type"].as_str().unwrap().to_owned();
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("run {run} never ended");
 }
 
 /// Waits until the session's history holds an event of `kind`.
@@ -938,5 +956,121 @@ async fn a_thousand_runs_through_four_runtimes_each_end_exactly_once() {
         );
         obeys_the_rules(&h);
     }
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn a_token_limited_to_sessions_cannot_act_as_a_runtime() {
+    let s = Server::start_with_runtime(patient()).await;
+    let jwt = backend("acme");
+    queued_run(&s, &jwt, "secret", "r1", json!({})).await;
+    let mut limited = claims("acme", "narrow", &[Role::Backend, Role::Reader]);
+    limited.sessions = Some(vec!["mine".into()]);
+    let limited = hs256(&limited);
+    let a = s.post("/v1/runtime/claims", &limited, &json!({})).await;
+    assert_eq!((a.status, a.code()), (403, "NRD-0102"), "{}", a.body);
+    // The run is still there for a runtime of the whole tenant.
+    let c = claim(&s, &jwt, json!({})).await.expect("r1");
+    let lease = lease_of(&c);
+    for path in ["heartbeat", "release"] {
+        let a = s
+            .post(
+                &format!("/v1/runtime/leases/{lease}/{path}"),
+                &limited,
+                &json!({}),
+            )
+            .await;
+        assert_eq!(
+            (a.status, a.code()),
+            (403, "NRD-0102"),
+            "{path}: {}",
+            a.body
+        );
+    }
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn a_release_while_the_run_goes_on_must_say_what_it_handled() {
+    let s = Server::start_with_runtime(patient()).await;
+    let jwt = backend("acme");
+    queued_run(&s, &jwt, "s1", "r1", json!({})).await;
+    let c = claim(&s, &jwt, json!({})).await.expect("r1");
+    let lease = lease_of(&c);
+    let a = s
+        .post(
+            &format!("/v1/runtime/leases/{lease}/release"),
+            &jwt,
+            &json!({}),
+        )
+        .await;
+    assert_eq!((a.status, a.code()), (400, "NRD-0008"), "{}", a.body);
+    // Still held: the lease works.
+    s.post(
+        &format!("/v1/runtime/leases/{lease}/heartbeat"),
+        &jwt,
+        &json!({}),
+    )
+    .await
+    .expect(200);
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn a_stop_in_the_same_write_as_the_start_is_recorded_for_the_runtime() {
+    let s = Server::start_with_runtime(patient()).await;
+    let jwt = backend("acme");
+    s.post("/v1/sessions", &jwt, &json!({"sessionId": "s1"}))
+        .await
+        .expect(201);
+    // Concurrent appends share transactions: a start and a stop of the
+    // same run may land in one write. Send them together, many times.
+    for n in 0..20 {
+        let run = format!("r{n}");
+        let body = json!({"sessionId": "s1", "runId": run, "runtime": {}});
+        let start = s.post("/v1/commands/start-run", &jwt, &body);
+        let stop = append(
+            &s,
+            &jwt,
+            "s1",
+            None,
+            vec![event(
+                "run.stop.requested",
+                &run,
+                &run,
+                json!({"targetRunId": run}),
+            )],
+        );
+        let (started, _) = futures::join!(start, stop);
+        started.expect(201);
+        // Whether the stop landed with the start, after it, or was refused
+        // before it (nothing to stop yet), the item agrees with the journal.
+        let h = whole_history(&s, &jwt, "s1").await;
+        let stopped = h
+            .iter()
+            .any(|e| e["type"] == "run.stop.requested" && e["runId"] == run.as_str());
+        if stopped {
+            // Nobody held it: the server serves the stop, whenever it
+            // landed (the item records it even in the start's own write).
+            assert_eq!(
+                terminal_of(&s, &jwt, "s1", &run).await,
+                "run.cancelled",
+                "{n}"
+            );
+        } else {
+            let c = claim(&s, &jwt, json!({})).await.expect("the run");
+            assert_eq!(c["stopRequested"], false);
+            append(
+                &s,
+                &jwt,
+                "s1",
+                Some(&lease_of(&c)),
+                vec![event("run.finished", &run, &run, json!({}))],
+            )
+            .await
+            .expect(201);
+        }
+    }
+    obeys_the_rules(&whole_history(&s, &jwt, "s1").await);
     s.stop().await;
 }

@@ -36,6 +36,10 @@ pub enum Fence {
     /// The server itself (commands, executors, sweepers): never fenced.
     #[default]
     Server,
+    /// The server repairing a run journal whose item it marked `closing`
+    /// (`narad_journal::runtime`): refused once the item is no longer
+    /// closing (another closer finished it, a runtime holds it again).
+    Closing,
     /// A backend over the API. A run journal held by a runtime takes its
     /// appends only under the current lease; a lease given must be the
     /// current, unexpired lease of every run journal the batch touches.

@@ -281,9 +281,21 @@ impl Journal {
             .append(tenant, session, &[stop], AppendOptions::default())
             .await?;
         if state["rootRunId"] == run_id {
-            self.stop_unheld(tenant, session.as_str(), run_id).await?;
+            self.serve_unheld_stop(tenant, session.as_str(), run_id)
+                .await;
         }
         Ok(appended)
+    }
+
+    /// Serves a stop of a run no runtime holds, right after the stop was
+    /// appended. The stop is committed whatever happens here: should the
+    /// closing fail, the runtime sweeper finishes it, so the command still
+    /// succeeds.
+    async fn serve_unheld_stop(&self, tenant: &TenantId, session: &str, root: &str) {
+        if let Err(e) = self.stop_unheld(tenant, session, root).await {
+            tracing::warn!(tenant = %tenant, session, run = root, error = %e,
+                "serving a stop no runtime holds failed; the runtime sweeper finishes it");
+        }
     }
 
     /// The starts waiting for a session's slot, in the order they will start.
@@ -447,8 +459,8 @@ impl Journal {
             .append(tenant, &sid, &[stop], AppendOptions::default())
             .await?;
         if run["rootRunId"] == cmd.run_id.as_str() {
-            self.stop_unheld(tenant, &session, cmd.run_id.as_str())
-                .await?;
+            self.serve_unheld_stop(tenant, &session, cmd.run_id.as_str())
+                .await;
         }
         Ok((session, appended))
     }

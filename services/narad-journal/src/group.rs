@@ -125,7 +125,7 @@ from head";
 /// The work items of the run journals a backend's batches touch, locked
 /// against a lease change until the transaction ends (the fence).
 const LOAD_WORK: &str = "select w.session_id, w.root_run_id, w.state, w.lease_id, \
-    w.lease_expires_at > now() from run_work w \
+    w.lease_expires_at > clock_timestamp() from run_work w \
     join unnest($2::text[], $3::text[]) as r(session_id, root_run_id) \
       on w.session_id = r.session_id and w.root_run_id = r.root_run_id \
     where w.tenant_id = $1 for share of w";
@@ -174,11 +174,12 @@ with inserted as (
   where p.tenant_id = $1 and p.session_id = r.session_id and p.run_id = r.run_id
 ), work_added as (
   insert into run_work (tenant_id, session_id, root_run_id, queue, state, reason, on_lost,
-                        max_attempts, cursor)
+                        max_attempts, cursor, stop_requested)
   select $1, a.session_id, a.root_run_id, a.queue, 'ready', 'started', a.on_lost, a.max_attempts,
-         a.cursor
-  from unnest($37::text[], $38::text[], $39::text[], $40::text[], $41::int[], $42::bigint[])
-    as a(session_id, root_run_id, queue, on_lost, max_attempts, cursor)
+         a.cursor, a.stop
+  from unnest($37::text[], $38::text[], $39::text[], $40::text[], $41::int[], $42::bigint[],
+              $48::bool[])
+    as a(session_id, root_run_id, queue, on_lost, max_attempts, cursor, stop)
   on conflict do nothing
 ), work_touched as (
   update run_work w set
@@ -249,9 +250,7 @@ async fn run(
         client.prepare_cached(FIND_EVENT_IDS),
         client.prepare_cached(WRITE),
     )?;
-    let fenced = requests
-        .iter()
-        .any(|r| matches!(r.options.fence, Fence::Backend { .. }));
+    let fenced = requests.iter().any(|r| r.options.fence != Fence::Server);
     let load_work = if fenced {
         Some(client.prepare_cached(LOAD_WORK).await?)
     } else {
@@ -280,7 +279,7 @@ async fn run(
         let lookup = Lookup::of(members.iter().map(|&i| &requests[i]));
         let tenant_fenced = members
             .iter()
-            .any(|&i| matches!(requests[i].options.fence, Fence::Backend { .. }));
+            .any(|&i| requests[i].options.fence != Fence::Server);
         let load_work = load_work.as_ref().filter(|_| tenant_fenced);
         let (set, lock, load, find) = (&set, &lock, &load, &find);
         async move {
@@ -405,7 +404,7 @@ async fn run(
             let t = tenant.as_str();
             let rows = WriteRows::of(sessions);
             let set_params: [&Param<'_>; 1] = [&t];
-            let write_params: [&Param<'_>; 47] = [
+            let write_params: [&Param<'_>; 48] = [
                 &t,
                 &rows.session_id,
                 &rows.session_sequence,
@@ -453,6 +452,7 @@ async fn run(
                 &rows.work.touched_stop,
                 &rows.work.done_session,
                 &rows.work.done_root,
+                &rows.work.added_stop,
             ];
             futures::try_join!(
                 async {
@@ -695,9 +695,13 @@ impl SessionWork {
                 let queue_id: String = row.get(0);
                 let proposal: Value = row.get(1);
                 self.load_more(row.get(2))?;
-                let order = row
-                    .get::<_, Option<Value>>(3)
-                    .and_then(|w| serde_json::from_value::<WorkOrder>(w).ok());
+                let order = row.get::<_, Option<Value>>(3).and_then(|w| {
+                    serde_json::from_value::<WorkOrder>(w)
+                        .inspect_err(|e| {
+                            tracing::error!(queue_id, "a queued start's runtime settings are unreadable; it starts without them: {e}")
+                        })
+                        .ok()
+                });
                 let index = request.prepared.len() + extra.len();
                 match prepare(index, &proposal, &self.session) {
                     Ok(mut p) => {
@@ -760,15 +764,30 @@ impl SessionWork {
     /// runtime holds must carry that runtime's current lease, and a lease
     /// given must be current for every run journal the batch touches.
     fn fence(&self, request: &Request) -> Result<(), JournalError> {
-        let Fence::Backend { lease } = &request.options.fence else {
-            return Ok(());
-        };
         let roots: BTreeSet<&str> = request
             .prepared
             .iter()
             .filter_map(|p| p.event.envelope.run.as_ref())
             .map(|r| r.root_run_id.as_str())
             .collect();
+        let lease = match &request.options.fence {
+            Fence::Server => return Ok(()),
+            Fence::Closing => {
+                // Only the server's repair of a closing item writes: a
+                // closer that was overtaken (the run queued again, taken
+                // by a runtime) writes nothing.
+                return match roots
+                    .iter()
+                    .find(|r| self.held.get(**r).is_none_or(|h| h.state != "closing"))
+                {
+                    Some(root) => Err(JournalError::RuntimeLeaseNotCurrent(format!(
+                        "the repair of run {root} was overtaken; nothing was written"
+                    ))),
+                    None => Ok(()),
+                };
+            }
+            Fence::Backend { lease } => lease,
+        };
         for root in roots {
             let held = self.held.get(root);
             match (held, lease) {
@@ -1228,6 +1247,7 @@ struct WorkRows<'a> {
     added_on_lost: Vec<&'static str>,
     added_max_attempts: Vec<i32>,
     added_cursor: Vec<i64>,
+    added_stop: Vec<bool>,
     touched_session: Vec<&'a str>,
     touched_root: Vec<&'a str>,
     touched_stop: Vec<bool>,
@@ -1253,6 +1273,9 @@ impl<'a> WorkRows<'a> {
                 rows.added_max_attempts
                     .push(i32::try_from(order.max_attempts).unwrap_or(i32::MAX));
                 rows.added_cursor.push(*cursor);
+                // A stop appended in the same write as the start.
+                rows.added_stop
+                    .push(s.journals.get(root).is_some_and(|j| j.0));
             }
             for (root, &(stop, ended)) in &s.journals {
                 if ended {

@@ -354,11 +354,12 @@ impl Journal {
         .await
     }
 
-    /// Gives a run back. `handled_through` is the last sessionSequence the
-    /// runtime has read or written (default: the session's current one):
-    /// should its journal hold a later event, the run is queued again at
-    /// once; otherwise it waits idle until its journal moves. Releasing a
-    /// run that ended is [`Released::Ended`].
+    /// Gives a run back. `handled_through` is the last sessionSequence
+    /// through which the runtime read or wrote every event of the run's
+    /// journal, required while the run goes on: should its journal hold a
+    /// later event, the run is queued again at once; otherwise it waits
+    /// idle until its journal moves. Releasing a run that ended is
+    /// [`Released::Ended`].
     pub async fn release_run(
         &self,
         tenant: &TenantId,
@@ -370,17 +371,13 @@ impl Journal {
         in_tenant(client, tenant, async |c| {
             let item = c
                 .query_opt(
-                    "select session_id, root_run_id, state from run_work \
+                    "select session_id, root_run_id from run_work \
                      where tenant_id = $1 and lease_id = $2",
                     &[&t, &lease_id],
                 )
                 .await?
                 .ok_or_else(|| lease_not_current(lease_id))?;
-            let (session, root, state): (String, String, String) =
-                (item.get(0), item.get(1), item.get(2));
-            if state == "done" {
-                return Ok(Released::Ended);
-            }
+            let (session, root): (String, String) = (item.get(0), item.get(1));
             // The session lock orders the release against appends: an
             // event committed before it is seen below, one after it finds
             // the item idle and wakes it.
@@ -392,20 +389,47 @@ impl Journal {
                 )
                 .await?
                 .get(0);
-            let through =
-                handled_through.map_or(sequence, |h| i64::try_from(h).unwrap_or(i64::MAX));
+            let state: Option<String> = c
+                .query_opt(
+                    "select state from run_work where tenant_id = $1 and session_id = $2 \
+                     and root_run_id = $3 and lease_id = $4",
+                    &[&t, &session, &root, &lease_id],
+                )
+                .await?
+                .map(|r| r.get(0));
+            match state.as_deref() {
+                Some("done") => return Ok(Released::Ended),
+                Some("claimed") => {}
+                _ => return Err(lease_not_current(lease_id)),
+            }
+            let Some(through) = handled_through else {
+                return Err(JournalError::InvalidParameter {
+                    parameter: "handledThrough",
+                    message: format!(
+                        "required while run {root} goes on: the last sessionSequence through \
+                         which the runtime read or wrote every event of the run's journal"
+                    ),
+                });
+            };
+            let through = i64::try_from(through).unwrap_or(i64::MAX).min(sequence);
+            // Events after `through`: of the run's journal, or of its
+            // workflow (workflow-scoped events carry no run position).
             let row = c
                 .query_opt(
                     "update run_work w set lease_id = null, runtime_id = null, \
                        lease_expires_at = null, changed_at = now(), cursor = $4, \
                        state = case when exists (select 1 from events e where e.tenant_id = $1 \
-                         and e.session_id = w.session_id and e.root_run_id = w.root_run_id \
-                         and e.session_sequence > $4) then 'ready' else 'idle' end, \
+                         and e.session_id = w.session_id and e.session_sequence > $4 \
+                         and (e.root_run_id = w.root_run_id or (e.root_run_id is null \
+                           and e.workflow_id = (select r.state ->> 'workflowId' from entities r \
+                             where r.tenant_id = $1 and r.session_id = w.session_id \
+                               and r.kind = 'run' and r.id = w.root_run_id)))) \
+                         then 'ready' else 'idle' end, \
                        reason = 'event', ready_at = now() \
                      where tenant_id = $1 and session_id = $2 and root_run_id = $3 \
                        and lease_id = $5 and state = 'claimed' and lease_expires_at > now() \
                      returning state",
-                    &[&t, &session, &root, &through.min(sequence), &lease_id],
+                    &[&t, &session, &root, &through, &lease_id],
                 )
                 .await?
                 .ok_or_else(|| lease_not_current(lease_id))?;
@@ -536,11 +560,16 @@ impl Journal {
                 repair::close_journal(&state, &root_id, &closing)
             };
             if !events.is_empty() {
-                match self
-                    .append(tenant, &session_id, &events, AppendOptions::default())
-                    .await
-                {
+                let closing = AppendOptions {
+                    fence: crate::Fence::Closing,
+                    ..AppendOptions::default()
+                };
+                match self.append(tenant, &session_id, &events, closing).await {
                     Ok(_) => {}
+                    Err(e @ JournalError::RuntimeLeaseNotCurrent(_)) => {
+                        tracing::info!(tenant = %tenant, session, root, "{e}");
+                        return Ok(Repair::Nothing);
+                    }
                     Err(e @ JournalError::Rejected { .. }) => {
                         tracing::warn!(tenant = %tenant, session, root, "repair refused, retrying: {e}");
                         last = Some(e);

@@ -65,6 +65,20 @@ fn optional_body<T: Default + serde::de::DeserializeOwned>(bytes: &Bytes) -> Api
     })
 }
 
+/// A runtime serves runs of any session of its tenant: a token limited to
+/// sessions may not claim or hold them.
+fn require_runtime(principal: &Principal) -> ApiResult<()> {
+    principal.require(Permission::Append)?;
+    if principal.sessions.is_some() {
+        return Err(ApiError::new(
+            ErrorCode::Forbidden,
+            "agent runtimes claim runs of every session of their tenant, and this token is \
+             limited to sessions; use a token without a `sessions` claim",
+        ));
+    }
+    Ok(())
+}
+
 fn check_wait(wait: u64) -> ApiResult<Duration> {
     if wait > MAX_POLL_WAIT_MS {
         return Err(ApiError::new(
@@ -86,6 +100,7 @@ fn check_wait(wait: u64) -> ApiResult<Duration> {
         (status = 200, description = "`{runId, sessionId, queue, reason, cursor, attempt, maxAttempts, onLost, stopRequested, lease: {leaseId, expiresAt}}`", body = Object),
         (status = 204, description = "No run was ready in time"),
         (status = 400, description = "NRD-0003: a bad body; NRD-0008: waitMs above 30,000"),
+        (status = 403, description = "NRD-0102: not role backend, or a token limited to sessions"),
     ),
     security(("bearer" = [])))]
 pub async fn claim(
@@ -93,7 +108,7 @@ pub async fn claim(
     principal: Principal,
     body: Bytes,
 ) -> ApiResult<Response> {
-    principal.require(Permission::Append)?;
+    require_runtime(&principal)?;
     let request: ClaimRequest = optional_body(&body)?;
     let wait = check_wait(request.wait_ms.unwrap_or(0))?;
     let runtime_id = request
@@ -139,7 +154,7 @@ pub async fn heartbeat(
     principal: Principal,
     Path(lease_id): Path<String>,
 ) -> ApiResult<Json<Value>> {
-    principal.require(Permission::Append)?;
+    require_runtime(&principal)?;
     let standing = state
         .journal
         .renew_runtime_lease(&principal.tenant, &lease_id, state.runtime.lease_ttl)
@@ -148,14 +163,16 @@ pub async fn heartbeat(
 }
 
 /// Gives a run back while it waits (an interrupt, a client tool), or after
-/// it ended. `handledThrough` is the last sessionSequence the runtime read
-/// or wrote: a later event of the run's journal queues it again at once;
-/// otherwise the next one does.
+/// it ended. `handledThrough` (required while the run goes on) is the last
+/// sessionSequence through which the runtime read or wrote every event of
+/// the run's journal: a later event queues it again at once; otherwise the
+/// next one does.
 #[utoipa::path(post, path = "/v1/runtime/leases/{leaseId}/release", tag = "runtime",
     params(("leaseId" = String, Path, description = "The lease of the claim")),
     request_body(content = Object, description = "`{handledThrough?}`"),
     responses(
         (status = 200, description = "`{released: idle | ready | ended}`", body = Object),
+        (status = 400, description = "NRD-0008: handledThrough missing while the run goes on"),
         (status = 409, description = "NRD-0501: the lease lapsed or was released before"),
     ),
     security(("bearer" = [])))]
@@ -165,7 +182,7 @@ pub async fn release(
     Path(lease_id): Path<String>,
     body: Bytes,
 ) -> ApiResult<Json<Value>> {
-    principal.require(Permission::Append)?;
+    require_runtime(&principal)?;
     let request: ReleaseRequest = optional_body(&body)?;
     let released = state
         .journal
@@ -193,7 +210,7 @@ pub async fn controls(
     Path(lease_id): Path<String>,
     mut query: Query,
 ) -> ApiResult<Json<Value>> {
-    principal.require(Permission::Append)?;
+    require_runtime(&principal)?;
     let wait = check_wait(query.number("waitMs")?.unwrap_or(0))?;
     query.finish()?;
     let tenant = &principal.tenant;
