@@ -1074,3 +1074,121 @@ async fn a_stop_in_the_same_write_as_the_start_is_recorded_for_the_runtime() {
     obeys_the_rules(&whole_history(&s, &jwt, "s1").await);
     s.stop().await;
 }
+
+/// A workflow-owned run: `(workflow, run)` started for the runtimes.
+async fn queued_workflow_run(s: &Server, jwt: &str, runtime: Value) {
+    s.post("/v1/sessions", jwt, &json!({"sessionId": "s1"}))
+        .await
+        .expect(201);
+    let w = s
+        .post(
+            "/v1/commands/start-workflow",
+            jwt,
+            &json!({"sessionId": "s1", "workflowId": "wf1"}),
+        )
+        .await;
+    assert!(w.status < 300, "{}", w.body);
+    s.post(
+        "/v1/commands/start-run",
+        jwt,
+        &json!({"sessionId": "s1", "runId": "r1", "workflowId": "wf1", "runtime": runtime}),
+    )
+    .await
+    .expect(201);
+}
+
+fn workflow_event(kind: &str, fields: Value) -> Value {
+    let mut e = json!({"protocolVersion": "narad/v1", "type": kind,
+        "eventId": uuid::Uuid::now_v7().to_string(), "workflowId": "wf1"});
+    for (k, v) in fields.as_object().expect("an object") {
+        e[k] = v.clone();
+    }
+    e
+}
+
+#[tokio::test]
+async fn a_workflow_interrupt_s_resolution_queues_the_released_run_again() {
+    let s = Server::start_with_runtime(patient()).await;
+    let jwt = backend("acme");
+    queued_workflow_run(&s, &jwt, json!({})).await;
+    let c = claim(&s, &jwt, json!({})).await.expect("r1");
+    let lease = lease_of(&c);
+    let a = append(
+        &s,
+        &jwt,
+        "s1",
+        Some(&lease),
+        vec![
+            workflow_event(
+                "interrupt.requested",
+                json!({"interruptId": "i1", "waitId": "w1",
+            "kind": "review", "actions": ["approve"], "scope": "workflow"}),
+            ),
+            workflow_event(
+                "workflow.paused",
+                json!({"waitId": "w1", "interruptId": "i1"}),
+            ),
+        ],
+    )
+    .await;
+    let through = a.expect(201)["events"][1]["sessionSequence"]
+        .as_u64()
+        .unwrap();
+    let r = s
+        .post(
+            &format!("/v1/runtime/leases/{lease}/release"),
+            &jwt,
+            &json!({"handledThrough": through}),
+        )
+        .await;
+    assert_eq!(r.expect(200)["released"], "idle");
+    s.post(
+        "/v1/commands/resolve-interrupt",
+        &jwt,
+        &json!({"interruptId": "i1", "decision": "approve"}),
+    )
+    .await
+    .expect(200);
+    let c = claim(&s, &jwt, json!({"waitMs": 5_000}))
+        .await
+        .expect("r1 again");
+    assert_eq!(
+        (c["runId"].as_str(), c["reason"].as_str()),
+        (Some("r1"), Some("event"))
+    );
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn a_repair_gives_a_workflow_its_owed_pause_before_closing_its_run() {
+    let s = Server::start_with_runtime(quick()).await;
+    let jwt = backend("acme");
+    queued_workflow_run(&s, &jwt, json!({"onLost": "fail"})).await;
+    let c = claim(&s, &jwt, json!({})).await.expect("r1");
+    // The runtime asks the workflow's reviewer, then dies before the pause.
+    append(
+        &s,
+        &jwt,
+        "s1",
+        Some(&lease_of(&c)),
+        vec![workflow_event(
+            "interrupt.requested",
+            json!({"interruptId": "i1", "waitId": "w1",
+            "kind": "review", "actions": ["approve"], "scope": "workflow"}),
+        )],
+    )
+    .await
+    .expect(201);
+    assert_eq!(terminal_of(&s, &jwt, "s1", "r1").await, "run.error");
+    let h = whole_history(&s, &jwt, "s1").await;
+    let tail: Vec<String> = types(&h)
+        .into_iter()
+        .skip_while(|t| t != "interrupt.requested")
+        .collect();
+    assert_eq!(
+        tail,
+        ["interrupt.requested", "workflow.paused", "run.error"]
+    );
+    obeys_the_rules(&h);
+    s.stop().await;
+}

@@ -852,6 +852,20 @@ impl SessionWork {
         let mut client_calls = BTreeSet::new();
         let mut journals: BTreeMap<String, (bool, bool)> = BTreeMap::new();
         for p in &self.accepted {
+            // A workflow-scoped event (a workflow interrupt resolved, the
+            // workflow resumed) moves the journal of the workflow's active
+            // top-level run (its nested runs share that journal): idle, it
+            // is queued again.
+            if p.event.envelope.run.is_none()
+                && let Some(w) = &p.event.envelope.workflow
+                && let Some(root) = self
+                    .state
+                    .workflows
+                    .get(&w.workflow_id)
+                    .and_then(|wf| wf.active_top_level_run.as_ref())
+            {
+                journals.entry(root.to_string()).or_default();
+            }
             if let Some(run) = &p.event.envelope.run {
                 let root = run.root_run_id.as_str();
                 let entry = journals.entry(root.to_owned()).or_default();

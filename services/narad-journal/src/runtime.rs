@@ -611,8 +611,8 @@ impl Journal {
     }
 
     /// The engine's state of one run journal: its runs (open ones, and the
-    /// root), its ordering state, and the open interrupts and tool calls of
-    /// its open runs.
+    /// root), its ordering state, its workflow, and the open interrupts and
+    /// tool calls of its open runs.
     async fn journal_state(
         &self,
         tenant: &TenantId,
@@ -626,7 +626,10 @@ impl Journal {
                 .query(
                     "select kind, id, state from entities where tenant_id = $1 and session_id = $2 \
                      and ((kind = 'run' and root_run_id = $3 and (open or id = $3)) \
-                       or (kind = 'run_journal' and id = $3))",
+                       or (kind = 'run_journal' and id = $3) \
+                       or (kind = 'workflow' and id = (select r.state ->> 'workflowId' \
+                         from entities r where r.tenant_id = $1 and r.session_id = $2 \
+                           and r.kind = 'run' and r.id = $3)))",
                     &[&t, &s, &r],
                 )
                 .await?;

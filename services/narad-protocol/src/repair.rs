@@ -6,8 +6,9 @@
 //! accept. The journal assigns their sequences and the rule engine checks
 //! them like any batch.
 //!
-//! Order, for every run of the journal, deepest first: a blocking
-//! interrupt still owed its pause gets it (§7.6); then the run's open tool
+//! Order: a blocking workflow-scope interrupt of the owning workflow still
+//! owed its `workflow.paused` gets it, and so does a run's (§7.6); then,
+//! for every run of the journal, deepest first, the run's open tool
 //! calls finish `cancelled`; its open interrupts resolve `expired` (§7.7);
 //! its pause cycle resumes (§6.4: a paused run resumes before a terminal);
 //! and it ends. A parent ends after its children (§6.2).
@@ -77,6 +78,20 @@ fn owed_pause(state: &SessionState, root: &RunId) -> Option<(RunId, Value)> {
     Some((run, e))
 }
 
+/// The owed pause of the workflow that owns journal `root`, if a
+/// blocking workflow-scope interrupt awaits its `workflow.paused`: every
+/// event of a workflow-owned run takes a workflowSequence, so nothing of
+/// the run may come before that pause (§7.6).
+fn owed_workflow_pause(state: &SessionState, root: &RunId) -> Option<Value> {
+    let workflow = state.runs.get(root)?.workflow_id.as_ref()?;
+    let pending = state.workflows.get(workflow)?.pending_pause.as_ref()?;
+    Some(json!({
+        "protocolVersion": "narad/v1", "type": "workflow.paused", "eventId": EventId::new_v7(),
+        "workflowId": workflow, "waitId": pending.wait_id, "interruptId": pending.interrupt_id,
+        "reason": REPAIR_PAUSE_REASON, "resumeMode": "command",
+    }))
+}
+
 /// The open runs of a journal, deepest first (children before parents),
 /// then by id.
 fn open_runs_deepest_first(state: &SessionState, root: &RunId) -> Vec<RunId> {
@@ -112,7 +127,7 @@ fn finish_call(root: &RunId, run: &RunId, call: &str, how: &Closing) -> Value {
 /// The events that close every open run of journal `root`, with all their
 /// open work, ending each as `how` says. Empty when nothing is open.
 pub fn close_journal(state: &SessionState, root: &RunId, how: &Closing) -> Vec<Value> {
-    let mut events = Vec::new();
+    let mut events: Vec<Value> = owed_workflow_pause(state, root).into_iter().collect();
     // Pause status as the events below leave it.
     let mut paused: BTreeMap<RunId, String> = state
         .runs
@@ -181,6 +196,7 @@ pub fn cancel_backend_calls(state: &SessionState, root: &RunId, how: &Closing) -
     if calls.is_empty() {
         return events;
     }
+    events.extend(owed_workflow_pause(state, root));
     if let Some((_, pause)) = owed_pause(state, root) {
         events.push(pause);
     }
