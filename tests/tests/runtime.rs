@@ -1192,3 +1192,127 @@ async fn a_repair_gives_a_workflow_its_owed_pause_before_closing_its_run() {
     obeys_the_rules(&h);
     s.stop().await;
 }
+
+/// The value of a metric line `name{labels}` in the process's /metrics.
+async fn metric(s: &Server, line_start: &str) -> Option<f64> {
+    let text = s
+        .http
+        .get(format!("{}/metrics", s.base))
+        .send()
+        .await
+        .expect("answers")
+        .text()
+        .await
+        .expect("text");
+    text.lines()
+        .find(|l| l.starts_with(line_start))
+        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+}
+
+#[tokio::test]
+async fn the_queue_depth_gauge_reads_zero_once_a_queue_drains() {
+    let s = Server::start_with_runtime(patient()).await;
+    let jwt = backend("acme");
+    // A queue name no other test uses: the recorder is the process's.
+    queued_run(&s, &jwt, "s1", "r1", json!({"queue": "drain-check"})).await;
+    let ready = "narad_runtime_queue_depth{queue=\"drain-check\",state=\"ready\"}";
+    let claimed = "narad_runtime_queue_depth{queue=\"drain-check\",state=\"claimed\"}";
+    let until = async |line: &str, value: f64| {
+        for _ in 0..100 {
+            if metric(&s, line).await == Some(value) {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        panic!("{line} never read {value}");
+    };
+    until(ready, 1.0).await;
+    let c = claim(&s, &jwt, json!({"queue": "drain-check"}))
+        .await
+        .expect("r1");
+    until(claimed, 1.0).await;
+    append(
+        &s,
+        &jwt,
+        "s1",
+        Some(&lease_of(&c)),
+        vec![event("run.finished", "r1", "r1", json!({}))],
+    )
+    .await
+    .expect(201);
+    until(claimed, 0.0).await;
+    until(ready, 0.0).await;
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn a_repair_whose_closer_died_is_taken_over_by_a_later_sweep() {
+    let s = Server::start_with_runtime(RuntimeSettings {
+        stall: Duration::from_millis(500),
+        ..patient()
+    })
+    .await;
+    let jwt = backend("acme");
+    queued_run(&s, &jwt, "s1", "r1", json!({"onLost": "fail"})).await;
+    claim(&s, &jwt, json!({})).await.expect("r1");
+    // A closer took the item and died before writing anything.
+    let (admin, conn) = tokio_postgres::connect(s.db.url(), tokio_postgres::NoTls)
+        .await
+        .expect("connects");
+    tokio::spawn(conn);
+    let n = admin
+        .execute(
+            "update run_work set state = 'closing', reason = 'lost', lease_id = null, \
+             lease_expires_at = null, changed_at = now() where root_run_id = 'r1'",
+            &[],
+        )
+        .await
+        .expect("updates");
+    assert_eq!(n, 1);
+    assert_eq!(terminal_of(&s, &jwt, "s1", "r1").await, "run.error");
+    let h = whole_history(&s, &jwt, "s1").await;
+    assert_eq!(types(&h), ["run.started", "run.error"]);
+    assert_eq!(h[1]["code"], "runtime_lost");
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn a_retry_cancels_the_lost_runtime_s_backend_calls_and_leaves_client_calls_open() {
+    let s = Server::start_with_runtime(quick()).await;
+    let jwt = backend("acme");
+    s.post("/v1/sessions", &jwt, &json!({"sessionId": "s1"}))
+        .await
+        .expect(201);
+    s.post(
+        "/v1/commands/start-run",
+        &jwt,
+        &json!({"sessionId": "s1", "runId": "r1", "clientExecutorId": "desk-9", "runtime": {}}),
+    )
+    .await
+    .expect(201);
+    let a = claim(&s, &jwt, json!({})).await.expect("r1");
+    append(&s, &jwt, "s1", Some(&lease_of(&a)), vec![
+        event("tool.call.started", "r1", "r1",
+            json!({"toolCallId": "backend-1", "toolName": "search", "executor": "backend", "args": {}})),
+        event("tool.call.started", "r1", "r1",
+            json!({"toolCallId": "client-1", "toolName": "clock.now", "executor": "client", "args": {}})),
+    ])
+    .await
+    .expect(201);
+    let b = claim(&s, &jwt, json!({"waitMs": 10_000}))
+        .await
+        .expect("r1 again");
+    assert_eq!(b["reason"], "retry");
+    let h = whole_history(&s, &jwt, "s1").await;
+    let finished: Vec<&str> = h
+        .iter()
+        .filter(|e| e["type"] == "tool.call.finished")
+        .map(|e| e["toolCallId"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        finished,
+        ["backend-1"],
+        "the client call stays with its executor"
+    );
+    s.stop().await;
+}

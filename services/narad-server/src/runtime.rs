@@ -164,20 +164,38 @@ async fn act(journal: &Journal, item: &RuntimeDue) -> Result<Repair, JournalErro
     Ok(repair)
 }
 
+/// The most queue names the depth gauge labels; the rest are summed under
+/// `other` (queue names are the tenants' own choice).
+const MAX_QUEUE_LABELS: usize = 100;
+
+/// The queues the depth gauge has labelled: set to 0 once they drain, so
+/// that a drained queue does not keep its last depth.
+static QUEUES_SEEN: std::sync::Mutex<std::collections::BTreeSet<String>> =
+    std::sync::Mutex::new(std::collections::BTreeSet::new());
+
 fn record_depth(depth: &[QueueDepth]) {
-    let mut by_state: std::collections::BTreeMap<(&str, &str), f64> = Default::default();
+    use std::collections::BTreeMap;
+    let mut seen = QUEUES_SEEN.lock().unwrap_or_else(|p| p.into_inner());
+    let mut by_state: BTreeMap<(String, &str), f64> = BTreeMap::new();
     for d in depth {
-        *by_state
-            .entry((d.queue.as_str(), d.state.as_str()))
-            .or_default() += d.items as f64;
+        let label = if seen.contains(&d.queue) || seen.len() < MAX_QUEUE_LABELS {
+            seen.insert(d.queue.clone());
+            d.queue.clone()
+        } else {
+            "other".to_owned()
+        };
+        *by_state.entry((label, d.state.as_str())).or_default() += d.items as f64;
     }
-    for state in ["ready", "claimed", "idle", "closing"] {
-        // Every state is set, so that a drained queue reads 0.
-        let queues: std::collections::BTreeSet<&str> =
-            depth.iter().map(|d| d.queue.as_str()).collect();
-        for queue in queues {
-            let n = by_state.get(&(queue, state)).copied().unwrap_or(0.0);
-            metrics::gauge!("narad_runtime_queue_depth", "queue" => queue.to_owned(), "state" => state)
+    if by_state.keys().any(|(q, _)| q == "other") {
+        seen.insert("other".to_owned());
+    }
+    for queue in seen.iter() {
+        for state in ["ready", "claimed", "idle", "closing"] {
+            let n = by_state
+                .get(&(queue.clone(), state))
+                .copied()
+                .unwrap_or(0.0);
+            metrics::gauge!("narad_runtime_queue_depth", "queue" => queue.clone(), "state" => state)
                 .set(n);
         }
     }
