@@ -719,3 +719,46 @@ pub async fn open_session(s: &Server, token: &str, id: &str) {
     .await
     .expect(201);
 }
+
+/// A scrape of `/metrics`: the text, and each series' value by its name
+/// and labels as rendered (`name{label="value"}`).
+pub struct Scrape {
+    /// The exposition text.
+    pub text: String,
+    /// Each series' value.
+    pub series: std::collections::BTreeMap<String, f64>,
+}
+
+impl Scrape {
+    /// Scrapes `s`.
+    pub async fn of(s: &Server) -> Scrape {
+        let text = s
+            .http
+            .get(format!("{}/metrics", s.base))
+            .send()
+            .await
+            .expect("answers")
+            .text()
+            .await
+            .expect("text");
+        let series = text
+            .lines()
+            .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+            .filter_map(|l| {
+                let (name, value) = l.rsplit_once(' ')?;
+                Some((name.to_owned(), value.parse::<f64>().ok()?))
+            })
+            .collect();
+        Scrape { text, series }
+    }
+
+    /// A series' value; 0 when it is not there yet.
+    pub fn get(&self, series: &str) -> f64 {
+        self.series.get(series).copied().unwrap_or(0.0)
+    }
+
+    /// Whether a series is there.
+    pub fn has(&self, series: &str) -> bool {
+        self.series.contains_key(series)
+    }
+}

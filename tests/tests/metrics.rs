@@ -7,7 +7,6 @@
 //! and the tests of this file run one at a time (a test runner that runs
 //! them as threads of one process would otherwise mix their counts).
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
 use futures::{SinkExt, StreamExt};
@@ -41,46 +40,6 @@ const FAMILIES: &[(&str, &str)] = &[
     ("narad_db_pool_max_connections", "gauge"),
     ("narad_db_pool_waiting", "gauge"),
 ];
-
-/// A scrape of `/metrics`: the text, and each series' value by its name
-/// and labels as rendered (`name{label="value"}`).
-struct Scrape {
-    text: String,
-    series: BTreeMap<String, f64>,
-}
-
-impl Scrape {
-    async fn of(s: &Server) -> Scrape {
-        let text = s
-            .http
-            .get(format!("{}/metrics", s.base))
-            .send()
-            .await
-            .expect("answers")
-            .text()
-            .await
-            .expect("text");
-        let series = text
-            .lines()
-            .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
-            .filter_map(|l| {
-                let (name, value) = l.rsplit_once(' ')?;
-                Some((name.to_owned(), value.parse::<f64>().ok()?))
-            })
-            .collect();
-        Scrape { text, series }
-    }
-
-    /// A series' value; 0 when it is not there yet.
-    fn get(&self, series: &str) -> f64 {
-        self.series.get(series).copied().unwrap_or(0.0)
-    }
-
-    /// Whether a series is there.
-    fn has(&self, series: &str) -> bool {
-        self.series.contains_key(series)
-    }
-}
 
 /// How much each series moved from `before` to `after`.
 fn moved(before: &Scrape, after: &Scrape, series: &str) -> f64 {

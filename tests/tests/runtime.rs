@@ -9,7 +9,9 @@ use std::time::Duration;
 
 use narad_protocol::engine::SessionState;
 use narad_server::auth::Role;
-use narad_tests::{RuntimeSettings, Server, authority, claims, hs256, token, whole_history};
+use narad_tests::{
+    RuntimeSettings, Scrape, Server, authority, claims, hs256, token, whole_history,
+};
 use serde_json::{Value, json};
 
 /// Leases of 600 ms, swept every 100 ms: a runtime that stops
@@ -594,19 +596,14 @@ async fn spent_attempts_close_the_run_under_the_retry_policy_too() {
     );
     // The repair and the lapse are counted (the recorder is the process's,
     // shared by every test server in it: counts only grow).
-    let text = s
-        .http
-        .get(format!("{}/metrics", s.base))
-        .send()
-        .await
-        .expect("answers")
-        .text()
-        .await
-        .expect("text");
+    let scrape = Scrape::of(&s).await;
+    let text = &scrape.text;
     let count = |name: &str| -> f64 {
-        text.lines()
-            .filter(|l| l.starts_with(name))
-            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        scrape
+            .series
+            .iter()
+            .filter(|(k, _)| k.starts_with(name))
+            .map(|(_, v)| v)
             .sum()
     };
     assert!(
@@ -1193,22 +1190,6 @@ async fn a_repair_gives_a_workflow_its_owed_pause_before_closing_its_run() {
     s.stop().await;
 }
 
-/// The value of a metric line `name{labels}` in the process's /metrics.
-async fn metric(s: &Server, line_start: &str) -> Option<f64> {
-    let text = s
-        .http
-        .get(format!("{}/metrics", s.base))
-        .send()
-        .await
-        .expect("answers")
-        .text()
-        .await
-        .expect("text");
-    text.lines()
-        .find(|l| l.starts_with(line_start))
-        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
-}
-
 #[tokio::test]
 async fn the_queue_depth_gauge_reads_zero_once_a_queue_drains() {
     let s = Server::start_with_runtime(patient()).await;
@@ -1219,7 +1200,7 @@ async fn the_queue_depth_gauge_reads_zero_once_a_queue_drains() {
     let claimed = "narad_runtime_queue_depth{queue=\"drain-check\",state=\"claimed\"}";
     let until = async |line: &str, value: f64| {
         for _ in 0..100 {
-            if metric(&s, line).await == Some(value) {
+            if Scrape::of(&s).await.series.get(line) == Some(&value) {
                 return;
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
