@@ -1297,3 +1297,43 @@ async fn a_retry_cancels_the_lost_runtime_s_backend_calls_and_leaves_client_call
     );
     s.stop().await;
 }
+
+#[tokio::test]
+async fn the_fence_covers_the_workflow_events_of_a_held_run() {
+    let s = Server::start_with_runtime(quick()).await;
+    let jwt = backend("acme");
+    queued_workflow_run(&s, &jwt, json!({"onLost": "retry", "maxAttempts": 2})).await;
+    let a = claim(&s, &jwt, json!({})).await.expect("r1");
+    let ask = |n: u32| {
+        vec![workflow_event(
+            "interrupt.requested",
+            json!({"interruptId": format!("i{n}"), "waitId": format!("w{n}"),
+                "kind": "review", "actions": ["approve"], "scope": "workflow"}),
+        )]
+    };
+    // Held: a workflow event without the lease is refused.
+    let no_lease = append(&s, &jwt, "s1", None, ask(1)).await;
+    assert_eq!(
+        (no_lease.status, no_lease.code()),
+        (409, "NRD-0502"),
+        "{}",
+        no_lease.body
+    );
+    // The holder dies; another takes the run over.
+    let b = claim(&s, &jwt, json!({"waitMs": 10_000}))
+        .await
+        .expect("r1 again");
+    assert_eq!(b["reason"], "retry");
+    // The zombie's workflow event is refused; the new holder's is taken.
+    let zombie = append(&s, &jwt, "s1", Some(&lease_of(&a)), ask(1)).await;
+    assert_eq!(
+        (zombie.status, zombie.code()),
+        (409, "NRD-0501"),
+        "{}",
+        zombie.body
+    );
+    append(&s, &jwt, "s1", Some(&lease_of(&b)), ask(2))
+        .await
+        .expect(201);
+    s.stop().await;
+}

@@ -125,8 +125,13 @@ from head";
 /// The work items of the run journals a backend's batches touch, locked
 /// against a lease change until the transaction ends (the fence).
 const LOAD_WORK: &str = "select w.session_id, w.root_run_id, w.state, w.lease_id, \
-    w.lease_expires_at > clock_timestamp() from run_work w \
-    join unnest($2::text[], $3::text[]) as r(session_id, root_run_id) \
+    w.lease_expires_at > clock_timestamp(), w.workflow_id from run_work w \
+    join (select * from unnest($2::text[], $3::text[]) \
+          union \
+          select x.session_id, x.root_run_id from run_work x \
+          join unnest($4::text[], $5::text[]) as f(session_id, workflow_id) \
+            on x.tenant_id = $1 and x.session_id = f.session_id \
+           and x.workflow_id = f.workflow_id) as r(session_id, root_run_id) \
       on w.session_id = r.session_id and w.root_run_id = r.root_run_id \
     where w.tenant_id = $1 for share of w";
 
@@ -174,12 +179,12 @@ with inserted as (
   where p.tenant_id = $1 and p.session_id = r.session_id and p.run_id = r.run_id
 ), work_added as (
   insert into run_work (tenant_id, session_id, root_run_id, queue, state, reason, on_lost,
-                        max_attempts, cursor, stop_requested)
+                        max_attempts, cursor, stop_requested, workflow_id)
   select $1, a.session_id, a.root_run_id, a.queue, 'ready', 'started', a.on_lost, a.max_attempts,
-         a.cursor, a.stop
+         a.cursor, a.stop, a.workflow_id
   from unnest($37::text[], $38::text[], $39::text[], $40::text[], $41::int[], $42::bigint[],
-              $48::bool[])
-    as a(session_id, root_run_id, queue, on_lost, max_attempts, cursor, stop)
+              $48::bool[], $49::text[])
+    as a(session_id, root_run_id, queue, on_lost, max_attempts, cursor, stop, workflow_id)
   on conflict do nothing
 ), work_touched as (
   update run_work w set
@@ -295,7 +300,13 @@ async fn run(
                 &lookup.roots,
             ];
             let find_params: [&Param<'_>; 2] = [&t, &lookup.event_ids];
-            let work_params: [&Param<'_>; 3] = [&t, &lookup.root_sessions, &lookup.roots];
+            let work_params: [&Param<'_>; 5] = [
+                &t,
+                &lookup.root_sessions,
+                &lookup.roots,
+                &lookup.workflow_sessions,
+                &lookup.workflows,
+            ];
             let (_, locked, entities, existing, work) = futures::try_join!(
                 client.query(set, &set_params),
                 client.query(lock, &lock_params),
@@ -404,7 +415,7 @@ async fn run(
             let t = tenant.as_str();
             let rows = WriteRows::of(sessions);
             let set_params: [&Param<'_>; 1] = [&t];
-            let write_params: [&Param<'_>; 48] = [
+            let write_params: [&Param<'_>; 49] = [
                 &t,
                 &rows.session_id,
                 &rows.session_sequence,
@@ -453,6 +464,7 @@ async fn run(
                 &rows.work.done_session,
                 &rows.work.done_root,
                 &rows.work.added_stop,
+                &rows.work.added_workflow,
             ];
             futures::try_join!(
                 async {
@@ -486,6 +498,9 @@ async fn run(
 /// The keys round trip 1 reads for one tenant's requests.
 struct Lookup {
     sessions: Vec<String>,
+    /// The workflows of the requests' workflow-scoped events (the fence).
+    workflow_sessions: Vec<String>,
+    workflows: Vec<String>,
     want_sessions: Vec<String>,
     want_kinds: Vec<&'static str>,
     want_ids: Vec<String>,
@@ -500,10 +515,16 @@ impl Lookup {
         let mut keys = BTreeSet::new();
         let mut roots = BTreeSet::new();
         let mut event_ids = Vec::new();
+        let mut workflows = BTreeSet::new();
         for r in requests {
             let s = r.session.as_str();
             sessions.insert(s.to_owned());
             for p in &r.prepared {
+                if p.event.envelope.run.is_none()
+                    && let Some(w) = &p.event.envelope.workflow
+                {
+                    workflows.insert((s.to_owned(), w.workflow_id.to_string()));
+                }
                 event_ids.push(p.event.envelope.event_id.to_string());
                 for key in referenced_keys(&p.event) {
                     if let EntityKey::RunJournal(root) = &key {
@@ -515,8 +536,11 @@ impl Lookup {
         }
         let (want_sessions, rest): (Vec<_>, Vec<_>) = keys.into_iter().unzip();
         let (root_sessions, roots) = roots.into_iter().unzip();
+        let (workflow_sessions, workflows) = workflows.into_iter().unzip();
         Lookup {
             sessions: sessions.into_iter().collect(),
+            workflow_sessions,
+            workflows,
             want_sessions,
             want_kinds: rest.iter().map(EntityKey::kind).collect(),
             want_ids: rest.iter().map(|k| k.id().to_owned()).collect(),
@@ -540,8 +564,8 @@ struct SessionWork {
     /// rootRunId (loaded only for fenced requests).
     held: BTreeMap<String, Held>,
     /// Top-level runs the accepted requests started for the work queue:
-    /// rootRunId, order, cursor.
-    queued: Vec<(String, WorkOrder, i64)>,
+    /// rootRunId, order, cursor, workflow.
+    queued: Vec<(String, WorkOrder, i64, Option<String>)>,
 }
 
 /// A run journal's work item as the fence sees it.
@@ -550,6 +574,7 @@ struct Held {
     state: String,
     lease_id: Option<String>,
     live: bool,
+    workflow_id: Option<String>,
 }
 
 impl Held {
@@ -558,6 +583,7 @@ impl Held {
             state: row.get(2),
             lease_id: row.get(3),
             live: row.get::<_, Option<bool>>(4).unwrap_or(false),
+            workflow_id: row.get(5),
         }
     }
 }
@@ -575,8 +601,8 @@ struct SessionWrite {
     /// The tool calls finished by an accepted event whose executor is the
     /// client.
     client_calls: BTreeSet<String>,
-    /// Runs queued for runtimes: rootRunId, order, cursor.
-    queued: Vec<(String, WorkOrder, i64)>,
+    /// Runs queued for runtimes: rootRunId, order, cursor, workflow.
+    queued: Vec<(String, WorkOrder, i64, Option<String>)>,
     /// Run journals the accepted events touched: rootRunId → (asked the
     /// root to stop, the root ended).
     journals: BTreeMap<String, (bool, bool)>,
@@ -755,8 +781,14 @@ impl SessionWork {
             && let Some(run) = &p.event.envelope.run
         {
             let cursor = p.event.envelope.session_sequence.get() as i64 - 1;
+            let workflow = p
+                .event
+                .envelope
+                .workflow
+                .as_ref()
+                .map(|w| w.workflow_id.to_string());
             self.queued
-                .push((run.root_run_id.to_string(), order.clone(), cursor));
+                .push((run.root_run_id.to_string(), order.clone(), cursor, workflow));
         }
     }
 
@@ -764,12 +796,26 @@ impl SessionWork {
     /// runtime holds must carry that runtime's current lease, and a lease
     /// given must be current for every run journal the batch touches.
     fn fence(&self, request: &Request) -> Result<(), JournalError> {
-        let roots: BTreeSet<&str> = request
+        let mut roots: BTreeSet<&str> = request
             .prepared
             .iter()
             .filter_map(|p| p.event.envelope.run.as_ref())
             .map(|r| r.root_run_id.as_str())
             .collect();
+        // A workflow-scoped event touches the journals of its workflow's
+        // queued runs.
+        for p in &request.prepared {
+            if p.event.envelope.run.is_none()
+                && let Some(w) = &p.event.envelope.workflow
+            {
+                roots.extend(
+                    self.held
+                        .iter()
+                        .filter(|(_, h)| h.workflow_id.as_deref() == Some(w.workflow_id.as_str()))
+                        .map(|(root, _)| root.as_str()),
+                );
+            }
+        }
         let lease = match &request.options.fence {
             Fence::Server => return Ok(()),
             Fence::Closing => {
@@ -1262,6 +1308,7 @@ struct WorkRows<'a> {
     added_max_attempts: Vec<i32>,
     added_cursor: Vec<i64>,
     added_stop: Vec<bool>,
+    added_workflow: Vec<Option<&'a str>>,
     touched_session: Vec<&'a str>,
     touched_root: Vec<&'a str>,
     touched_stop: Vec<bool>,
@@ -1275,7 +1322,7 @@ impl<'a> WorkRows<'a> {
         for s in sessions {
             let session = s.session.as_str();
             let mut queued = BTreeSet::new();
-            for (root, order, cursor) in &s.queued {
+            for (root, order, cursor, workflow) in &s.queued {
                 if s.journals.get(root).is_some_and(|j| j.1) {
                     continue;
                 }
@@ -1290,6 +1337,7 @@ impl<'a> WorkRows<'a> {
                 // A stop appended in the same write as the start.
                 rows.added_stop
                     .push(s.journals.get(root).is_some_and(|j| j.0));
+                rows.added_workflow.push(workflow.as_deref());
             }
             for (root, &(stop, ended)) in &s.journals {
                 if ended {
