@@ -1198,8 +1198,9 @@ async fn the_queue_depth_gauge_reads_zero_once_a_queue_drains() {
     queued_run(&s, &jwt, "s1", "r1", json!({"queue": "drain-check"})).await;
     let ready = "narad_runtime_queue_depth{queue=\"drain-check\",state=\"ready\"}";
     let claimed = "narad_runtime_queue_depth{queue=\"drain-check\",state=\"claimed\"}";
+    // Every replica samples the queues with its other gauges, every 5 s.
     let until = async |line: &str, value: f64| {
-        for _ in 0..100 {
+        for _ in 0..300 {
             if Scrape::of(&s).await.series.get(line) == Some(&value) {
                 return;
             }

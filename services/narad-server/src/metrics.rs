@@ -231,6 +231,11 @@ async fn sample(journal: &Journal, hub: &Hub) -> bool {
     if let Some(handle) = HANDLE.get() {
         handle.run_upkeep();
     }
+    // The runtime queues' depth, on every replica (one grouped count).
+    match journal.queue_depth().await {
+        Ok(depth) => crate::runtime::record_depth(&depth),
+        Err(e) => tracing::debug!(error = %e, "cannot count the runtime queues now"),
+    }
     let Some(cursor) = hub.relay_cursor() else {
         return false;
     };

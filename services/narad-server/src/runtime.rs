@@ -96,9 +96,6 @@ pub async fn sweep(journal: Journal, hub: Arc<Hub>, settings: Arc<RuntimeSetting
                 if let Err(e) = journal.forget_run_work(DONE_RETENTION, 1000).await {
                     tracing::warn!(error = %e, "cannot forget ended work items yet");
                 }
-                if let Ok(depth) = journal.queue_depth().await {
-                    record_depth(&depth);
-                }
                 done
             })
             .await;
@@ -173,7 +170,9 @@ const MAX_QUEUE_LABELS: usize = 100;
 static QUEUES_SEEN: std::sync::Mutex<std::collections::BTreeSet<String>> =
     std::sync::Mutex::new(std::collections::BTreeSet::new());
 
-fn record_depth(depth: &[QueueDepth]) {
+/// Sets the queue-depth gauge from a count of the work items (sampled by
+/// every replica with the other gauges, `metrics::spawn_gauges`).
+pub(crate) fn record_depth(depth: &[QueueDepth]) {
     use std::collections::BTreeMap;
     let mut seen = QUEUES_SEEN.lock().unwrap_or_else(|p| p.into_inner());
     let mut by_state: BTreeMap<(String, &str), f64> = BTreeMap::new();
