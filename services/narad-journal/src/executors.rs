@@ -312,12 +312,21 @@ impl Journal {
         older_than: Duration,
         max: i32,
     ) -> Result<i64, JournalError> {
+        self.forget("select client_calls_forget($1, $2)", older_than, max)
+            .await
+    }
+
+    /// Runs a retention function `select f(older_than_seconds, max_rows)`
+    /// (security definer, across tenants); the number of rows it deleted.
+    pub(crate) async fn forget(
+        &self,
+        call: &str,
+        older_than: Duration,
+        max: i32,
+    ) -> Result<i64, JournalError> {
         let client = self.pool.get().await?;
         Ok(client
-            .query_one(
-                "select client_calls_forget($1, $2)",
-                &[&older_than.as_secs_f64(), &max],
-            )
+            .query_one(call, &[&older_than.as_secs_f64(), &max])
             .await?
             .get(0))
     }
@@ -459,35 +468,30 @@ impl Journal {
             finish.message.as_deref(),
         );
         let sid = session(&call.session_id)?;
-        let mut appended = self
-            .append(
-                tenant,
-                &sid,
-                std::slice::from_ref(&proposal),
-                AppendOptions::default(),
-            )
-            .await;
         // A run journal that owes a blocking interrupt's pause takes no
         // other event until its runtime appends it: a moment's wait, not a
         // refusal of the finish.
-        for _ in 0..PAUSE_OWED_RETRIES {
+        let mut waits = 0;
+        let appended = loop {
+            let appended = self
+                .append(
+                    tenant,
+                    &sid,
+                    std::slice::from_ref(&proposal),
+                    AppendOptions::default(),
+                )
+                .await;
             match &appended {
                 Err(JournalError::Rejected { violation, .. })
-                    if violation.rule == rules::INTERRUPT_PAUSE_CONSECUTIVE.id =>
+                    if violation.rule == rules::INTERRUPT_PAUSE_CONSECUTIVE.id
+                        && waits < PAUSE_OWED_RETRIES =>
                 {
+                    waits += 1;
                     tokio::time::sleep(PAUSE_OWED_WAIT).await;
-                    appended = self
-                        .append(
-                            tenant,
-                            &sid,
-                            std::slice::from_ref(&proposal),
-                            AppendOptions::default(),
-                        )
-                        .await;
                 }
-                _ => break,
+                _ => break appended,
             }
-        }
+        };
         if !call.live {
             // Past expiry only the same finish, accepted before, answers
             // (as the idempotent success it was).

@@ -588,6 +588,15 @@ impl Held {
     }
 }
 
+/// How a write touched one run journal.
+#[derive(Debug, Default, Clone, Copy)]
+struct Touched {
+    /// An event asked the root run to stop.
+    stop: bool,
+    /// The root run ended.
+    ended: bool,
+}
+
 /// What one session's accepted requests write.
 struct SessionWrite {
     session: SessionId,
@@ -603,9 +612,8 @@ struct SessionWrite {
     client_calls: BTreeSet<String>,
     /// Runs queued for runtimes: rootRunId, order, cursor, workflow.
     queued: Vec<(String, WorkOrder, i64, Option<String>)>,
-    /// Run journals the accepted events touched: rootRunId → (asked the
-    /// root to stop, the root ended).
-    journals: BTreeMap<String, (bool, bool)>,
+    /// Run journals the accepted events touched, by rootRunId.
+    journals: BTreeMap<String, Touched>,
 }
 
 impl SessionWork {
@@ -896,7 +904,7 @@ impl SessionWork {
             .collect();
         let mut client_executors = BTreeMap::new();
         let mut client_calls = BTreeSet::new();
-        let mut journals: BTreeMap<String, (bool, bool)> = BTreeMap::new();
+        let mut journals: BTreeMap<String, Touched> = BTreeMap::new();
         for p in &self.accepted {
             // A workflow-scoped event (a workflow interrupt resolved, the
             // workflow resumed) moves the journal of the workflow's active
@@ -918,9 +926,9 @@ impl SessionWork {
                 if let AuthorityBody::RunStopRequested(b) = &p.event.body
                     && b.target_run_id.as_str() == root
                 {
-                    entry.0 = true;
+                    entry.stop = true;
                 }
-                entry.1 = self
+                entry.ended = self
                     .state
                     .runs
                     .get(&run.root_run_id)
@@ -1323,7 +1331,7 @@ impl<'a> WorkRows<'a> {
             let session = s.session.as_str();
             let mut queued = BTreeSet::new();
             for (root, order, cursor, workflow) in &s.queued {
-                if s.journals.get(root).is_some_and(|j| j.1) {
+                if s.journals.get(root).is_some_and(|j| j.ended) {
                     continue;
                 }
                 queued.insert(root.as_str());
@@ -1336,10 +1344,10 @@ impl<'a> WorkRows<'a> {
                 rows.added_cursor.push(*cursor);
                 // A stop appended in the same write as the start.
                 rows.added_stop
-                    .push(s.journals.get(root).is_some_and(|j| j.0));
+                    .push(s.journals.get(root).is_some_and(|j| j.stop));
                 rows.added_workflow.push(workflow.as_deref());
             }
-            for (root, &(stop, ended)) in &s.journals {
+            for (root, &Touched { stop, ended }) in &s.journals {
                 if ended {
                     rows.done_session.push(session);
                     rows.done_root.push(root);

@@ -711,14 +711,8 @@ impl Journal {
         older_than: Duration,
         max: i32,
     ) -> Result<i64, JournalError> {
-        let client = self.pool.get().await?;
-        Ok(client
-            .query_one(
-                "select run_work_forget($1, $2)",
-                &[&seconds(older_than), &max],
-            )
-            .await?
-            .get(0))
+        self.forget("select run_work_forget($1, $2)", older_than, max)
+            .await
     }
 
     /// Items by tenant, queue and state (ended ones left out).

@@ -36,15 +36,8 @@ use serde_json::{Value, json};
 /// What `narad demo-agent` serves, and how.
 #[derive(clap::Args)]
 pub struct DemoAgentArgs {
-    /// A replica's base URL; repeat it (or separate with commas) to fail
-    /// over between replicas.
-    #[arg(
-        long = "server",
-        env = "NARAD_SERVER",
-        default_value = "http://127.0.0.1:8080",
-        value_delimiter = ','
-    )]
-    pub servers: Vec<String>,
+    #[command(flatten)]
+    pub server: crate::servers::Servers,
     /// A bearer token with roles reader, writer and backend (`narad token`
     /// mints a development one).
     #[arg(long, env = "NARAD_TOKEN", hide_env_values = true)]
@@ -62,7 +55,7 @@ pub struct DemoAgentArgs {
 
 /// Runs the demo agent until Ctrl-C.
 pub async fn demo_agent(args: DemoAgentArgs) -> anyhow::Result<()> {
-    let runtime = Runtime::builder(args.servers.clone(), args.token.clone())
+    let runtime = Runtime::builder(args.server.servers.clone(), args.token.clone())
         .queue(args.queue.clone())
         .runtime_id("narad-demo-agent")
         .build()?;
@@ -84,7 +77,7 @@ pub async fn demo_agent(args: DemoAgentArgs) -> anyhow::Result<()> {
 /// Follows the tenant stream and starts a run for each user message
 /// recorded at session scope.
 async fn start_runs_for_messages(args: DemoAgentArgs) {
-    let client = Client::new(args.servers.clone(), args.token.clone());
+    let client = Client::new(args.server.servers.clone(), args.token.clone());
     let http = reqwest::Client::new();
     let mut follow = client.follow_tenant(None, None);
     let mut attached = false;
@@ -119,7 +112,7 @@ async fn start_runs_for_messages(args: DemoAgentArgs) {
         if let Some(executor) = &args.executor {
             start["clientExecutorId"] = json!(executor);
         }
-        for base in &args.servers {
+        for base in &args.server.servers {
             let sent = http
                 .post(format!(
                     "{}/v1/commands/start-run",

@@ -13,15 +13,8 @@ pub struct ExecutorArgs {
     /// The clientExecutorId to attach as.
     #[arg(long)]
     pub id: String,
-    /// A replica's base URL; repeat it (or separate with commas) to fail
-    /// over between replicas.
-    #[arg(
-        long = "server",
-        env = "NARAD_SERVER",
-        default_value = "http://127.0.0.1:8080",
-        value_delimiter = ','
-    )]
-    pub servers: Vec<String>,
+    #[command(flatten)]
+    pub server: crate::servers::Servers,
     /// A bearer token of role `executor` (`narad token` mints a
     /// development one).
     #[arg(long, env = "NARAD_TOKEN", hide_env_values = true)]
@@ -38,7 +31,7 @@ pub async fn executor(args: ExecutorArgs) -> anyhow::Result<()> {
         .unwrap_or_else(|| PathBuf::from(format!("./narad-executor-{}.tokens", args.id)));
     let store = FileTokenStore::open(&path)
         .map_err(|e| anyhow::anyhow!("opening the token store {}: {e}", path.display()))?;
-    let executor = Executor::builder(args.servers, args.token, args.id)
+    let executor = Executor::builder(args.server.servers, args.token, args.id)
         .tool(
             "echo",
             |args| async move { ToolResult::ok(Value::Object(args)) },

@@ -12,6 +12,7 @@ mod bench_stream;
 mod demo_agent;
 mod executor;
 mod serve;
+mod servers;
 mod tail;
 
 /// A general-purpose allocator that holds up under many threads doing

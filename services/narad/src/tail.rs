@@ -11,13 +11,8 @@ pub struct TailArgs {
     /// The session to follow; without it, the tenant stream (every session
     /// of the token's tenant, live from now).
     pub session_id: Option<String>,
-    /// A replica's base URL; repeat it to fail over between replicas.
-    #[arg(
-        long = "server",
-        env = "NARAD_SERVER",
-        default_value = "http://127.0.0.1:8080"
-    )]
-    pub servers: Vec<String>,
+    #[command(flatten)]
+    pub server: crate::servers::Servers,
     /// A bearer token (`narad token` mints a development one).
     #[arg(long, env = "NARAD_TOKEN", hide_env_values = true)]
     pub token: String,
@@ -36,7 +31,7 @@ pub struct TailArgs {
 
 /// Follows until the stream is refused or no replica answers.
 pub async fn tail(args: TailArgs) -> anyhow::Result<()> {
-    let client = Client::new(args.servers, args.token);
+    let client = Client::new(args.server.servers, args.token);
     let mut follow = match (&args.session_id, &args.last_event_id) {
         (Some(s), None) => client.follow_session_after(s, args.after.unwrap_or(0)),
         (session, last) => client.follow_tenant(session.as_deref(), last.as_deref()),

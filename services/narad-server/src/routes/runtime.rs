@@ -128,14 +128,8 @@ pub async fn claim(
             metrics::counter!("narad_runtime_claims_total").increment(1);
             return Ok(Json(claim).into_response());
         }
-        let now = tokio::time::Instant::now();
-        if now >= deadline {
+        if !next_look(&state, &mut wakes, deadline).await {
             return Ok(StatusCode::NO_CONTENT.into_response());
-        }
-        tokio::select! {
-            _ = tokio::time::sleep_until(deadline.min(now + RECHECK)) => {}
-            _ = state.hub.closed() => return Ok(StatusCode::NO_CONTENT.into_response()),
-            _ = wakes.changed() => {}
         }
     }
 }
@@ -218,14 +212,30 @@ pub async fn controls(
     let deadline = tokio::time::Instant::now() + wait;
     loop {
         let standing = state.journal.runtime_lease(tenant, &lease_id).await?;
-        let now = tokio::time::Instant::now();
-        if standing.stop_requested || standing.ended || now >= deadline {
+        if standing.stop_requested
+            || standing.ended
+            || !next_look(&state, &mut wakes, deadline).await
+        {
             return Ok(Json(json!(standing)));
         }
-        tokio::select! {
-            _ = tokio::time::sleep_until(deadline.min(now + RECHECK)) => {}
-            _ = state.hub.closed() => return Ok(Json(json!(standing))),
-            _ = wakes.changed() => {}
-        }
+    }
+}
+
+/// Waits until a poll should look again: a wake-up of the tenant's
+/// runtimes, or the recheck interval. `false` once `deadline` has passed
+/// or the server is stopping: the poll answers with what it has.
+async fn next_look(
+    state: &AppState,
+    wakes: &mut tokio::sync::watch::Receiver<u64>,
+    deadline: tokio::time::Instant,
+) -> bool {
+    let now = tokio::time::Instant::now();
+    if now >= deadline {
+        return false;
+    }
+    tokio::select! {
+        _ = tokio::time::sleep_until(deadline.min(now + RECHECK)) => true,
+        _ = state.hub.closed() => false,
+        _ = wakes.changed() => true,
     }
 }
