@@ -1338,3 +1338,33 @@ async fn the_fence_covers_the_workflow_events_of_a_held_run() {
         .expect(201);
     s.stop().await;
 }
+
+/// §6.3: a run asked to stop ends; when its runtime is lost before ending
+/// it, the server does not hand the run on but closes it cancelled.
+#[tokio::test]
+async fn a_stopped_run_whose_runtime_is_lost_is_cancelled_not_retried() {
+    let s = Server::start_with_runtime(quick()).await;
+    let jwt = backend("acme");
+    queued_run(
+        &s,
+        &jwt,
+        "s1",
+        "r1",
+        json!({"onLost": "retry", "maxAttempts": 3}),
+    )
+    .await;
+    claim(&s, &jwt, json!({})).await.expect("r1");
+    s.post("/v1/commands/stop-run", &jwt, &json!({"runId": "r1"}))
+        .await
+        .expect(200);
+    // Held: the stop is the holder's to serve; the holder dies instead.
+    assert_eq!(terminal_of(&s, &jwt, "s1", "r1").await, "run.cancelled");
+    let h = whole_history(&s, &jwt, "s1").await;
+    assert_eq!(
+        types(&h),
+        ["run.started", "run.stop.requested", "run.cancelled"]
+    );
+    assert!(claim(&s, &jwt, json!({})).await.is_none(), "not handed on");
+    obeys_the_rules(&h);
+    s.stop().await;
+}
