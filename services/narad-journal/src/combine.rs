@@ -128,6 +128,13 @@ impl Combiner {
         self.committed.notified().await;
     }
 
+    /// Says that something the relay reads committed outside an append
+    /// group (a catalogue change), so that it is delivered at once rather
+    /// than at the relay's next poll.
+    pub(crate) fn announce(&self) {
+        self.committed.notify_one();
+    }
+
     /// The counters so far.
     pub(crate) fn stats(&self) -> AppendStats {
         let c = &self.counters;

@@ -701,6 +701,7 @@ impl Journal {
             Ok(())
         })
         .await?;
+        self.catalogue_changed();
         self.session(tenant, session).await
     }
 
@@ -758,6 +759,7 @@ impl Journal {
             Ok(())
         })
         .await?;
+        self.catalogue_changed();
         self.session(tenant, session).await
     }
 

@@ -50,7 +50,7 @@ pub use runtime::{
     Claim, LeaseStanding, Released, Repair, RuntimeDue, RuntimeLease, WorkDefaults, WorkOrder,
 };
 pub use sessions::{NewSession, SessionRecord};
-pub use tenant_relay::{Horizon, StreamPosition};
+pub use tenant_relay::{Horizon, RelayPage, StreamPosition};
 
 /// The migrations of `migrations/`, embedded.
 pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations");
@@ -261,8 +261,12 @@ pub struct RelayBacklog {
 /// Run once on every new connection of the pool: every query on it runs
 /// as the role `narad_app`, which owns nothing, so that row-level security
 /// applies even when narad connects as a superuser, and even to a query
-/// that forgot to scope itself (it then sees no tenant's rows at all).
-pub const CONNECTION_SETUP: &str = "set role narad_app";
+/// that forgot to scope itself (it then sees no tenant's rows at all). The
+/// connection then attaches to the stream clock (migration
+/// `20261201000001_stream_clock`): stream positions are transaction ids
+/// plus an offset that grows when the database was moved to a cluster
+/// whose counter is lower, so that positions never go back.
+pub const CONNECTION_SETUP: &str = "set role narad_app; select stream_clock_attach()";
 
 /// Statements that open a tenant-scoped transaction: the tenant is set for
 /// that transaction only. (Every pooled connection already runs as the

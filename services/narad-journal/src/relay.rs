@@ -13,7 +13,10 @@ use crate::{Journal, JournalError, TenantId};
 /// A relay's position: the last `(txid, position)` it consumed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub struct RelayCursor {
-    /// The transaction id (xid8) of the last row consumed.
+    /// The stream clock reading of the last row consumed: its
+    /// transaction's id plus the database's clock offset, which grows
+    /// when the database moves to another cluster, so that readings only
+    /// grow.
     pub txid: i64,
     /// Its outbox position.
     pub position: i64,
@@ -92,12 +95,7 @@ impl Journal {
     pub async fn attach_snapshot(&self) -> Result<AttachSnapshot, JournalError> {
         let client = self.pool.get().await?;
         let row = client
-            .query_one(
-                "select pg_snapshot_xmin(s)::text::bigint, pg_snapshot_xmax(s)::text::bigint, \
-                 array(select x::text::bigint from pg_snapshot_xip(s) as x) \
-                 from pg_current_snapshot() as s",
-                &[],
-            )
+            .query_one("select xmin, xmax, running from stream_snapshot()", &[])
             .await?;
         Ok(AttachSnapshot {
             xmin: row.get(0),

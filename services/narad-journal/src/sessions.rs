@@ -113,6 +113,13 @@ impl Journal {
             Ok(created)
         })
         .await
+        .inspect(|_| self.catalogue_changed())
+    }
+
+    /// Wakes the relays after a catalogue change ([`record_watch`])
+    /// committed: it reaches tenant streams at once, not at the next poll.
+    pub(crate) fn catalogue_changed(&self) {
+        self.combiner.announce();
     }
 
     /// Reads a session.
@@ -232,7 +239,7 @@ pub(crate) async fn record_watch(
     fields: serde_json::Map<String, Value>,
 ) -> Result<(), JournalError> {
     let txid: i64 = c
-        .query_one("select pg_current_xact_id()::text::bigint", &[])
+        .query_one("select stream_xid()::text::bigint", &[])
         .await?
         .get(0);
     let event_id = narad_protocol::watch::WatchId {

@@ -46,11 +46,18 @@ const OUTBOX_ROW: &str = "select position from outbox \
 const HORIZON: &str = "select txid::text::bigint, position, event_id from outbox_horizons \
     where tenant_id = $1";
 
+/// A page of the tenant's rows and, read in the same statement (so in the
+/// same snapshot), the tenant's horizon: the first row says whether
+/// retention forgot rows after the cursor before the page was read.
+///
 /// The body of an authority row is read by its primary key, per row (as
 /// a join, a plan made on stale statistics scanned the session's events
 /// for every row).
 const TENANT_RELAY: &str = "
-select o.txid::text::bigint, o.position, o.session_id, o.session_sequence, o.event_id,
+select true, h.txid::text::bigint, h.position, null, null, h.event_id, null, null
+from outbox_horizons h where h.tenant_id = $1
+union all
+(select false, o.txid::text::bigint, o.position, o.session_id, o.session_sequence, o.event_id,
        coalesce(o.body, (select e.body from events e
                          where e.tenant_id = o.tenant_id and e.session_id = o.session_id
                            and e.session_sequence = o.session_sequence)),
@@ -60,9 +67,19 @@ where o.tenant_id = $1 and ($2::text is null or o.session_id = $2)
   -- As one row comparison on the index's columns, so that the scan starts
   -- at the cursor instead of filtering the tenant's rows from the first.
   and (o.tenant_id, o.txid, o.position) > ($1, $3::text::xid8, $4)
-  and o.txid < pg_snapshot_xmin(pg_current_snapshot())
+  and o.txid < stream_horizon()
 order by o.txid, o.position
-limit $5";
+limit $5)";
+
+/// The tenant's rows after a cursor, and its horizon when they were read.
+#[derive(Debug, Clone)]
+pub struct RelayPage {
+    /// The rows, in relay order.
+    pub rows: Vec<Relayed>,
+    /// The tenant's horizon in the same snapshot: when it is past the
+    /// cursor, retention forgot rows between the cursor and the first row.
+    pub horizon: Option<Horizon>,
+}
 
 impl Journal {
     /// Where an authority event (or a watch event the outbox carried)
@@ -146,14 +163,15 @@ impl Journal {
     }
 
     /// The tenant's next committed rows after `cursor` (of one session,
-    /// when given), at most `max`, in relay order.
+    /// when given), at most `max`, in relay order, with the tenant's
+    /// horizon as it was when they were read.
     pub async fn tenant_relay_after(
         &self,
         tenant: &TenantId,
         session_id: Option<&str>,
         cursor: RelayCursor,
         max: u32,
-    ) -> Result<Vec<Relayed>, JournalError> {
+    ) -> Result<RelayPage, JournalError> {
         let client = self.pool.get().await?;
         let rows = in_tenant(client, tenant, async |c| {
             let stmt = c.prepare_cached(TENANT_RELAY).await?;
@@ -170,21 +188,33 @@ impl Journal {
             .await?)
         })
         .await?;
-        Ok(rows
-            .iter()
-            .map(|r| Relayed {
-                cursor: RelayCursor {
-                    txid: r.get(0),
-                    position: r.get(1),
-                },
+        let mut page = RelayPage {
+            rows: Vec::with_capacity(rows.len()),
+            horizon: None,
+        };
+        for r in &rows {
+            let cursor = RelayCursor {
+                txid: r.get(1),
+                position: r.get(2),
+            };
+            if r.get::<_, bool>(0) {
+                page.horizon = Some(Horizon {
+                    cursor,
+                    event_id: r.get(5),
+                });
+                continue;
+            }
+            page.rows.push(Relayed {
+                cursor,
                 tenant: tenant.clone(),
-                session_id: r.get(2),
-                session_sequence: r.get::<_, i64>(3) as u64,
-                event_id: r.get(4),
-                body: r.get::<_, Value>(5),
-                authority: r.get(6),
-            })
-            .collect())
+                session_id: r.get(3),
+                session_sequence: r.get::<_, i64>(4) as u64,
+                event_id: r.get(5),
+                body: r.get::<_, Value>(6),
+                authority: r.get(7),
+            });
+        }
+        Ok(page)
     }
 
     /// When the tenant's newest outbox row was recorded, in milliseconds
@@ -208,10 +238,7 @@ impl Journal {
     pub async fn current_txid(&self) -> Result<i64, JournalError> {
         let client = self.pool.get().await?;
         let row = client
-            .query_one(
-                "select pg_snapshot_xmax(pg_current_snapshot())::text::bigint",
-                &[],
-            )
+            .query_one("select xmax from stream_snapshot()", &[])
             .await?;
         Ok(row.get(0))
     }

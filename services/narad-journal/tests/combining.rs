@@ -185,14 +185,15 @@ async fn a_group_whose_write_fails_appends_each_request_alone() {
     f.session("s1").await;
     f.session("s2").await;
     // Another transaction writes eventId "x" (to a third session) and stays
-    // open: the group's insert of "x" waits for it, then fails.
+    // open: the group's insert of "x" waits for it, then fails. (Like every
+    // connection that writes the journal, it attaches to the stream clock.)
     let (other, conn) = tokio_postgres::connect(f.db.url(), tokio_postgres::NoTls)
         .await
         .unwrap();
     tokio::spawn(conn);
     other
         .batch_execute(
-            "begin; insert into events (tenant_id, session_id, session_sequence, event_id, type, \
+            "select stream_clock_attach(); begin; insert into events (tenant_id, session_id, session_sequence, event_id, type, \
              body, proposal_sha256) values ('org-a', 's3', 1, 'x', 'message.user.recorded', \
              '{}', '\\x00')",
         )

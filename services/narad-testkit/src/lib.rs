@@ -54,6 +54,12 @@ impl TestDatabase {
         Self::create(admin_url().await, "template0").await
     }
 
+    /// Creates an empty database, with no migrations applied, on the
+    /// server at `admin_url` (a restore's target, say).
+    pub async fn empty_on_server(admin_url: &str) -> TestDatabase {
+        Self::create(admin_url.to_owned(), "template0").await
+    }
+
     async fn create(admin_url: String, template: &str) -> TestDatabase {
         let name = format!("narad_test_{}", uuid::Uuid::now_v7().simple());
         let (client, conn) = tokio_postgres::connect(&admin_url, tokio_postgres::NoTls)

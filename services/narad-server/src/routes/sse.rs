@@ -106,6 +106,60 @@ pub fn received(
     }
 }
 
+/// How far a stream has come, in its own order of positions
+/// (sessionSequence on a session stream, relay order on the tenant
+/// stream). A client resumes from the id of the last frame it got, so every
+/// frame with an id must stand exactly where resuming from it starts: after
+/// every frame sent before it, and before every frame sent after it.
+/// Authority frames go out in order and stand where they are; a watch frame
+/// stands at the authority it covers, so it goes out only while that is
+/// exactly where the stream stands ([`Progress::watch_fits`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Progress<P> {
+    /// Everything through here was handled: sent, or not for this client.
+    pub through: P,
+    /// Where the last frame with an id that went out stands.
+    pub sent: P,
+}
+
+impl<P: Ord + Copy> Progress<P> {
+    /// A stream resuming after `at`.
+    pub fn after(at: P) -> Progress<P> {
+        Progress {
+            through: at,
+            sent: at,
+        }
+    }
+
+    /// Records that the frame at `at` was handled, and whether it went out.
+    pub fn handled(&mut self, at: P, sent: bool) {
+        self.through = self.through.max(at);
+        if sent {
+            self.sent = at;
+        }
+    }
+
+    /// Whether a watch frame covering the authority at `covers` may go
+    /// out now: the stream has handled everything through it and sent
+    /// nothing after it. A watch that does not fit is stale for this
+    /// client (a later one covers what it has), and is not sent:
+    /// otherwise a client resuming from its id would get again what came
+    /// after the authority it covers.
+    pub fn watch_fits(&self, covers: P) -> bool {
+        self.sent <= covers && covers <= self.through
+    }
+
+    /// Whether a watch frame covering `covers` goes out
+    /// ([`Progress::watch_fits`]); recorded as sent when it does.
+    pub fn watch_sent(&mut self, covers: P) -> bool {
+        let fits = self.watch_fits(covers);
+        if fits {
+            self.sent = covers;
+        }
+        fits
+    }
+}
+
 /// Live events a connection takes from the hub at a time before it hands
 /// their frames on as one.
 const GATHER: usize = 256;
@@ -507,5 +561,22 @@ mod tests {
         assert!(!expired.is_finished(), "not before the token expires");
         tokio::time::sleep(Duration::from_secs(61 + crate::auth::LEEWAY_SECONDS)).await;
         assert!(expired.is_finished(), "ended once the token expired");
+    }
+
+    /// A watch goes out only while it stands where the stream stands:
+    /// never after a later frame, never ahead of what was handled.
+    #[test]
+    fn a_watch_fits_only_where_the_stream_stands() {
+        let mut p = Progress::after(10u64);
+        assert!(!p.watch_fits(9), "older than the resume position");
+        assert!(p.watch_sent(10), "exactly at the resume position");
+        assert!(!p.watch_fits(11), "ahead of what was handled");
+        p.handled(11, true);
+        p.handled(12, false);
+        assert!(!p.watch_fits(10), "a frame went out after it");
+        assert!(p.watch_fits(11) && p.watch_fits(12));
+        assert!(p.watch_sent(12));
+        assert!(!p.watch_fits(11), "a watch at 12 went out after it");
+        assert_eq!((p.through, p.sent), (12, 12));
     }
 }

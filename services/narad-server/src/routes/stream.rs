@@ -4,9 +4,10 @@
 //! profiles, then every authority event after the client's position, in
 //! sessionSequence order, each frame's id its eventId (§10.1), and the
 //! session's watch events (`session.revision`, `run.revision`,
-//! `workflow.revision`, `session.archived`), each after the authority it
-//! covers, so that resuming from a watch event's id resumes after that
-//! authority. The stream subscribes before it replays (§10.3): events
+//! `workflow.revision`, `session.archived`), each right after the authority
+//! it covers and only there (a watch that would go out after later frames is
+//! stale and left out), so that resuming from ANY frame's id gives exactly
+//! the frames after it. The stream subscribes before it replays (§10.3): events
 //! committed during the replay wait in the subscription, and the stream
 //! delivers each sessionSequence exactly once, reading history whenever the
 //! live feed skips ahead. Frames of profiles the client did not negotiate
@@ -26,7 +27,7 @@ use narad_protocol::watch::WatchId;
 use tokio::sync::broadcast;
 
 use super::graph_feed::{GraphFeed, graph_event};
-use super::sse::{self, Connection, Take};
+use super::sse::{self, Connection, Progress, Take};
 use crate::AppState;
 use crate::auth::Permission;
 use crate::body::Query;
@@ -127,7 +128,7 @@ async fn feed(
     state: AppState,
     connection: Connection,
     session_id: String,
-    mut last: u64,
+    after: u64,
     hydrate: bool,
     mut live: broadcast::Receiver<std::sync::Arc<crate::hub::Live>>,
     first: axum::body::Bytes,
@@ -135,6 +136,7 @@ async fn feed(
     if connection.send(first).await.is_err() {
         return;
     }
+    let mut progress = Progress::after(after);
     if hydrate {
         // The authority still follows from the start, for the lifecycle
         // state; the client's transcript skips what the snapshot covers
@@ -158,9 +160,9 @@ async fn feed(
         .contains(Profile::Graph)
         .then(|| GraphFeed::new(&session_id));
     if let Some(feed) = &mut graphs
-        && last > 0
+        && after > 0
     {
-        if Box::pin(fold_history(&state, &connection, &session_id, last, feed))
+        if Box::pin(fold_history(&state, &connection, &session_id, after, feed))
             .await
             .is_err()
         {
@@ -178,7 +180,7 @@ async fn feed(
         &state,
         &connection,
         &session_id,
-        &mut last,
+        &mut progress,
         &mut graphs,
     ))
     .await
@@ -198,24 +200,25 @@ async fn feed(
                 // This event and those already waiting behind it leave as
                 // one.
                 let gathered_until = gathered.gather(&state, &mut live, event, |event| {
+                    let seq = event.session_sequence;
                     match event.kind {
-                        // A watch event goes out only after the authority it
-                        // covers (a client resuming from its id resumes there).
+                        // A watch event goes out only right after the
+                        // authority it covers (a client resuming from its id
+                        // resumes there).
                         LiveKind::Watch | LiveKind::StoredWatch => Take::send_if(
-                            event.session_sequence <= last
-                                && connection.wants(event.profile, Some(&session_id)),
+                            connection.wants(event.profile, Some(&session_id))
+                                && progress.watch_sent(seq),
                         ),
-                        LiveKind::Authority if event.session_sequence <= last => Take::Skip,
-                        LiveKind::Authority if event.session_sequence == last + 1 => {
-                            last += 1;
+                        LiveKind::Authority if seq <= progress.through => Take::Skip,
+                        LiveKind::Authority if seq == progress.through + 1 => {
                             let derived = match (&mut graphs, &event.graph_event) {
                                 (Some(feed), Some(e)) => feed.follow(e),
                                 _ => None,
                             };
+                            let wanted = connection.wants(event.profile, Some(&session_id));
+                            progress.handled(seq, wanted);
                             match derived {
-                                _ if !connection.wants(event.profile, Some(&session_id)) => {
-                                    Take::Skip
-                                }
+                                _ if !wanted => Take::Skip,
                                 Some(after) => Take::SendWith(after),
                                 None => Take::Send,
                             }
@@ -233,7 +236,7 @@ async fn feed(
                     return;
                 }
                 if behind
-                    && Box::pin(catch_up(&state, &connection, &session_id, &mut last, &mut graphs))
+                    && Box::pin(catch_up(&state, &connection, &session_id, &mut progress, &mut graphs))
                         .await
                         .is_err()
                 {
@@ -268,31 +271,35 @@ async fn history_page(
         .map_err(|e| tracing::warn!(error = %e, "a stream cannot read history"))
 }
 
-/// Sends every event after `last` that history holds; `Err` when the client
-/// went away or history cannot be read (the stream then ends, and the
-/// client resumes from its last id).
+/// Sends every event after `progress` that history holds; `Err` when the
+/// client went away or history cannot be read (the stream then ends, and
+/// the client resumes from its last id).
 async fn catch_up(
     state: &AppState,
     connection: &Connection,
     session_id: &str,
-    last: &mut u64,
+    progress: &mut Progress<u64>,
     graphs: &mut Option<GraphFeed>,
 ) -> Result<(), ()> {
     let tenant = &connection.principal.tenant;
     loop {
-        let page = history_page(state, tenant, session_id, *last).await?;
+        let page = history_page(state, tenant, session_id, progress.through).await?;
         for event in &page.events {
             let derived = graphs
                 .as_mut()
                 .and_then(|feed| graph_event(event).and_then(|e| feed.follow(&e)));
-            if connection.wants(profile_of(event), Some(session_id)) {
+            let wanted = connection.wants(profile_of(event), Some(session_id));
+            if wanted {
                 let id = event["eventId"].as_str().unwrap_or("");
                 connection.send(frame(id, event)).await?;
                 if let Some(after) = derived {
                     connection.send(after).await?;
                 }
             }
-            *last = event["sessionSequence"].as_u64().unwrap_or(*last + 1);
+            let seq = event["sessionSequence"]
+                .as_u64()
+                .unwrap_or(progress.through + 1);
+            progress.handled(seq, wanted);
         }
         if page.next_session_sequence.is_none() {
             return Ok(());

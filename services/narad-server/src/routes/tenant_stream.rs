@@ -11,7 +11,15 @@
 //! - A replay that starts below what retention already forgot begins with
 //!   one `replay-gap` frame without an id, naming `forgottenThrough` (the
 //!   last forgotten eventId): the client re-reads history
-//!   (`GET /v1/sessions/{id}/events`) from what it holds.
+//!   (`GET /v1/sessions/{id}/events`) from what it holds. Retention may run
+//!   while a slow replay is under way: every page of the replay is read
+//!   together with the tenant's horizon (one statement, one snapshot), and
+//!   when retention forgot rows the replay had not sent yet, a `replay-gap`
+//!   frame says so before the rows after them.
+//! - Every frame with an id stands exactly where resuming from that id
+//!   starts: authority rows in relay order, and a watch event right after
+//!   the row it covers and only there (see [`Progress`]); a resumed stream
+//!   gets exactly the frames after the id, none again, none missing.
 //! - A long backlog is served in blocks of [`REPLAY_BLOCK`] frames, each
 //!   ending the connection; the client resumes from the last id it got.
 //! - A `Last-Event-ID` past anything the store holds is refused with 409
@@ -40,7 +48,7 @@ use narad_protocol::watch::WatchId;
 use serde_json::json;
 use tokio::sync::broadcast;
 
-use super::sse::{self, Connection, Take};
+use super::sse::{self, Connection, Progress, Take};
 use crate::AppState;
 use crate::auth::Permission;
 use crate::body::Query;
@@ -115,8 +123,9 @@ pub async fn events(
         Start::After(position) => {
             let found = matches!(position, StreamPosition::At(_));
             let horizon = state.journal.horizon(&tenant).await?;
+            // A cursor below the horizon is found by the replay's first
+            // page, which reads the horizon with its rows.
             let (cursor, forgotten) = match (position, horizon) {
-                (StreamPosition::At(c), Some(h)) if c < h.cursor => (h.cursor, Some(h.event_id)),
                 (StreamPosition::At(c), _) => (c, None),
                 (_, Some(h)) => (h.cursor, Some(h.event_id)),
                 (_, None) => (
@@ -185,9 +194,11 @@ async fn position_of(state: &AppState, tenant: &TenantId, id: &str) -> ApiResult
             }
             match watch.txid {
                 Some(txid) => journal.stream_position(tenant, id, Some(txid)).await?,
-                // After every row of the transactions before it.
+                // After every row of its transaction: the catalogue change
+                // it covers is the one row of a transaction that records
+                // one (`record_watch`).
                 None => StreamPosition::At(RelayCursor {
-                    txid: txid - 1,
+                    txid,
                     position: i64::MAX,
                 }),
             }
@@ -240,7 +251,7 @@ async fn feed(
     state: AppState,
     connection: Connection,
     session_id: Option<String>,
-    mut last: RelayCursor,
+    after: RelayCursor,
     attached: Option<AttachSnapshot>,
     mut live: broadcast::Receiver<std::sync::Arc<Live>>,
     first: Vec<Bytes>,
@@ -250,6 +261,7 @@ async fn feed(
             return;
         }
     }
+    let mut progress = Progress::after(after);
     // Without a snapshot of its attach, the stream replays first.
     if attached.is_none() {
         // Boxed, as the session stream's history reads are.
@@ -257,7 +269,7 @@ async fn feed(
             &state,
             &connection,
             session_id.as_deref(),
-            &mut last,
+            &mut progress,
         ))
         .await
         {
@@ -283,18 +295,16 @@ async fn feed(
                     if attached.as_ref().is_some_and(|a| a.saw(event.cursor.txid)) {
                         return Take::Skip;
                     }
-                    let new = match event.kind {
-                        // After the authority it covers only.
-                        LiveKind::Watch => event.cursor <= last,
+                    let wanted = connection.wants(event.profile, event.session_id.as_deref());
+                    Take::send_if(match event.kind {
+                        // Right after the authority it covers only.
+                        LiveKind::Watch => wanted && progress.watch_sent(event.cursor),
                         LiveKind::Authority | LiveKind::StoredWatch => {
-                            let new = event.cursor > last;
-                            if new {
-                                last = event.cursor;
-                            }
-                            new
+                            let new = event.cursor > progress.through;
+                            progress.handled(event.cursor, new && wanted);
+                            new && wanted
                         }
-                    };
-                    Take::send_if(new && connection.wants(event.profile, event.session_id.as_deref()))
+                    })
                 });
                 if gathered_until == sse::Gather::Dropped {
                     return;
@@ -308,31 +318,42 @@ async fn feed(
     }
 }
 
-/// Replays the rows after `last`: `Ok(true)` when the replay caught up
-/// (the stream goes live), `Ok(false)` when a full block was written and
+/// Replays the rows after `progress`: `Ok(true)` when the replay caught
+/// up (the stream goes live), `Ok(false)` when a full block was written and
 /// more remain (the connection ends), `Err` when the client went away or
 /// the outbox cannot be read.
 async fn replay_block(
     state: &AppState,
     connection: &Connection,
     session_id: Option<&str>,
-    last: &mut RelayCursor,
+    progress: &mut Progress<RelayCursor>,
 ) -> Result<bool, ()> {
     let tenant = connection.principal.tenant.clone();
     let mut sent = 0;
     loop {
-        let rows = state
+        let page = state
             .journal
-            .tenant_relay_after(&tenant, session_id, *last, PAGE)
+            .tenant_relay_after(&tenant, session_id, progress.through, PAGE)
             .await
             .map_err(|e| tracing::warn!(error = %e, "a tenant stream cannot read the outbox"))?;
-        let full = rows.len() == PAGE as usize;
-        for row in rows {
-            if connection.wants(profile_of(&row.body), Some(&row.session_id)) {
+        // Retention forgot rows this replay had not reached: say so before
+        // the rows after them.
+        if let Some(h) = page.horizon
+            && h.cursor > progress.through
+        {
+            connection
+                .send(replay_gap(Some(&h.event_id), session_id))
+                .await?;
+            progress.handled(h.cursor, false);
+        }
+        let full = page.rows.len() == PAGE as usize;
+        for row in page.rows {
+            let wanted = connection.wants(profile_of(&row.body), Some(&row.session_id));
+            if wanted {
                 connection.send(frame(&row.event_id, &row.body)).await?;
                 sent += 1;
             }
-            *last = row.cursor;
+            progress.handled(row.cursor, wanted);
         }
         if !full {
             return Ok(true);
