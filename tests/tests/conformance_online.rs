@@ -13,11 +13,20 @@
 //! rather than as a rule; and wire-level traces (malformed objects,
 //! unknown types, versions), which the server answers with NRD-0003/4/5
 //! before any rule.
+//!
+//! Who may write what (the `issuer.*` rules) binds the HTTP API too: a
+//! backend approves nothing and gives no client tool call its result. So
+//! a line a backend may not propose travels the way a person's decision
+//! does: an accepted `interrupt.resolved` of another decision than
+//! `expired` (and every resolution of a trace whose issuer is `person`) is
+//! sent as the resolve-interrupt command; a trace whose client tool call
+//! is finished with a result is left out, since only an executor's finish
+//! under its execution token gives one (tests/tests/executors.rs).
 
 use std::path::PathBuf;
 
 use narad_protocol::ProfileSet;
-use narad_protocol::conformance::{self, Expected, Mode};
+use narad_protocol::conformance::{self, Expected, Mode, TraceIssuer};
 use narad_server::auth::Role;
 use narad_tests::{Server, token};
 use serde_json::{Value, json};
@@ -36,6 +45,24 @@ const ASSIGNED_BY_THE_JOURNAL: &[&str] = &[
     // not refused.
     "workflow.run.position",
 ];
+
+/// Whether a trace finishes a client tool call with a result, which only
+/// an executor under its execution token may do (§11.3).
+fn gives_a_client_result(lines: &[(usize, String)]) -> bool {
+    let events: Vec<Value> = lines
+        .iter()
+        .filter_map(|(_, l)| serde_json::from_str(l).ok())
+        .collect();
+    events.iter().any(|f| {
+        f["type"] == "tool.call.finished"
+            && f["outcome"] == "success"
+            && events.iter().any(|s| {
+                s["type"] == "tool.call.started"
+                    && s["toolCallId"] == f["toolCallId"]
+                    && s["executor"] == "client"
+            })
+    })
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn journal_traces_hold_through_the_http_api() {
@@ -66,6 +93,7 @@ async fn journal_traces_hold_through_the_http_api() {
             || profiles != every
             || ASSIGNED_BY_THE_JOURNAL.contains(&rule)
             || rule.starts_with("wire.")
+            || (m.issuer.is_none() && gives_a_client_result(&trace.lines))
         {
             continue;
         }
@@ -93,13 +121,33 @@ async fn journal_traces_hold_through_the_http_api() {
             // Event ids are unique per tenant: one namespace per trace.
             let id = format!("{session}-{}", o["eventId"].as_str().unwrap_or("e"));
             o.insert("eventId".into(), json!(id));
-            let answer = s
-                .post(
+            let by_person = event["type"] == "interrupt.resolved"
+                && (m.issuer == Some(TraceIssuer::Person)
+                    || (event["decision"] != "expired" && Some(line_no) != reject_at));
+            let answer = if by_person {
+                let mut cmd = json!({
+                    "interruptId": event["interruptId"], "sessionId": session,
+                    "decision": event["decision"],
+                });
+                for f in ["reason", "members"] {
+                    if let Some(v) = event.get(f) {
+                        cmd[f] = v.clone();
+                    }
+                }
+                let a = s.post("/v1/commands/resolve-interrupt", &t, &cmd).await;
+                // A command answers 200; the lines of an append 201.
+                narad_tests::Answer {
+                    status: if a.status == 200 { 201 } else { a.status },
+                    ..a
+                }
+            } else {
+                s.post(
                     &format!("/v1/sessions/{session}/events"),
                     &t,
                     &json!({ "events": [event] }),
                 )
-                .await;
+                .await
+            };
             if Some(line_no) == reject_at {
                 if answer.status != 409 || answer.body["rule"] != rule {
                     failures.push(format!(

@@ -6,6 +6,8 @@
 //! `workflowSequence` (§4.2), fills `sessionId`, a missing `timestamp`, and
 //! the `workflowId` of a workflow-owned run's events.
 
+use narad_protocol::authority::Actor;
+use narad_protocol::engine::Issuer;
 use narad_protocol::primitives::{SessionId, Timestamp};
 use narad_protocol::{AuthorityEvent, Classified, Reader, WireError, WireObject};
 use serde::Serialize;
@@ -26,6 +28,10 @@ pub struct AppendOptions {
     pub expected_session_sequence: Option<u64>,
     /// Who appends, for the runtime-lease fence.
     pub fence: Fence,
+    /// Who appends, for the rules of who may write what (the `issuer.*`
+    /// rules, checked in the append transaction); a command's actor is
+    /// stamped on the events that record it.
+    pub issuer: Issuer,
     /// Hand the top-level runs this batch starts to the work queue.
     pub work: Option<crate::runtime::WorkOrder>,
 }
@@ -182,6 +188,32 @@ pub(crate) fn prepare(
     })
 }
 
+/// The event types that record who caused them (§7.7): the server stamps
+/// their actor.
+const RECORDS_ACTOR: [&str; 3] = [
+    "interrupt.resolved",
+    "run.stop.requested",
+    "message.user.recorded",
+];
+
+/// A command's proposals with its actor stamped on those that record one.
+fn stamp(proposals: &[Value], actor: &Actor) -> Vec<Value> {
+    let actor = serde_json::to_value(actor).expect("serialises");
+    proposals
+        .iter()
+        .map(|p| {
+            let mut p = p.clone();
+            if p["type"]
+                .as_str()
+                .is_some_and(|t| RECORDS_ACTOR.contains(&t))
+            {
+                p["actor"] = actor.clone();
+            }
+            p
+        })
+        .collect()
+}
+
 impl Journal {
     /// Appends a batch of proposed authority events to a session: all of
     /// them, with contiguous sequences, or none.
@@ -211,6 +243,14 @@ impl Journal {
                 ),
             });
         }
+        let stamped;
+        let proposals = match &options.issuer {
+            Issuer::Command(actor) => {
+                stamped = stamp(proposals, actor);
+                &stamped[..]
+            }
+            _ => proposals,
+        };
         let prepared = proposals
             .iter()
             .enumerate()

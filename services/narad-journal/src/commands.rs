@@ -8,6 +8,9 @@
 //!   slot), or `interrupt` (stop the active run; start once it has ended).
 //! - `resolve-interrupt` resolves at most once: a second resolution, from
 //!   any replica or tab, is refused with the decision already recorded.
+//!
+//! Each runs under an [`Authorized`] caller and acts within its session
+//! alone; the events it builds carry the caller as their actor (§7.7).
 
 use narad_protocol::authority::MessageScope;
 use narad_protocol::commands::{
@@ -21,7 +24,9 @@ use serde::Serialize;
 use serde_json::{Value, json};
 
 use crate::runtime::WorkOrder;
-use crate::{AppendOptions, Appended, Journal, JournalError, SessionRecord, TenantId, in_tenant};
+use crate::{
+    AppendOptions, Appended, Authorized, Journal, JournalError, SessionRecord, TenantId, in_tenant,
+};
 
 /// What a start-run command did.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -102,10 +107,10 @@ impl Journal {
     /// Starts a run (command `start-run`).
     pub async fn start_run(
         &self,
-        tenant: &TenantId,
+        auth: &Authorized,
         cmd: &StartRun,
     ) -> Result<RunStart, JournalError> {
-        let session = &cmd.session_id;
+        let (tenant, session) = (auth.tenant(), auth.session());
         let run_id = cmd
             .run_id
             .as_ref()
@@ -160,7 +165,7 @@ impl Journal {
                     std::slice::from_ref(&proposal),
                     AppendOptions {
                         work: work.clone(),
-                        ..AppendOptions::default()
+                        ..auth.options()
                     },
                 )
                 .await
@@ -199,7 +204,7 @@ impl Journal {
                     };
                     let stop_requested = match (on_conflict, active) {
                         (OnConflict::Interrupt, Some(active_run)) => {
-                            Some(self.stop(tenant, session, &active_run).await?)
+                            Some(self.stop(auth, &active_run).await?)
                         }
                         _ => None,
                     };
@@ -262,12 +267,8 @@ impl Journal {
     }
 
     /// Appends run.stop.requested for a run of the session.
-    async fn stop(
-        &self,
-        tenant: &TenantId,
-        session: &SessionId,
-        run_id: &str,
-    ) -> Result<Appended, JournalError> {
+    async fn stop(&self, auth: &Authorized, run_id: &str) -> Result<Appended, JournalError> {
+        let (tenant, session) = (auth.tenant(), auth.session());
         let state = self
             .entity(tenant, session, "run", run_id)
             .await?
@@ -278,7 +279,7 @@ impl Journal {
             Some("narad.start-run.interrupt"),
         );
         let appended = self
-            .append(tenant, session, &[stop], AppendOptions::default())
+            .append(tenant, session, &[stop], auth.options())
             .await?;
         if state["rootRunId"] == run_id {
             self.serve_unheld_stop(tenant, session.as_str(), run_id)
@@ -354,15 +355,17 @@ impl Journal {
         .await
     }
 
-    /// Resolves an interrupt (command `resolve-interrupt`), at most once.
-    /// The interrupt id alone locates its session and owner (§2.2).
+    /// Resolves an interrupt of the authorized session (command
+    /// `resolve-interrupt`), at most once.
     pub async fn resolve_interrupt(
         &self,
-        tenant: &TenantId,
+        auth: &Authorized,
         cmd: &ResolveInterrupt,
     ) -> Result<(String, Appended), JournalError> {
+        let (tenant, sid) = (auth.tenant(), auth.session());
+        let session = sid.to_string();
         let id = cmd.interrupt_id.as_str();
-        let (session, interrupt, owner_run) = self.find_interrupt(tenant, id).await?;
+        let (interrupt, owner_run) = self.find_interrupt(tenant, sid, id).await?;
         if let Some(decision) = interrupt.get("decision").and_then(Value::as_str) {
             return Err(JournalError::InterruptAlreadyResolved {
                 interrupt_id: id.to_owned(),
@@ -393,17 +396,13 @@ impl Journal {
         if let Some(members) = &cmd.members {
             event["members"] = serde_json::to_value(members).expect("serialises");
         }
-        let sid = SessionId::new(session.clone()).map_err(JournalError::Corrupt)?;
-        match self
-            .append(tenant, &sid, &[event], AppendOptions::default())
-            .await
-        {
+        match self.append(tenant, sid, &[event], auth.options()).await {
             Ok(appended) => Ok((session, appended)),
             // Another resolution won the race: report its decision.
             Err(JournalError::Rejected { violation, .. })
                 if violation.rule == rules::INTERRUPT_RESOLVED_ONCE.id =>
             {
-                let (_, now, _) = self.find_interrupt(tenant, id).await?;
+                let (now, _) = self.find_interrupt(tenant, sid, id).await?;
                 Err(JournalError::InterruptAlreadyResolved {
                     interrupt_id: id.to_owned(),
                     decision: now["decision"].as_str().unwrap_or_default().to_owned(),
@@ -413,51 +412,46 @@ impl Journal {
         }
     }
 
-    /// An interrupt's session, state and owning run's state.
+    /// An interrupt of a session: its state and its owning run's state.
     async fn find_interrupt(
         &self,
         tenant: &TenantId,
+        session: &SessionId,
         id: &str,
-    ) -> Result<(String, Value, Option<Value>), JournalError> {
+    ) -> Result<(Value, Option<Value>), JournalError> {
         let client = self.pool.get().await?;
-        let rows = in_tenant(client, tenant, async |c| {
-            Ok(c.query(
-                "select i.session_id, i.state, r.state from entities i \
+        let row = in_tenant(client, tenant, async |c| {
+            Ok(c.query_opt(
+                "select i.state, r.state from entities i \
                  left join entities r on r.tenant_id = i.tenant_id and r.session_id = i.session_id \
                    and r.kind = 'run' and r.id = i.state ->> 'runId' \
-                 where i.tenant_id = $1 and i.kind = 'interrupt' and i.id = $2",
-                &[&tenant.as_str(), &id],
+                 where i.tenant_id = $1 and i.session_id = $2 and i.kind = 'interrupt' and i.id = $3",
+                &[&tenant.as_str(), &session.as_str(), &id],
             )
             .await?)
         })
         .await?;
-        match rows.as_slice() {
-            [] => Err(JournalError::NotFound(format!("interrupt {id}"))),
-            [row] => Ok((row.get(0), row.get(1), row.get(2))),
-            _ => Err(JournalError::InvalidParameter {
-                parameter: "interruptId",
-                message: format!("{id} names interrupts in several sessions; name the session too"),
-            }),
-        }
+        let row = row.ok_or_else(|| {
+            JournalError::NotFound(format!("interrupt {id} in session {session}"))
+        })?;
+        Ok((row.get(0), row.get(1)))
     }
 
-    /// Asks a run to stop (command `stop-run`): the run id alone locates
-    /// its session.
+    /// Asks a run of the authorized session to stop (command `stop-run`).
     pub async fn stop_run(
         &self,
-        tenant: &TenantId,
+        auth: &Authorized,
         cmd: &StopRun,
     ) -> Result<(String, Appended), JournalError> {
-        let (session, run) = self.find_by_id(tenant, "run", cmd.run_id.as_str()).await?;
-        let stop = stop_proposal(
-            &run["rootRunId"],
-            cmd.run_id.as_str(),
-            cmd.reason.as_deref(),
-        );
-        let sid = SessionId::new(session.clone()).map_err(JournalError::Corrupt)?;
-        let appended = self
-            .append(tenant, &sid, &[stop], AppendOptions::default())
-            .await?;
+        let (tenant, sid) = (auth.tenant(), auth.session());
+        let session = sid.to_string();
+        let run_id = cmd.run_id.as_str();
+        let run = self
+            .entity(tenant, sid, "run", run_id)
+            .await?
+            .ok_or_else(|| JournalError::NotFound(format!("run {run_id} in session {sid}")))?;
+        let stop = stop_proposal(&run["rootRunId"], run_id, cmd.reason.as_deref());
+        let appended = self.append(tenant, sid, &[stop], auth.options()).await?;
         if run["rootRunId"] == cmd.run_id.as_str() {
             self.serve_unheld_stop(tenant, &session, cmd.run_id.as_str())
                 .await;
@@ -468,9 +462,10 @@ impl Journal {
     /// Records what a person said (command `record-user-message`).
     pub async fn record_user_message(
         &self,
-        tenant: &TenantId,
+        auth: &Authorized,
         cmd: &RecordUserMessage,
     ) -> Result<(String, Appended), JournalError> {
+        let (tenant, session) = (auth.tenant(), auth.session());
         let message_id = cmd
             .message_id
             .as_ref()
@@ -492,13 +487,10 @@ impl Journal {
             MessageScope::Run => {
                 let run_id = cmd.run_id.as_ref().ok_or_else(|| missing("runId"))?;
                 let run = self
-                    .entity(tenant, &cmd.session_id, "run", run_id.as_str())
+                    .entity(tenant, session, "run", run_id.as_str())
                     .await?
                     .ok_or_else(|| {
-                        JournalError::NotFound(format!(
-                            "run {run_id} in session {}",
-                            cmd.session_id
-                        ))
+                        JournalError::NotFound(format!("run {run_id} in session {session}"))
                     })?;
                 event["runId"] = json!(run_id);
                 event["rootRunId"] = run["rootRunId"].clone();
@@ -512,7 +504,7 @@ impl Journal {
             }
         }
         let appended = self
-            .append(tenant, &cmd.session_id, &[event], AppendOptions::default())
+            .append(tenant, session, &[event], auth.options())
             .await?;
         Ok((message_id, appended))
     }
@@ -520,9 +512,10 @@ impl Journal {
     /// Starts a workflow in the session's slot (command `start-workflow`).
     pub async fn start_workflow(
         &self,
-        tenant: &TenantId,
+        auth: &Authorized,
         cmd: &StartWorkflow,
     ) -> Result<(String, Appended), JournalError> {
+        let (tenant, session) = (auth.tenant(), auth.session());
         let workflow_id = cmd
             .workflow_id
             .as_ref()
@@ -538,16 +531,13 @@ impl Journal {
         if let Some(input) = &cmd.input {
             event["input"] = input.clone();
         }
-        match self
-            .append(tenant, &cmd.session_id, &[event], AppendOptions::default())
-            .await
-        {
+        match self.append(tenant, session, &[event], auth.options()).await {
             Ok(appended) => Ok((workflow_id, appended)),
             Err(JournalError::Rejected { violation, .. })
                 if violation.rule == rules::SESSION_SLOT.id =>
             {
                 let active = self
-                    .session(tenant, cmd.session_id.as_str())
+                    .session(tenant, session.as_str())
                     .await?
                     .active_execution;
                 Err(JournalError::SlotTaken {
@@ -564,12 +554,12 @@ impl Journal {
     /// interrupts are the runtime's to resolve.
     pub async fn cancel_workflow(
         &self,
-        tenant: &TenantId,
+        auth: &Authorized,
         cmd: &CancelWorkflow,
     ) -> Result<WorkflowCancel, JournalError> {
+        let (tenant, sid) = (auth.tenant(), auth.session());
+        let session = sid.to_string();
         let workflow_id = cmd.workflow_id.as_str();
-        let (session, _) = self.find_by_id(tenant, "workflow", workflow_id).await?;
-        let sid = SessionId::new(session.clone()).map_err(JournalError::Corrupt)?;
         // Under the session lock: idle now, or record the cancellation.
         let client = self.pool.get().await?;
         let open_runs = in_tenant(client, tenant, async |c| {
@@ -579,12 +569,15 @@ impl Journal {
             )
             .await?;
             let state: Value = c
-                .query_one(
+                .query_opt(
                     "select state from entities where tenant_id = $1 and session_id = $2 \
                      and kind = 'workflow' and id = $3",
                     &[&tenant.as_str(), &session, &workflow_id],
                 )
                 .await?
+                .ok_or_else(|| {
+                    JournalError::NotFound(format!("workflow {workflow_id} in session {session}"))
+                })?
                 .get(0);
             let runs: Vec<String> = state["openRuns"]
                 .as_array()
@@ -612,9 +605,7 @@ impl Journal {
         match open_runs {
             None => {
                 let event = cancelled_proposal(workflow_id, cmd.reason.as_deref());
-                let cancelled = self
-                    .append(tenant, &sid, &[event], AppendOptions::default())
-                    .await?;
+                let cancelled = self.append(tenant, sid, &[event], auth.options()).await?;
                 Ok(WorkflowCancel {
                     session_id: session,
                     cancelled: Some(cancelled),
@@ -624,7 +615,7 @@ impl Journal {
             Some(runs) => {
                 let mut stops = Vec::new();
                 for run_id in &runs {
-                    if let Some(run) = self.entity(tenant, &sid, "run", run_id).await?
+                    if let Some(run) = self.entity(tenant, sid, "run", run_id).await?
                         && run["stopRequested"] != json!(true)
                     {
                         stops.push(stop_proposal(
@@ -637,10 +628,7 @@ impl Journal {
                 let stop_requested = if stops.is_empty() {
                     None
                 } else {
-                    Some(
-                        self.append(tenant, &sid, &stops, AppendOptions::default())
-                            .await?,
-                    )
+                    Some(self.append(tenant, sid, &stops, auth.options()).await?)
                 };
                 Ok(WorkflowCancel {
                     session_id: session,
@@ -654,24 +642,21 @@ impl Journal {
     /// Changes how a message displays (command `redact-message`, §9.4).
     pub async fn redact_message(
         &self,
-        tenant: &TenantId,
+        auth: &Authorized,
         cmd: &RedactMessage,
     ) -> Result<Appended, JournalError> {
         let event = json!({
             "protocolVersion": "narad/v1", "type": "message.redacted", "eventId": EventId::new_v7(),
             "messageId": cmd.message_id, "reason": cmd.reason, "displayReplacement": cmd.display_replacement,
         });
-        self.append(tenant, &cmd.session_id, &[event], AppendOptions::default())
+        self.append(auth.tenant(), auth.session(), &[event], auth.options())
             .await
     }
 
     /// Archives a session (command `archive-session`); archiving an
     /// archived session changes nothing.
-    pub async fn archive_session(
-        &self,
-        tenant: &TenantId,
-        session: &str,
-    ) -> Result<SessionRecord, JournalError> {
+    pub async fn archive_session(&self, auth: &Authorized) -> Result<SessionRecord, JournalError> {
+        let (tenant, session) = (auth.tenant(), auth.session().as_str());
         let client = self.pool.get().await?;
         in_tenant(client, tenant, async |c| {
             // Archiving twice is one archive: only the first is announced.
@@ -711,9 +696,10 @@ impl Journal {
     /// is; an update that changes nothing is not announced.
     pub async fn update_session(
         &self,
-        tenant: &TenantId,
+        auth: &Authorized,
         cmd: &narad_protocol::commands::UpdateSession,
     ) -> Result<SessionRecord, JournalError> {
+        let tenant = auth.tenant();
         if cmd.title.is_none() && cmd.metadata.is_none() {
             return Err(JournalError::InvalidParameter {
                 parameter: "title",
@@ -721,7 +707,7 @@ impl Journal {
                     .to_owned(),
             });
         }
-        let session = cmd.session_id.as_str();
+        let session = auth.session().as_str();
         let metadata = cmd.metadata.clone().map(Value::Object);
         let client = self.pool.get().await?;
         in_tenant(client, tenant, async |c| {
@@ -761,33 +747,6 @@ impl Journal {
         .await?;
         self.catalogue_changed();
         self.session(tenant, session).await
-    }
-
-    /// An entity of a kind by its id across the tenant's sessions: its
-    /// session and state.
-    async fn find_by_id(
-        &self,
-        tenant: &TenantId,
-        kind: &str,
-        id: &str,
-    ) -> Result<(String, Value), JournalError> {
-        let client = self.pool.get().await?;
-        let rows = in_tenant(client, tenant, async |c| {
-            Ok(c.query(
-                "select session_id, state from entities where tenant_id = $1 and kind = $2 and id = $3",
-                &[&tenant.as_str(), &kind, &id],
-            )
-            .await?)
-        })
-        .await?;
-        match rows.as_slice() {
-            [] => Err(JournalError::NotFound(format!("{kind} {id}"))),
-            [row] => Ok((row.get(0), row.get(1))),
-            _ => Err(JournalError::InvalidParameter {
-                parameter: "id",
-                message: format!("{kind} {id} exists in several sessions; name the session too"),
-            }),
-        }
     }
 
     /// One stored entity's state.

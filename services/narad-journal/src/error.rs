@@ -27,6 +27,18 @@ pub enum JournalError {
         /// The decision recorded.
         decision: String,
     },
+    /// The caller's credential is limited to other sessions.
+    #[error("{0}")]
+    Forbidden(String),
+    /// An id-located command whose id is used in several sessions, without
+    /// the sessionId that says which is meant.
+    #[error("{message}")]
+    Ambiguous {
+        /// The JSON pointer of the field that would settle it.
+        pointer: &'static str,
+        /// What to do.
+        message: String,
+    },
     /// A session with this id already exists.
     #[error("session {0} already exists")]
     SessionExists(String),
@@ -115,6 +127,8 @@ impl JournalError {
             JournalError::SlotTaken { .. } => ErrorCode::SessionSlotTaken,
             JournalError::InterruptAlreadyResolved { .. } => ErrorCode::InterruptAlreadyResolved,
             JournalError::SessionExists(_) => ErrorCode::SessionExists,
+            JournalError::Forbidden(_) => ErrorCode::Forbidden,
+            JournalError::Ambiguous { .. } => ErrorCode::InvalidParameter,
             JournalError::ExtensionExists(_) => ErrorCode::ExtensionExists,
             JournalError::Invalid { error, .. } => error.code(),
             JournalError::Rejected { .. } => ErrorCode::RuleViolation,
@@ -156,7 +170,13 @@ impl JournalError {
                 ),
             )
             .with_rule(violation.rule)
-            .with_field(format!("/events/{index}"), violation.message.clone()),
+            .with_field(
+                format!("/events/{index}{}", violation.field.as_deref().unwrap_or("")),
+                violation.message.clone(),
+            ),
+            JournalError::Ambiguous { pointer, message } => {
+                ErrorBody::new(self.code(), message.clone()).with_field(*pointer, message.clone())
+            }
             JournalError::SlotTaken { active } => ErrorBody::new(
                 self.code(),
                 format!(

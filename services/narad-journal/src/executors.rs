@@ -14,7 +14,7 @@
 use std::time::Duration;
 
 use narad_protocol::control::ClientToolExecute;
-use narad_protocol::engine::RunState;
+use narad_protocol::engine::{Issuer, RunState};
 use narad_protocol::primitives::{EventId, SessionId};
 use narad_protocol::rules;
 use serde_json::{Value, json};
@@ -478,7 +478,10 @@ impl Journal {
                     tenant,
                     &sid,
                     std::slice::from_ref(&proposal),
-                    AppendOptions::default(),
+                    AppendOptions {
+                        issuer: Issuer::Executor,
+                        ..AppendOptions::default()
+                    },
                 )
                 .await;
             match &appended {

@@ -670,9 +670,16 @@ impl SessionWork {
         }
         let saved = self.state.clone();
         let mut slot_freed = false;
+        let issuer = &request.options.issuer;
         for (index, p) in request.prepared.iter_mut().enumerate() {
             assign(&self.state, p);
-            match self.state.apply(&p.event) {
+            // The lifecycle rules, then who may write it, on the state the
+            // event left (the tool call's executor, the interrupt's actions).
+            let verdict = self.state.apply(&p.event).and_then(|applied| {
+                self.state.check_issuer(&p.event, issuer)?;
+                Ok(applied)
+            });
+            match verdict {
                 Ok(applied) => slot_freed |= applied.slot_freed,
                 Err(violation) => {
                     self.state = saved;

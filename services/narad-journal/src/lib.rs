@@ -9,6 +9,7 @@
 //! touch; one that writes and commits.
 //!
 //! Modules:
+//! - [`access`]: which session a command may act on ([`Authorized`]);
 //! - [`append`]: appending a batch to a session (concurrent appends share
 //!   transactions, each still decided alone);
 //! - [`commands`]: server-issued events of commands (start-run, resolve-interrupt);
@@ -18,6 +19,7 @@
 //! - [`runtime`]: the work queue of agent runtimes, runtime leases, orphan repair;
 //! - [`error`]: failures and their client-facing envelopes.
 
+pub mod access;
 pub mod append;
 mod combine;
 pub mod commands;
@@ -38,6 +40,7 @@ use std::str::FromStr;
 use deadpool_postgres::{Hook, HookError, Manager, ManagerConfig, Pool, RecyclingMethod};
 use tokio_postgres::NoTls;
 
+pub use access::{Authorized, Caller};
 pub use append::{AppendOptions, Appended, AppendedEvent, Fence};
 pub use combine::AppendStats;
 pub use commands::{QueuedStart, RunStart, WorkflowCancel};

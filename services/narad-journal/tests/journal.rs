@@ -866,12 +866,12 @@ async fn start_run_rejects_a_taken_slot_naming_the_active_execution() {
     let f = fixture().await;
     f.session("s1").await;
     f.journal
-        .start_run(&f.tenant, &start("s1", "r1", None))
+        .start_run(&f.on("s1"), &start("s1", "r1", None))
         .await
         .unwrap();
     let err = f
         .journal
-        .start_run(&f.tenant, &start("s1", "r2", Some("reject")))
+        .start_run(&f.on("s1"), &start("s1", "r2", Some("reject")))
         .await
         .unwrap_err();
     let body = err.to_body();
@@ -897,12 +897,12 @@ async fn an_enqueued_start_becomes_run_started_in_the_transaction_that_frees_the
     let f = fixture().await;
     let s = f.session("s1").await;
     f.journal
-        .start_run(&f.tenant, &start("s1", "r1", None))
+        .start_run(&f.on("s1"), &start("s1", "r1", None))
         .await
         .unwrap();
     let queued = f
         .journal
-        .start_run(&f.tenant, &start("s1", "r2", Some("enqueue")))
+        .start_run(&f.on("s1"), &start("s1", "r2", Some("enqueue")))
         .await
         .unwrap();
     let queue_id = queued.queue_id.clone().expect("queued");
@@ -958,12 +958,12 @@ async fn a_queued_start_can_be_withdrawn() {
     let f = fixture().await;
     let s = f.session("s1").await;
     f.journal
-        .start_run(&f.tenant, &start("s1", "r1", None))
+        .start_run(&f.on("s1"), &start("s1", "r1", None))
         .await
         .unwrap();
     let q = f
         .journal
-        .start_run(&f.tenant, &start("s1", "r2", Some("enqueue")))
+        .start_run(&f.on("s1"), &start("s1", "r2", Some("enqueue")))
         .await
         .unwrap()
         .queue_id
@@ -996,16 +996,16 @@ async fn an_interrupting_start_stops_the_active_run_and_goes_first() {
     let f = fixture().await;
     let s = f.session("s1").await;
     f.journal
-        .start_run(&f.tenant, &start("s1", "r1", None))
+        .start_run(&f.on("s1"), &start("s1", "r1", None))
         .await
         .unwrap();
     f.journal
-        .start_run(&f.tenant, &start("s1", "r2", Some("enqueue")))
+        .start_run(&f.on("s1"), &start("s1", "r2", Some("enqueue")))
         .await
         .unwrap();
     let urgent = f
         .journal
-        .start_run(&f.tenant, &start("s1", "r3", Some("interrupt")))
+        .start_run(&f.on("s1"), &start("s1", "r3", Some("interrupt")))
         .await
         .unwrap();
     assert!(
@@ -1041,10 +1041,10 @@ async fn a_nested_start_records_its_parents_executor_explicitly() {
     let mut top = start("s1", "r1", None);
     top.client_executor_id =
         Some(narad_protocol::primitives::ClientExecutorId::new("desktop-1").unwrap());
-    f.journal.start_run(&f.tenant, &top).await.unwrap();
+    f.journal.start_run(&f.on("s1"), &top).await.unwrap();
     let mut nested = start("s1", "r2", None);
     nested.parent_run_id = Some(narad_protocol::primitives::RunId::new("r1").unwrap());
-    f.journal.start_run(&f.tenant, &nested).await.unwrap();
+    f.journal.start_run(&f.on("s1"), &nested).await.unwrap();
     let page = f.history("s1", HistoryQuery::default()).await.unwrap();
     assert_eq!(page.events[1]["clientExecutorId"], "desktop-1");
     assert_eq!(page.events[1]["rootRunId"], "r1");
@@ -1075,7 +1075,7 @@ async fn resolve_interrupt_resolves_at_most_once_and_reports_the_recorded_decisi
     paused_on_interrupt(&f, "s1").await;
     let (session, appended) = f
         .journal
-        .resolve_interrupt(&f.tenant, &resolve("approve"))
+        .resolve_interrupt(&f.on("s1"), &resolve("approve"))
         .await
         .unwrap();
     assert_eq!(
@@ -1084,7 +1084,7 @@ async fn resolve_interrupt_resolves_at_most_once_and_reports_the_recorded_decisi
     );
     let err = f
         .journal
-        .resolve_interrupt(&f.tenant, &resolve("deny"))
+        .resolve_interrupt(&f.on("s1"), &resolve("deny"))
         .await
         .unwrap_err();
     let body = err.to_body();
@@ -1099,21 +1099,34 @@ async fn resolve_interrupt_resolves_at_most_once_and_reports_the_recorded_decisi
         4,
         "nothing appended"
     );
-    // A decision that is not an action is a rule violation.
+    // The same interrupt id in a second session: its owner is ambiguous
+    // without the session, and each session's is its own.
     paused_on_interrupt(&f, "s2").await;
     let err = f
         .journal
-        .resolve_interrupt(&f.tenant, &resolve("maybe"))
+        .owning_session(&f.tenant, "interrupt", "int-1", "interruptId", None)
         .await
         .unwrap_err();
     assert!(
-        matches!(err, JournalError::InvalidParameter { .. }),
+        matches!(
+            err,
+            JournalError::Ambiguous {
+                pointer: "/sessionId",
+                ..
+            }
+        ),
         "int-1 now names two sessions: {err:?}"
     );
+    let (session, _) = f
+        .journal
+        .resolve_interrupt(&f.on("s2"), &resolve("deny"))
+        .await
+        .unwrap();
+    assert_eq!(session, "s2");
     let unknown: narad_protocol::commands::ResolveInterrupt =
         serde_json::from_value(json!({"interruptId": "nope", "decision": "approve"})).unwrap();
     assert!(matches!(
-        f.journal.resolve_interrupt(&f.tenant, &unknown).await,
+        f.journal.resolve_interrupt(&f.on("s1"), &unknown).await,
         Err(JournalError::NotFound(_))
     ));
 }
@@ -1124,7 +1137,7 @@ async fn resolve_interrupt_rejects_a_decision_outside_the_actions() {
     paused_on_interrupt(&f, "s1").await;
     let err = f
         .journal
-        .resolve_interrupt(&f.tenant, &resolve("maybe"))
+        .resolve_interrupt(&f.on("s1"), &resolve("maybe"))
         .await
         .unwrap_err();
     assert!(
@@ -1140,7 +1153,7 @@ async fn racing_resolutions_append_exactly_one() {
         paused_on_interrupt(&f, "s1").await;
         let go = |d: &'static str| {
             let f = f.clone();
-            tokio::spawn(async move { f.journal.resolve_interrupt(&f.tenant, &resolve(d)).await })
+            tokio::spawn(async move { f.journal.resolve_interrupt(&f.on("s1"), &resolve(d)).await })
         };
         let (a, b) = (go("approve"), go("deny"));
         let results = [a.await.unwrap(), b.await.unwrap()];
@@ -1168,7 +1181,7 @@ async fn the_other_commands_build_their_events_from_current_state() {
     let f = fixture().await;
     f.session("s1").await;
     f.journal
-        .start_run(&f.tenant, &start("s1", "r1", None))
+        .start_run(&f.on("s1"), &start("s1", "r1", None))
         .await
         .unwrap();
     let cmd = |v: Value| v;
@@ -1176,7 +1189,7 @@ async fn the_other_commands_build_their_events_from_current_state() {
     let (m1, _) = f
         .journal
         .record_user_message(
-            &f.tenant,
+            &f.on("s1"),
             &serde_json::from_value(cmd(
                 json!({"sessionId": "s1", "messageScope": "session", "content": "hi"}),
             ))
@@ -1186,7 +1199,7 @@ async fn the_other_commands_build_their_events_from_current_state() {
         .unwrap();
     f.journal
         .record_user_message(
-            &f.tenant,
+            &f.on("s1"),
             &serde_json::from_value(
                 json!({"sessionId": "s1", "messageScope": "run", "runId": "r1", "content": "more"}),
             )
@@ -1197,7 +1210,7 @@ async fn the_other_commands_build_their_events_from_current_state() {
     let missing = f
         .journal
         .record_user_message(
-            &f.tenant,
+            &f.on("s1"),
             &serde_json::from_value(
                 json!({"sessionId": "s1", "messageScope": "run", "content": "?"}),
             )
@@ -1213,12 +1226,12 @@ async fn the_other_commands_build_their_events_from_current_state() {
     ));
     // redact-message: a known message; an unknown one breaks message.unknown.
     f.journal
-        .redact_message(&f.tenant, &serde_json::from_value(json!({"sessionId": "s1", "messageId": m1, "reason": "pii", "displayReplacement": null})).unwrap())
+        .redact_message(&f.on("s1"), &serde_json::from_value(json!({"sessionId": "s1", "messageId": m1, "reason": "pii", "displayReplacement": null})).unwrap())
         .await
         .unwrap();
     let unknown = f
         .journal
-        .redact_message(&f.tenant, &serde_json::from_value(json!({"sessionId": "s1", "messageId": "nope", "reason": "pii", "displayReplacement": "x"})).unwrap())
+        .redact_message(&f.on("s1"), &serde_json::from_value(json!({"sessionId": "s1", "messageId": "nope", "reason": "pii", "displayReplacement": "x"})).unwrap())
         .await
         .unwrap_err();
     assert!(
@@ -1228,7 +1241,7 @@ async fn the_other_commands_build_their_events_from_current_state() {
     let busy = f
         .journal
         .start_workflow(
-            &f.tenant,
+            &f.on("s1"),
             &serde_json::from_value(json!({"sessionId": "s1"})).unwrap(),
         )
         .await
@@ -1238,7 +1251,7 @@ async fn the_other_commands_build_their_events_from_current_state() {
     let (session, stopped) = f
         .journal
         .stop_run(
-            &f.tenant,
+            &f.on("s1"),
             &serde_json::from_value(json!({"runId": "r1", "reason": "user.stop"})).unwrap(),
         )
         .await
@@ -1250,7 +1263,7 @@ async fn the_other_commands_build_their_events_from_current_state() {
     assert!(matches!(
         f.journal
             .stop_run(
-                &f.tenant,
+                &f.on("s1"),
                 &serde_json::from_value(json!({"runId": "nope"})).unwrap()
             )
             .await,
@@ -1283,7 +1296,7 @@ async fn the_other_commands_build_their_events_from_current_state() {
     let (wf, _) = f
         .journal
         .start_workflow(
-            &f.tenant,
+            &f.on("s1"),
             &serde_json::from_value(json!({"sessionId": "s1"})).unwrap(),
         )
         .await
@@ -1297,15 +1310,15 @@ async fn the_other_commands_build_their_events_from_current_state() {
         Some(json!({"kind": "workflow", "workflowId": wf}))
     );
     // archive-session, twice.
-    let first = f.journal.archive_session(&f.tenant, "s1").await.unwrap();
-    let again = f.journal.archive_session(&f.tenant, "s1").await.unwrap();
+    let first = f.journal.archive_session(&f.on("s1")).await.unwrap();
+    let again = f.journal.archive_session(&f.on("s1")).await.unwrap();
     assert!(first.archived_at.is_some());
     assert_eq!(
         first.archived_at, again.archived_at,
         "archiving again changes nothing"
     );
     assert!(matches!(
-        f.journal.archive_session(&f.tenant, "nope").await,
+        f.journal.archive_session(&f.on("nope")).await,
         Err(JournalError::SessionNotFound(_))
     ));
 }
@@ -1317,7 +1330,7 @@ async fn cancel_workflow_cancels_an_idle_workflow_at_once() {
     let (wf, _) = f
         .journal
         .start_workflow(
-            &f.tenant,
+            &f.on("s1"),
             &serde_json::from_value(json!({"sessionId": "s1"})).unwrap(),
         )
         .await
@@ -1325,7 +1338,7 @@ async fn cancel_workflow_cancels_an_idle_workflow_at_once() {
     let done = f
         .journal
         .cancel_workflow(
-            &f.tenant,
+            &f.on("s1"),
             &serde_json::from_value(json!({"workflowId": wf, "reason": "no longer needed"}))
                 .unwrap(),
         )
@@ -1371,13 +1384,13 @@ async fn cancel_workflow_stops_its_runs_and_cancels_in_the_append_that_leaves_it
     .unwrap();
     // A start waits for the workflow's slot meanwhile.
     f.journal
-        .start_run(&f.tenant, &start("s1", "after", Some("enqueue")))
+        .start_run(&f.on("s1"), &start("s1", "after", Some("enqueue")))
         .await
         .unwrap();
     let asked = f
         .journal
         .cancel_workflow(
-            &f.tenant,
+            &f.on("s1"),
             &serde_json::from_value(json!({"workflowId": "wf"})).unwrap(),
         )
         .await
@@ -1427,7 +1440,7 @@ async fn cancel_workflow_stops_its_runs_and_cancels_in_the_append_that_leaves_it
     let again = f
         .journal
         .cancel_workflow(
-            &f.tenant,
+            &f.on("s1"),
             &serde_json::from_value(json!({"workflowId": "wf"})).unwrap(),
         )
         .await
@@ -1455,7 +1468,7 @@ async fn a_caller_that_stops_waiting_mid_transaction_leaves_nothing_for_the_next
     // The caller gives up (as a request whose client went away).
     let gave_up = tokio::time::timeout(
         Duration::from_millis(300),
-        f.journal.archive_session(&f.tenant, "s1"),
+        f.journal.archive_session(&f.on("s1")),
     )
     .await;
     assert!(gave_up.is_err(), "the archive was waiting on the lock");

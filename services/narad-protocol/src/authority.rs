@@ -192,6 +192,9 @@ pub struct RunStopRequested {
     /// Why, as an open string.
     #[serde(default, deserialize_with = "some")]
     pub reason: Option<String>,
+    /// Protected provenance of who asked, stamped by the server.
+    #[serde(default, deserialize_with = "some")]
+    pub actor: Option<Actor>,
 }
 
 /// `run.finished` and `workflow.finished` (§7.5, §6.5): completed. A
@@ -280,6 +283,32 @@ impl InterruptRequested {
     }
 }
 
+/// What kind of caller an [`Actor`] is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ActorKind {
+    /// The subject (`sub`) of a bearer token.
+    User,
+    /// A registered extension's signed call.
+    Extension,
+}
+
+/// Protected actor provenance (§7.7, §12): who caused an event a command
+/// built. The server stamps it from the caller's credential; a backend's
+/// proposal never carries it.
+#[serde_with::skip_serializing_none]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Actor {
+    /// What kind of caller.
+    pub kind: ActorKind,
+    /// The credential's subject.
+    pub sub: NonEmptyString,
+    /// The extension (`publisher/name`), for a signed extension call.
+    #[serde(default, deserialize_with = "some")]
+    pub extension: Option<NonEmptyString>,
+}
+
 /// One member decision of a resolved HITL pack (§7.7).
 #[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -317,9 +346,9 @@ pub struct InterruptResolved {
     /// Why.
     #[serde(default, deserialize_with = "some")]
     pub reason: Option<String>,
-    /// Protected provenance of who decided.
+    /// Protected provenance of who decided, stamped by the server.
     #[serde(default, deserialize_with = "some")]
-    pub actor: Option<JsonObject>,
+    pub actor: Option<Actor>,
     /// Per-member decisions of a multi-member pack.
     #[serde(default, deserialize_with = "some")]
     pub members: Option<Vec<MemberDecision>>,
@@ -443,6 +472,9 @@ pub struct MessageUserRecorded {
     /// Admitted inputs it refers to.
     #[serde(default, deserialize_with = "some")]
     pub attachment_ids: Option<Vec<AttachmentId>>,
+    /// Protected provenance of who said it, stamped by the server.
+    #[serde(default, deserialize_with = "some")]
+    pub actor: Option<Actor>,
 }
 
 /// `message.text.started` (§9.2): a streamed message opens.

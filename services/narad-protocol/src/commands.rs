@@ -102,19 +102,28 @@ pub struct StartRun {
 pub struct StopRun {
     /// The run to stop.
     pub run_id: RunId,
+    /// The run's session: needed only when the run id is used in several
+    /// sessions.
+    #[serde(default, deserialize_with = "some")]
+    pub session_id: Option<SessionId>,
     /// Why.
     #[serde(default, deserialize_with = "some")]
     pub reason: Option<String>,
 }
 
 /// `resolve-interrupt`: decide an open interrupt. The interrupt id alone
-/// locates its owning journal (§2.2).
+/// locates its owning journal (§2.2), unless it is used in several
+/// sessions: then `sessionId` names the one meant.
 #[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ResolveInterrupt {
     /// The open interrupt.
     pub interrupt_id: InterruptId,
+    /// The interrupt's session: needed only when the interrupt id is used
+    /// in several sessions.
+    #[serde(default, deserialize_with = "some")]
+    pub session_id: Option<SessionId>,
     /// One of the request's actions.
     pub decision: NonEmptyString,
     /// Why.
@@ -175,6 +184,10 @@ pub struct StartWorkflow {
 pub struct CancelWorkflow {
     /// The workflow.
     pub workflow_id: WorkflowId,
+    /// The workflow's session: needed only when the workflow id is used in
+    /// several sessions.
+    #[serde(default, deserialize_with = "some")]
+    pub session_id: Option<SessionId>,
     /// Why.
     #[serde(default, deserialize_with = "some")]
     pub reason: Option<String>,
@@ -305,20 +318,61 @@ commands! {
     ArchiveSession(ArchiveSession) = "archive-session";
 }
 
+/// What a command acts on, as authorization sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Target<'a> {
+    /// A session the body names.
+    Session(&'a SessionId),
+    /// An object found by its id (a run, an interrupt, a workflow), in the
+    /// session the body names if it names one, else wherever the id is.
+    Located {
+        /// The entity kind, as the journal stores it (`run`, `interrupt`,
+        /// `workflow`).
+        kind: &'static str,
+        /// Its id.
+        id: &'a str,
+        /// The body's field holding the id, e.g. `runId`.
+        field: &'static str,
+        /// The session the body names, if any.
+        session: Option<&'a SessionId>,
+    },
+    /// A session the server creates and names itself (create-session
+    /// without a sessionId).
+    NewSession,
+}
+
 impl Command {
-    /// The session the command names in its body; `None` for commands that
-    /// find their session from another id (a run, an interrupt, a
-    /// workflow) and for a create-session that lets the server choose.
-    pub fn session_id(&self) -> Option<&str> {
+    /// What the command acts on.
+    pub fn target(&self) -> Target<'_> {
         match self {
-            Command::StartRun(c) => Some(c.session_id.as_str()),
-            Command::RecordUserMessage(c) => Some(c.session_id.as_str()),
-            Command::StartWorkflow(c) => Some(c.session_id.as_str()),
-            Command::RedactMessage(c) => Some(c.session_id.as_str()),
-            Command::CreateSession(c) => c.session_id.as_ref().map(|s| s.as_str()),
-            Command::UpdateSession(c) => Some(c.session_id.as_str()),
-            Command::ArchiveSession(c) => Some(c.session_id.as_str()),
-            Command::StopRun(_) | Command::ResolveInterrupt(_) | Command::CancelWorkflow(_) => None,
+            Command::StartRun(c) => Target::Session(&c.session_id),
+            Command::RecordUserMessage(c) => Target::Session(&c.session_id),
+            Command::StartWorkflow(c) => Target::Session(&c.session_id),
+            Command::RedactMessage(c) => Target::Session(&c.session_id),
+            Command::UpdateSession(c) => Target::Session(&c.session_id),
+            Command::ArchiveSession(c) => Target::Session(&c.session_id),
+            Command::CreateSession(c) => match &c.session_id {
+                Some(s) => Target::Session(s),
+                None => Target::NewSession,
+            },
+            Command::StopRun(c) => Target::Located {
+                kind: "run",
+                id: c.run_id.as_str(),
+                field: "runId",
+                session: c.session_id.as_ref(),
+            },
+            Command::ResolveInterrupt(c) => Target::Located {
+                kind: "interrupt",
+                id: c.interrupt_id.as_str(),
+                field: "interruptId",
+                session: c.session_id.as_ref(),
+            },
+            Command::CancelWorkflow(c) => Target::Located {
+                kind: "workflow",
+                id: c.workflow_id.as_str(),
+                field: "workflowId",
+                session: c.session_id.as_ref(),
+            },
         }
     }
 }

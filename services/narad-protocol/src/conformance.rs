@@ -11,7 +11,10 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 use serde_json::Value;
 
+use crate::authority::{Actor, ActorKind};
 use crate::classify::{Classified, Reader, WireError};
+use crate::engine::Issuer;
+use crate::primitives::NonEmptyString;
 use crate::profile::{Profile, ProfileSet};
 use crate::reducer::{Reducer, wire_violation};
 use crate::rules::{self, Violation};
@@ -39,6 +42,30 @@ pub enum Expected {
     Reject,
 }
 
+/// Who appends a journal trace's lines, for the `issuer.*` rules.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TraceIssuer {
+    /// A backend proposing events over the API.
+    Backend,
+    /// A person's commands (the events they build carry an actor).
+    Person,
+}
+
+impl TraceIssuer {
+    /// The engine's issuer of the trace's lines.
+    pub fn issuer(self) -> Issuer {
+        match self {
+            TraceIssuer::Backend => Issuer::Backend,
+            TraceIssuer::Person => Issuer::Command(Actor {
+                kind: ActorKind::User,
+                sub: NonEmptyString::new("conformance").expect("not empty"),
+                extension: None,
+            }),
+        }
+    }
+}
+
 /// `NAME.expect.json`.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
@@ -59,6 +86,11 @@ pub struct Manifest {
     /// The rule id the rejection names.
     #[serde(default)]
     pub rule: Option<String>,
+    /// For `journal`: who appends the lines, when the trace is about the
+    /// `issuer.*` rules; absent, the lines are checked against the
+    /// lifecycle rules alone.
+    #[serde(default)]
+    pub issuer: Option<TraceIssuer>,
     /// The reduced state expected after the last accepted line: every
     /// member given must match; members not given are not compared.
     #[serde(default)]
@@ -132,9 +164,10 @@ pub fn run(trace: &Trace) -> Result<Outcome, String> {
     }
     let mut reducer = Reducer::new(profiles);
     let mut rejection = None;
+    let issuer = trace.manifest.issuer.map(TraceIssuer::issuer);
     for (line, text) in &trace.lines {
         let step = match trace.manifest.mode {
-            Mode::Journal => journal_step(&mut reducer, profiles, text),
+            Mode::Journal => journal_step(&mut reducer, profiles, issuer.as_ref(), text),
             Mode::Delivery => delivery_step(&mut reducer, text),
         };
         if let Err(v) = step {
@@ -184,7 +217,12 @@ pub fn check(trace: &Trace) -> Result<(), String> {
     Ok(())
 }
 
-fn journal_step(reducer: &mut Reducer, active: ProfileSet, text: &str) -> Result<(), Violation> {
+fn journal_step(
+    reducer: &mut Reducer,
+    active: ProfileSet,
+    issuer: Option<&Issuer>,
+    text: &str,
+) -> Result<(), Violation> {
     let object = match Reader::all_profiles().classify_str(text) {
         Ok(Classified::Accepted(o)) => *o,
         Ok(Classified::Ignored { type_name, .. }) => {
@@ -207,7 +245,16 @@ fn journal_step(reducer: &mut Reducer, active: ProfileSet, text: &str) -> Result
         ));
     }
     match object {
-        WireObject::Authority(e) => reducer.append(&e).map(|_| ()),
+        WireObject::Authority(e) => {
+            // The lifecycle rules first, then the issuer's, as the journal
+            // checks them; a refused line leaves the state as it was.
+            if let Some(issuer) = issuer {
+                let mut after = reducer.state().clone();
+                after.apply(&e)?;
+                after.check_issuer(&e, issuer)?;
+            }
+            reducer.append(&e).map(|_| ())
+        }
         _ => Err(Violation::new(
             rules::WIRE_INVALID,
             format!("a journal holds authority events only, not {}", t.name()),

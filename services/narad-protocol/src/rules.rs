@@ -208,6 +208,16 @@ rules! {
     PROGRESS_AFTER_TERMINAL = "progress.after-terminal", "§9.8",
         "Progress is not recorded after its run's terminal.";
 
+    // Who may issue what (the journal knows who appends: engine::Issuer).
+    ISSUER_ACTOR = "issuer.actor.server-stamped", "§7.7, §12",
+        "Actor provenance is stamped by the server on the events of commands; a backend's proposal carries none.";
+    ISSUER_BACKEND_DECISION = "issuer.backend.decision", "§7.7, §12",
+        "A backend resolves an interrupt only with expired; any other decision comes from a person's resolve-interrupt.";
+    ISSUER_PERSON_EXPIRED = "issuer.person.expired", "§7.7",
+        "expired is reserved for backend expiry: a person's resolution never decides expired.";
+    ISSUER_CLIENT_RESULT = "issuer.backend.client-result", "§11.3, §12",
+        "A client call's result comes only from a finish under its execution token: a backend closes one only as cancelled under a stop, or as an error with code client_execution_expired, with a null response.";
+
     // Delivery (the client reducer).
     DELIVERY_GAP = "delivery.gap", "§10.1, §10.3",
         "Delivered authority has no gap in sessionSequence; a client re-reads history instead of applying past one.";
@@ -232,6 +242,10 @@ pub struct Violation {
     /// The offending event, when there is one.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub event_id: Option<EventId>,
+    /// The JSON pointer of the offending field within the event, when one
+    /// field is at fault (e.g. `/decision`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub field: Option<String>,
     /// What happened.
     pub message: String,
 }
@@ -242,8 +256,15 @@ impl Violation {
         Self {
             rule: rule.id,
             event_id: None,
+            field: None,
             message: message.into(),
         }
+    }
+
+    /// The same violation, pointing at a field of the event.
+    pub fn field(mut self, pointer: impl Into<String>) -> Self {
+        self.field = Some(pointer.into());
+        self
     }
 
     /// The same violation, naming the offending event.

@@ -28,6 +28,7 @@ fn trace(lines: &[Value], mode: Mode) -> Trace {
             outcome: Expected::Accept,
             reject_at: None,
             rule: None,
+            issuer: None,
             state: None,
         },
     }

@@ -17,8 +17,10 @@ use axum::extract::FromRequestParts;
 use axum::http::request::Parts;
 use jsonwebtoken::jwk::{AlgorithmParameters, EllipticCurve, JwkSet};
 use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey, Header, Validation};
-use narad_journal::TenantId;
+use narad_journal::{Caller, TenantId};
 use narad_protocol::ErrorCode;
+use narad_protocol::authority::{Actor, ActorKind};
+use narad_protocol::primitives::NonEmptyString;
 use serde::{Deserialize, Serialize};
 
 use crate::AppState;
@@ -135,18 +137,40 @@ impl Principal {
             .is_none_or(|allowed| allowed.iter().any(|s| s == session_id))
     }
 
-    /// `Ok` when the principal may see the session; a 403 otherwise.
+    /// `Ok` when the principal may see the session; a 403 otherwise (the
+    /// same answer a command gets for a session it may not act on).
     pub fn require_session(&self, session_id: &str) -> Result<(), ApiError> {
         if self.may_see(session_id) {
             return Ok(());
         }
         Err(ApiError::new(
             ErrorCode::Forbidden,
-            format!(
-                "this token is limited to other sessions (its `sessions` claim does not \
-                 name {session_id:?}); ask for a token that names it"
-            ),
+            narad_journal::access::session_refused(session_id),
         ))
+    }
+
+    /// The principal as a command's caller: its tenant, its `sessions`
+    /// limit, and the actor the events of its commands record (§7.7).
+    pub fn caller(&self) -> Caller {
+        let sub = NonEmptyString::new(self.subject.clone())
+            .unwrap_or_else(|_| NonEmptyString::new("unknown").expect("not empty"));
+        let actor = match &self.extension {
+            None => Actor {
+                kind: ActorKind::User,
+                sub,
+                extension: None,
+            },
+            Some((publisher, name)) => Actor {
+                kind: ActorKind::Extension,
+                sub,
+                extension: NonEmptyString::new(format!("{publisher}/{name}")).ok(),
+            },
+        };
+        Caller {
+            tenant: self.tenant.clone(),
+            actor,
+            sessions: self.sessions.clone(),
+        }
     }
 
     /// `Ok` when a role of the principal grants `permission`; a 403

@@ -34,6 +34,18 @@ pub async fn fixture_with(connections: usize, groups: usize) -> Fixture {
 }
 
 impl Fixture {
+    /// A caller of the fixture's tenant allowed to act on `session`, as a
+    /// command's authorization yields it.
+    pub fn on(&self, session: &str) -> narad_journal::Authorized {
+        narad_journal::Caller {
+            tenant: self.tenant.clone(),
+            actor: serde_json::from_value(json!({"kind": "user", "sub": "tester"})).unwrap(),
+            sessions: None,
+        }
+        .authorize(&SessionId::new(session).unwrap())
+        .unwrap()
+    }
+
     pub async fn session(&self, id: &str) -> SessionId {
         let sid = SessionId::new(id).unwrap();
         self.journal

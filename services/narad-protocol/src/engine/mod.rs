@@ -12,9 +12,11 @@
 
 mod content;
 mod entities;
+mod issuer;
 mod lifecycle;
 
 pub use entities::{EntityKey, SessionCore, referenced_keys};
+pub use issuer::{CLIENT_EXECUTION_EXPIRED, Issuer};
 pub use lifecycle::{EXPIRED, fold_members};
 
 use std::collections::{BTreeMap, BTreeSet};

@@ -1,12 +1,19 @@
 //! `POST /v1/commands/{command}`: every command of §2.2. A command is
 //! accepted (2xx, with the ids and sequences of the events it caused) or
 //! refused (4xx) before any durable change.
+//!
+//! Both command routes (this one and the spec's resolve-interrupt path)
+//! run [`execute`]: one authorization step, which finds the session a
+//! command acts on and checks the caller against it (tenant, role,
+//! `sessions` claim). The journal's command functions take the
+//! [`narad_journal::Authorized`] it yields, the only way to act on a
+//! session.
 
 use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use narad_protocol::ErrorCode;
-use narad_protocol::commands::{Command, ResolveInterrupt};
+use narad_protocol::commands::{Command, Target};
 use serde_json::{Value, json};
 
 use super::parse_command;
@@ -23,7 +30,8 @@ use crate::error::{ApiError, ApiResult};
         (status = 200, description = "Accepted: the events it caused, with their sequences", body = Object),
         (status = 201, description = "Accepted, and a run, workflow or session was created", body = Object),
         (status = 202, description = "start-run with onConflict enqueue: queued until the slot frees", body = Object),
-        (status = 400, description = "NRD-0002, NRD-0003: the body"),
+        (status = 400, description = "NRD-0002, NRD-0003: the body; NRD-0008: an id used in several sessions without sessionId"),
+        (status = 403, description = "NRD-0102: the token lacks the role, or is limited to other sessions"),
         (status = 404, description = "NRD-0007: unknown command, or what it names does not exist"),
         (status = 409, description = "NRD-0201 (with the rule), NRD-0204 (with the active execution), NRD-0205 (with the decision)"),
     ),
@@ -44,81 +52,20 @@ pub async fn run(
         ));
     };
     let command = parsed.map_err(|e| ApiError::from_body((&e).into()))?;
-    principal.require(match command {
-        Command::ResolveInterrupt(_) => Permission::Approve,
-        _ => Permission::Command,
-    })?;
-    // A token limited to sessions acts only on a session it names.
-    match command.session_id() {
-        Some(session) => principal.require_session(session)?,
-        None if principal.sessions.is_some() => {
-            return Err(ApiError::new(
-                ErrorCode::Forbidden,
-                format!(
-                    "{name} finds its session from the id it names, and this token is limited \
-                     to sessions; use a token without a `sessions` claim"
-                ),
-            ));
-        }
-        None => {}
-    }
-    let journal = &state.journal;
-    let tenant = &principal.tenant;
-    Ok(match command {
-        Command::StartRun(cmd) => {
-            let started = journal.start_run(tenant, &cmd).await?;
-            let status = if started.appended.is_some() {
-                StatusCode::CREATED
-            } else {
-                StatusCode::ACCEPTED
-            };
-            let mut answer = to_json(&started);
-            answer["sessionId"] = json!(cmd.session_id);
-            (status, Json(answer))
-        }
-        Command::StopRun(cmd) => {
-            let (session, appended) = journal.stop_run(tenant, &cmd).await?;
-            ok(json!({"sessionId": session, "appended": appended}))
-        }
-        Command::ResolveInterrupt(cmd) => resolve(&state, &principal, &cmd).await?,
-        Command::RecordUserMessage(cmd) => {
-            let (message_id, appended) = journal.record_user_message(tenant, &cmd).await?;
-            created(
-                json!({"sessionId": cmd.session_id, "messageId": message_id, "appended": appended}),
-            )
-        }
-        Command::StartWorkflow(cmd) => {
-            let (workflow_id, appended) = journal.start_workflow(tenant, &cmd).await?;
-            created(
-                json!({"sessionId": cmd.session_id, "workflowId": workflow_id, "appended": appended}),
-            )
-        }
-        Command::CancelWorkflow(cmd) => ok(to_json(&journal.cancel_workflow(tenant, &cmd).await?)),
-        Command::RedactMessage(cmd) => {
-            let appended = journal.redact_message(tenant, &cmd).await?;
-            ok(json!({"sessionId": cmd.session_id, "appended": appended}))
-        }
-        Command::CreateSession(cmd) => {
-            let record = journal.create_session(tenant, cmd.into()).await?;
-            created(to_json(&record))
-        }
-        Command::UpdateSession(cmd) => ok(to_json(&journal.update_session(tenant, &cmd).await?)),
-        Command::ArchiveSession(cmd) => ok(to_json(
-            &journal
-                .archive_session(tenant, cmd.session_id.as_str())
-                .await?,
-        )),
-    })
+    execute(&state, &principal, command).await
 }
 
 /// `POST /api/narad/v1/commands/resolve-interrupt`: the spec's own path
-/// (§2.2). The interrupt id alone locates its session and owning journal.
+/// (§2.2). The interrupt id alone locates its session and owning journal;
+/// the command is then run exactly as `POST /v1/commands/resolve-interrupt`.
 #[utoipa::path(post, path = "/api/narad/v1/commands/resolve-interrupt", tag = "commands",
-    request_body(content = Object, description = "`{interruptId, decision, reason?, members?}` (schema/commands/resolve-interrupt.json)"),
+    request_body(content = Object, description = "`{interruptId, sessionId?, decision, reason?, members?}` (schema/commands/resolve-interrupt.json)"),
     responses(
         (status = 200, description = "Resolved: the interrupt.resolved appended", body = Object),
+        (status = 400, description = "NRD-0008: the interrupt id is used in several sessions; add sessionId"),
+        (status = 403, description = "NRD-0102: the token lacks the approver role, or is limited to other sessions"),
         (status = 404, description = "NRD-0007: no such interrupt"),
-        (status = 409, description = "NRD-0205: resolved before, with the decision recorded"),
+        (status = 409, description = "NRD-0205: resolved before, with the decision recorded; NRD-0201 with the rule"),
     ),
     security(("bearer" = [])))]
 pub async fn resolve_interrupt_alias(
@@ -126,23 +73,107 @@ pub async fn resolve_interrupt_alias(
     principal: Principal,
     JsonBody(body): JsonBody,
 ) -> ApiResult<(StatusCode, Json<Value>)> {
-    let Command::ResolveInterrupt(cmd) = parse_command("resolve-interrupt", &body)? else {
-        unreachable!("resolve-interrupt parses as itself")
-    };
-    principal.require(Permission::Approve)?;
-    resolve(&state, &principal, &cmd).await
+    let command = parse_command("resolve-interrupt", &body)?;
+    execute(&state, &principal, command).await
 }
 
-async fn resolve(
+/// Runs a command for `principal`: the one path of every command route.
+/// The role first; then the session the command acts on (the one it
+/// names, or the one holding the object it names by id), against which
+/// the caller is authorized before anything is written.
+async fn execute(
     state: &AppState,
     principal: &Principal,
-    cmd: &ResolveInterrupt,
+    command: Command,
 ) -> ApiResult<(StatusCode, Json<Value>)> {
-    let (session, appended) = state
-        .journal
-        .resolve_interrupt(&principal.tenant, cmd)
-        .await?;
-    Ok(ok(json!({"sessionId": session, "appended": appended})))
+    principal.require(match command {
+        Command::ResolveInterrupt(_) => Permission::Approve,
+        _ => Permission::Command,
+    })?;
+    let journal = &state.journal;
+    let caller = principal.caller();
+    let auth = match command.target() {
+        Target::Session(session) => Some(caller.authorize(session)?),
+        Target::Located {
+            kind,
+            id,
+            field,
+            session,
+        } => {
+            // A limited caller naming another session is refused before
+            // the session is looked into.
+            if let Some(s) = session {
+                caller.authorize(s)?;
+            }
+            let owner = journal
+                .owning_session(&principal.tenant, kind, id, field, session)
+                .await?;
+            Some(caller.authorize(&owner)?)
+        }
+        Target::NewSession => {
+            if principal.sessions.is_some() {
+                return Err(ApiError::new(
+                    ErrorCode::Forbidden,
+                    "this token is limited to sessions, and create-session without a sessionId \
+                     would make one it does not name; name a session it lists",
+                ));
+            }
+            None
+        }
+    };
+    Ok(match (command, auth) {
+        (Command::CreateSession(cmd), _) => {
+            let record = journal
+                .create_session(&principal.tenant, cmd.into())
+                .await?;
+            created(to_json(&record))
+        }
+        (_, None) => unreachable!("every command but create-session acts on a session"),
+        (Command::StartRun(cmd), Some(auth)) => {
+            let started = journal.start_run(&auth, &cmd).await?;
+            let status = if started.appended.is_some() {
+                StatusCode::CREATED
+            } else {
+                StatusCode::ACCEPTED
+            };
+            let mut answer = to_json(&started);
+            answer["sessionId"] = json!(auth.session());
+            (status, Json(answer))
+        }
+        (Command::StopRun(cmd), Some(auth)) => {
+            let (session, appended) = journal.stop_run(&auth, &cmd).await?;
+            ok(json!({"sessionId": session, "appended": appended}))
+        }
+        (Command::ResolveInterrupt(cmd), Some(auth)) => {
+            let (session, appended) = journal.resolve_interrupt(&auth, &cmd).await?;
+            ok(json!({"sessionId": session, "appended": appended}))
+        }
+        (Command::RecordUserMessage(cmd), Some(auth)) => {
+            let (message_id, appended) = journal.record_user_message(&auth, &cmd).await?;
+            created(
+                json!({"sessionId": auth.session(), "messageId": message_id, "appended": appended}),
+            )
+        }
+        (Command::StartWorkflow(cmd), Some(auth)) => {
+            let (workflow_id, appended) = journal.start_workflow(&auth, &cmd).await?;
+            created(
+                json!({"sessionId": auth.session(), "workflowId": workflow_id, "appended": appended}),
+            )
+        }
+        (Command::CancelWorkflow(cmd), Some(auth)) => {
+            ok(to_json(&journal.cancel_workflow(&auth, &cmd).await?))
+        }
+        (Command::RedactMessage(cmd), Some(auth)) => {
+            let appended = journal.redact_message(&auth, &cmd).await?;
+            ok(json!({"sessionId": auth.session(), "appended": appended}))
+        }
+        (Command::UpdateSession(cmd), Some(auth)) => {
+            ok(to_json(&journal.update_session(&auth, &cmd).await?))
+        }
+        (Command::ArchiveSession(_), Some(auth)) => {
+            ok(to_json(&journal.archive_session(&auth).await?))
+        }
+    })
 }
 
 fn to_json(v: &impl serde::Serialize) -> Value {

@@ -6,6 +6,7 @@ use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use narad_journal::{AppendOptions, Appended, Fence, HistoryPage, HistoryQuery, JournalError};
 use narad_protocol::ErrorCode;
+use narad_protocol::engine::Issuer;
 use narad_protocol::primitives::SessionId;
 use serde_json::Value;
 
@@ -27,7 +28,7 @@ use crate::signature::StreamCaller;
         (status = 200, description = "The whole batch had been appended before with the same bodies: the stored sequences", body = Object),
         (status = 400, description = "NRD-0003 and others: an event is not valid; `fields` points at it"),
         (status = 404, description = "NRD-0007: no such session"),
-        (status = 409, description = "NRD-0201 with the rule id, NRD-0202 eventId reused, NRD-0203 expectedSessionSequence, NRD-0501 a runtime lease that is not current, NRD-0502 a run held by a runtime appended to without its lease"),
+        (status = 409, description = "NRD-0201 with the rule id (the issuer.* rules too: a backend approves nothing, gives no client call its result, and stamps no actor), NRD-0202 eventId reused, NRD-0203 expectedSessionSequence, NRD-0501 a runtime lease that is not current, NRD-0502 a run held by a runtime appended to without its lease"),
     ),
     security(("bearer" = [])))]
 pub async fn append(
@@ -69,6 +70,7 @@ pub async fn append(
             AppendOptions {
                 expected_session_sequence,
                 fence: Fence::Backend { lease },
+                issuer: Issuer::Backend,
                 work: None,
             },
         )
