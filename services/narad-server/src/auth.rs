@@ -24,7 +24,9 @@ use serde::{Deserialize, Serialize};
 use crate::AppState;
 use crate::error::ApiError;
 
-/// Seconds of clock skew tolerated on `exp` and `nbf`.
+/// Seconds of clock skew tolerated on `exp` and `nbf`: the one value both
+/// the check of a request's token and the end of a stream opened with it
+/// ([`Principal::valid_until`]) use.
 pub const LEEWAY_SECONDS: u64 = 30;
 
 /// A role a token's `roles` claim may grant.
@@ -119,9 +121,12 @@ pub struct Principal {
     pub executors: Option<Vec<String>>,
     /// The sessions this principal may read, when the token limits them.
     pub sessions: Option<Vec<String>>,
-    /// When its credential expires (seconds since the epoch); `None` for a
-    /// signed extension call.
-    pub expires_at: Option<u64>,
+    /// The last second (since the epoch) in which its credential is still
+    /// accepted: the token's `exp` plus [`LEEWAY_SECONDS`], as the verifier
+    /// checks it. A stream opened with it ends at the start of that second
+    /// ([`until_invalid`]), no later than a new request with the same token
+    /// is refused. `None` for a signed extension call.
+    pub valid_until: Option<u64>,
     /// The registered extension (publisher, name) a signed call came
     /// from; `None` for a token.
     pub extension: Option<(String, String)>,
@@ -480,9 +485,23 @@ fn principal(claims: Claims) -> Result<Principal, TokenError> {
             .collect(),
         executors: claims.executors,
         sessions: claims.sessions,
-        expires_at: Some(claims.exp),
+        valid_until: Some(claims.exp.saturating_add(LEEWAY_SECONDS)),
         extension: None,
     })
+}
+
+/// Completes at the start of the second `valid_until` (see
+/// [`Principal::valid_until`]); never for `None`. Streams and executor
+/// sockets end with it.
+pub async fn until_invalid(valid_until: Option<u64>) {
+    let Some(at) = valid_until else {
+        return std::future::pending().await;
+    };
+    let end = UNIX_EPOCH + Duration::from_secs(at);
+    let left = end
+        .duration_since(SystemTime::now())
+        .unwrap_or(Duration::ZERO);
+    tokio::time::sleep(left).await;
 }
 
 /// Installs the process's TLS crypto provider (ring), once: narad's HTTP

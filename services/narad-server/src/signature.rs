@@ -219,7 +219,7 @@ async fn verify(parts: &Parts, state: &AppState) -> Result<Principal, ApiError> 
         roles: [Role::Reader].into_iter().collect(),
         executors: None,
         sessions: None,
-        expires_at: None,
+        valid_until: None,
         extension: Some((publisher.to_owned(), name.to_owned())),
     })
 }
