@@ -103,6 +103,7 @@ pub fn test_auth() -> AuthSettings {
         hs256_secret: Some(SECRET.to_vec()),
         jwks: Some(JwksSource::File(jwks_file())),
         jwks_refetch_interval: Duration::from_secs(10),
+        jwks_refresh_interval: Duration::from_secs(300),
     }
 }
 

@@ -251,6 +251,7 @@ fn auth_settings(config: &Config) -> anyhow::Result<AuthSettings> {
             .transpose()
             .map_err(anyhow::Error::msg)?,
         jwks_refetch_interval: narad_server::auth::JWKS_REFETCH_INTERVAL,
+        jwks_refresh_interval: Duration::from_secs(config.jwks_refresh_seconds),
     })
 }
 

@@ -382,6 +382,7 @@ mod tests {
             hs256_secret: Some(vec![7; 32]),
             jwks: None,
             jwks_refetch_interval: Duration::from_secs(60),
+            jwks_refresh_interval: Duration::from_secs(300),
         })
         .await
         .expect("a verifier");
