@@ -23,8 +23,10 @@
 //!   `narad_executor_token_expiries_total`): the executor channel, the
 //!   journal's delivery and the sweeper.
 //!
-//! Labels are bounded: kinds, outcomes, rule ids and error codes, never
-//! tenants, sessions or events.
+//! Labels are bounded and chosen by narad, never by a tenant: kinds,
+//! outcomes, states, rule ids and error codes (each from a closed set);
+//! never tenants, sessions, events, queue names or other strings a caller
+//! sends.
 
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
@@ -272,7 +274,7 @@ fn describe() {
     use metrics::{describe_counter, describe_gauge, describe_histogram};
     describe_gauge!(
         "narad_runtime_queue_depth",
-        "Work items of agent runtimes by queue and state (ready, claimed, idle, closing)"
+        "Work items of agent runtimes by state (ready, claimed, idle, closing), over every tenant and queue"
     );
     describe_counter!(
         "narad_runtime_claims_total",
