@@ -8,7 +8,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use narad_journal::runtime::QueueDepth;
 use narad_journal::{Journal, JournalError, Repair, RuntimeDue, WorkDefaults};
 use narad_protocol::commands::OnLost;
 
@@ -161,17 +160,19 @@ async fn act(journal: &Journal, item: &RuntimeDue) -> Result<Repair, JournalErro
     Ok(repair)
 }
 
-/// Sets the queue-depth gauge from a count of the work items (sampled by
-/// every replica with the other gauges, `metrics::spawn_gauges`): one
-/// series per state, summed over every tenant and queue. Queue names are
-/// the tenants' own choice and never become label values.
-pub(crate) fn record_depth(depth: &[QueueDepth]) {
-    for state in ["ready", "claimed", "idle", "closing"] {
-        let n: i64 = depth
-            .iter()
-            .filter(|d| d.state == state)
-            .map(|d| d.items)
-            .sum();
-        metrics::gauge!("narad_runtime_queue_depth", "state" => state).set(n as f64);
+/// Counts the work items and sets the queue-depth gauge (every replica,
+/// every few seconds, `crate::gauges`): one series per state, summed over
+/// every tenant and queue. Queue names are the tenants' own choice and
+/// never become label values.
+pub(crate) async fn record_depth(journal: &Journal) {
+    match journal.queue_depth().await {
+        Ok(depth) => crate::metrics::runtime_queue_depth(|state| {
+            depth
+                .iter()
+                .filter(|d| d.state == state)
+                .map(|d| d.items)
+                .sum()
+        }),
+        Err(e) => tracing::debug!(error = %e, "cannot count the runtime queues now"),
     }
 }

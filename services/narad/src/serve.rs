@@ -67,7 +67,7 @@ async fn serve_with(config: &Config, url: &Secret, embedded: bool) -> anyhow::Re
         Duration::from_millis(config.watch_window_ms),
     );
     tokio::spawn(hub.clone().run());
-    narad_server::metrics::spawn_gauges(journal.clone(), hub.clone());
+    narad_server::gauges::spawn(journal.clone(), hub.clone());
     tokio::spawn(narad_server::hub::retain_outbox(
         journal.clone(),
         Duration::from_secs(config.outbox_retention_seconds),
