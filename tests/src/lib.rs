@@ -103,6 +103,7 @@ pub fn test_auth() -> AuthSettings {
         hs256_secret: Some(SECRET.to_vec()),
         jwks: Some(JwksSource::File(jwks_file())),
         jwks_refetch_interval: Duration::from_secs(10),
+        jwks_refresh_interval: Duration::from_secs(300),
     }
 }
 
@@ -191,7 +192,7 @@ impl Server {
         let hub =
             narad_server::hub::Hub::new(journal.clone(), narad_server::coalesce::DEFAULT_WINDOW);
         let relay = tokio::spawn(hub.clone().run());
-        narad_server::metrics::spawn_gauges(journal.clone(), hub.clone());
+        narad_server::gauges::spawn(journal.clone(), hub.clone());
         let executors = Arc::new(executors);
         let sweeper = tokio::spawn(narad_server::executors::sweep(
             journal.clone(),

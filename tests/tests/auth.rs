@@ -216,3 +216,43 @@ async fn roles_grant_permissions_and_other_tenants_objects_are_not_found() {
         .expect(201);
     server.stop().await;
 }
+
+/// A stream ends when its token stops being accepted: `exp` plus the
+/// leeway the verifier grants a new request, counted once. Here the token
+/// is past its `exp` and inside the leeway for about 3 s more.
+#[tokio::test]
+async fn a_stream_ends_when_its_token_stops_being_accepted() {
+    let server = Server::start().await;
+    open_session(&server, &token("acme", &Role::ALL), "s1").await;
+    let mut late = claims("acme", "alice", &[Role::Reader]);
+    late.exp = late.iat.unwrap() + 3 - narad_server::auth::LEEWAY_SECONDS;
+    let jwt = hs256(&late);
+
+    let opened = std::time::Instant::now();
+    let response = server
+        .http
+        .get(format!("{}/v1/sessions/s1/stream", server.base))
+        .bearer_auth(&jwt)
+        .send()
+        .await
+        .expect("the server answers");
+    assert_eq!(response.status(), 200);
+    // Still accepted while the stream is open.
+    server.get(READ, &jwt).await.expect(200);
+    let body = tokio::time::timeout(std::time::Duration::from_secs(20), response.text())
+        .await
+        .expect("the stream ended")
+        .expect("a body");
+    let lasted = opened.elapsed();
+    assert!(
+        lasted <= std::time::Duration::from_millis(3_500),
+        "ended {lasted:?} after it opened: the token was accepted for 3 s at most"
+    );
+    assert!(
+        body.ends_with("\n\n"),
+        "ended at a frame boundary: {body:?}"
+    );
+    // The token is refused within the second after the stream's end.
+    tokio::time::sleep(std::time::Duration::from_millis(1_100)).await;
+    refused(&server, &jwt, "once its stream ended").await;
+}

@@ -233,3 +233,49 @@ async fn disabled_extensions_and_other_routes_are_forbidden() {
     .expect(404);
     s.stop().await;
 }
+
+/// The README's Python example, run as written against a server: the
+/// signed string, the header formats and the hex-decoded key it documents
+/// are the ones narad verifies. Skipped (with a note) where no `python3`
+/// is installed.
+#[tokio::test]
+async fn the_readme_python_example_signs_a_call_narad_accepts() {
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md")).unwrap();
+    let script = readme
+        .split("<!-- extension-signing -->\n```python\n")
+        .nth(1)
+        .and_then(|rest| rest.split("\n```").next())
+        .expect("README has the extension-signing block")
+        .to_owned();
+    if std::process::Command::new("python3")
+        .arg("--version")
+        .output()
+        .is_err()
+    {
+        eprintln!("no python3 here: the README's Python example is not run");
+        return;
+    }
+    let (s, _admin, secret) = setup().await;
+    let base = s.base.clone();
+    let out = tokio::task::spawn_blocking(move || {
+        std::process::Command::new("python3")
+            .args(["-c", &script])
+            .env("NARAD_URL", base)
+            .env("NARAD_EXTENSION", "acme-tools/indexer")
+            .env("NARAD_EXTENSION_SECRET", secret)
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "the example failed: {stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.starts_with("200 "), "{stdout}");
+    assert!(stdout.contains("message.user.recorded"), "{stdout}");
+    s.stop().await;
+}

@@ -430,3 +430,63 @@ async fn the_relay_lag_counts_the_rows_behind_a_cursor_and_ages_the_oldest() {
     }
     s.stop().await;
 }
+
+/// Work items ready in every runtime queue, whatever the series' labels.
+fn ready_items(m: &Scrape) -> f64 {
+    m.series
+        .iter()
+        .filter(|(k, _)| {
+            k.starts_with("narad_runtime_queue_depth{") && k.contains("state=\"ready\"")
+        })
+        .map(|(_, v)| v)
+        .sum()
+}
+
+/// Creates session `session` and queues a run in it for the runtimes of
+/// `queue`.
+async fn queued_run(s: &Server, t: &str, session: &str, queue: &str) {
+    s.post("/v1/sessions", t, &json!({ "sessionId": session }))
+        .await
+        .expect(201);
+    s.post(
+        "/v1/commands/start-run",
+        t,
+        &json!({"sessionId": session, "runtime": {"queue": queue}}),
+    )
+    .await
+    .expect(201);
+}
+
+#[tokio::test]
+async fn no_label_value_comes_from_a_tenant_however_many_queues_it_names() {
+    let _serial = SERIAL.lock().await;
+    let s = Server::start().await;
+    let t = token("marker-org", &Role::ALL);
+    // The same kind of traffic once, so that every family it moves is
+    // listed before the count.
+    queued_run(&s, &t, "warm-up", "warm-up-queue").await;
+    let before = scrape_until(&s, 15, |m| ready_items(m) >= 1.0).await;
+
+    // Hundreds of queue names of the tenant's choosing, up to 256
+    // characters long.
+    let queues = 200;
+    for n in 0..queues {
+        let queue = format!("marker-queue-{n}-{}", "q".repeat(200));
+        queued_run(&s, &t, &format!("marker-session-{n}"), &queue).await;
+    }
+    let after = scrape_until(&s, 15, |m| ready_items(m) >= (queues + 1) as f64).await;
+    let added: Vec<&String> = after
+        .series
+        .keys()
+        .filter(|k| !before.series.contains_key(*k))
+        .collect();
+    assert!(added.is_empty(), "series added: {added:#?}");
+    for marker in ["marker-queue", "marker-org", "marker-session", "warm-up"] {
+        assert!(
+            !after.text.contains(marker),
+            "{marker} appears in /metrics:\n{}",
+            after.text
+        );
+    }
+    s.stop().await;
+}

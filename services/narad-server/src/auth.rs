@@ -7,10 +7,19 @@
 //! with a public key is refused, and so is `alg: none`). The checked claims
 //! are `iss`, `aud`, `exp` and `nbf` (with a small leeway), `sub`, and
 //! `org`, which is the tenant. `roles` grants permissions (DESIGN.md §6).
+//!
+//! The key set is kept current by one mechanism for a file and a URL
+//! (`KeySet`): it is read again when a token names a key id the set
+//! lacks (at most once per [`AuthSettings::jwks_refetch_interval`]), and
+//! every [`AuthSettings::jwks_refresh_interval`] in any case; a file is
+//! also looked at (its size, modification time and inode) every second
+//! and read again as soon as it changed. A read replaces the whole set, so
+//! a key removed from it is refused from then on; a read that fails keeps
+//! the last good set and logs.
 
 use std::collections::BTreeSet;
-use std::path::PathBuf;
-use std::sync::RwLock;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, RwLock, Weak};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use axum::extract::FromRequestParts;
@@ -26,7 +35,9 @@ use serde::{Deserialize, Serialize};
 use crate::AppState;
 use crate::error::ApiError;
 
-/// Seconds of clock skew tolerated on `exp` and `nbf`.
+/// Seconds of clock skew tolerated on `exp` and `nbf`: the one value both
+/// the check of a request's token and the end of a stream opened with it
+/// ([`Principal::valid_until`]) use.
 pub const LEEWAY_SECONDS: u64 = 30;
 
 /// A role a token's `roles` claim may grant.
@@ -121,9 +132,12 @@ pub struct Principal {
     pub executors: Option<Vec<String>>,
     /// The sessions this principal may read, when the token limits them.
     pub sessions: Option<Vec<String>>,
-    /// When its credential expires (seconds since the epoch); `None` for a
-    /// signed extension call.
-    pub expires_at: Option<u64>,
+    /// The last second (since the epoch) in which its credential is still
+    /// accepted: the token's `exp` plus [`LEEWAY_SECONDS`], as the verifier
+    /// checks it. A stream opened with it ends at the start of that second
+    /// ([`until_invalid`]), no later than a new request with the same token
+    /// is refused. `None` for a signed extension call.
+    pub valid_until: Option<u64>,
     /// The registered extension (publisher, name) a signed call came
     /// from; `None` for a token.
     pub extension: Option<(String, String)>,
@@ -240,16 +254,25 @@ pub enum Audience {
 /// Where the JSON Web Key Set comes from.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum JwksSource {
-    /// A file, read at start.
+    /// A file: read at start, again as soon as it changes (looked at every
+    /// [`JWKS_FILE_CHECK`]), and as a URL is (below).
     File(PathBuf),
     /// An `https://` URL (or `http://` to this machine's loopback), fetched
-    /// at start and again when a token names a key id the set lacks (at
-    /// most once per [`AuthSettings::jwks_refetch_interval`]).
+    /// at start, again when a token names a key id the set lacks (at most
+    /// once per [`AuthSettings::jwks_refetch_interval`]), and every
+    /// [`AuthSettings::jwks_refresh_interval`].
     Url(String),
 }
 
-/// The least time between two fetches of a key set URL, by default.
+/// The least time between two reads of a key set for tokens naming an
+/// unknown key id, by default.
 pub const JWKS_REFETCH_INTERVAL: Duration = Duration::from_secs(10);
+/// How often a key set is read again in any case, by default: a key
+/// removed at the issuer is refused at most this long after.
+pub const JWKS_REFRESH_INTERVAL: Duration = Duration::from_secs(300);
+/// How often a key set file's size, modification time and inode are
+/// looked at (one `stat`): a changed file is read again at once.
+pub const JWKS_FILE_CHECK: Duration = Duration::from_secs(1);
 
 impl JwksSource {
     /// Reads `NARAD_JWKS`: an `https://` URL, an `http://` URL of the
@@ -289,8 +312,12 @@ pub struct AuthSettings {
     pub hs256_secret: Option<Vec<u8>>,
     /// The key set for RS256, ES256 and EdDSA tokens.
     pub jwks: Option<JwksSource>,
-    /// The least time between two fetches of a key set URL.
+    /// The least time between two reads of the key set caused by tokens
+    /// naming a key id it lacks.
     pub jwks_refetch_interval: Duration,
+    /// How often the key set is read again in any case (a file is also
+    /// read as soon as it changes).
+    pub jwks_refresh_interval: Duration,
 }
 
 /// One verification key of the key set, with the one algorithm it checks.
@@ -304,9 +331,132 @@ struct Key {
 pub struct Verifier {
     settings: AuthSettings,
     hs256: Option<DecodingKey>,
+    /// The key set, when one is configured.
+    jwks: Option<Arc<KeySet>>,
+}
+
+/// A key set and how it is kept current: every read goes through
+/// [`KeySet::read`], whatever asked for it (a token naming an unknown key
+/// id, the periodic refresh, a changed file).
+struct KeySet {
+    source: JwksSource,
+    /// The client that fetches a URL.
+    client: Option<reqwest::Client>,
     keys: RwLock<Vec<Key>>,
-    /// The client that fetches a key set URL, and when it last did.
-    fetcher: Option<(reqwest::Client, tokio::sync::Mutex<Instant>)>,
+    /// When the source was last read, and what the file looked like then;
+    /// held while a read runs, so that reads never overlap.
+    reads: tokio::sync::Mutex<Reads>,
+    refetch_interval: Duration,
+    refresh_interval: Duration,
+}
+
+struct Reads {
+    /// The last read (successful or not).
+    at: Instant,
+    /// The file's stamp at the last read.
+    stamp: Option<FileStamp>,
+}
+
+/// What changes when a file is written or replaced.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct FileStamp {
+    len: u64,
+    modified: Option<SystemTime>,
+    inode: u64,
+}
+
+impl FileStamp {
+    /// The stamp of the file at `path` (following symbolic links, as a
+    /// mounted Kubernetes secret needs); `None` when it cannot be read.
+    fn of(path: &Path) -> Option<FileStamp> {
+        let meta = std::fs::metadata(path).ok()?;
+        #[cfg(unix)]
+        let inode = std::os::unix::fs::MetadataExt::ino(&meta);
+        #[cfg(not(unix))]
+        let inode = 0;
+        Some(FileStamp {
+            len: meta.len(),
+            modified: meta.modified().ok(),
+            inode,
+        })
+    }
+}
+
+impl KeySet {
+    /// The keys of the source, and the file's stamp before it was read.
+    async fn load(&self) -> Result<(Vec<Key>, Option<FileStamp>), String> {
+        match (&self.source, &self.client) {
+            (JwksSource::File(path), _) => {
+                let stamp = FileStamp::of(path);
+                let text = tokio::fs::read_to_string(path)
+                    .await
+                    .map_err(|e| format!("NARAD_JWKS: cannot read {}: {e}", path.display()))?;
+                Ok((parse_keys(&text, &path.display().to_string())?, stamp))
+            }
+            (JwksSource::Url(url), Some(client)) => Ok((fetch_keys(client, url).await?, None)),
+            (JwksSource::Url(_), None) => Err("NARAD_JWKS: no HTTP client".to_owned()),
+        }
+    }
+
+    /// Reads the source again and replaces the whole set (keys it no
+    /// longer holds are refused from now on); a failed read keeps the last
+    /// good set and logs. The caller holds `reads`.
+    async fn read(&self, reads: &mut Reads, why: &'static str) {
+        reads.at = Instant::now();
+        match self.load().await {
+            Ok((keys, stamp)) => {
+                reads.stamp = stamp;
+                tracing::info!(keys = keys.len(), why, "the key set was read again");
+                *self.keys.write().expect("the key set") = keys;
+            }
+            Err(e) => {
+                // The stamp of a broken file is remembered too: it is read
+                // again when it changes (or is due), not every second.
+                if let JwksSource::File(path) = &self.source {
+                    reads.stamp = FileStamp::of(path);
+                }
+                tracing::warn!(error = %e, why, "the key set could not be read again; the last one read stays in use");
+            }
+        }
+    }
+
+    /// A token named a key id the set lacks: reads the set again, unless
+    /// it was read within the refetch interval.
+    async fn unknown_key_id(&self) {
+        let mut reads = self.reads.lock().await;
+        if reads.at.elapsed() >= self.refetch_interval {
+            self.read(&mut reads, "a token named a key id the set lacks")
+                .await;
+        }
+    }
+
+    /// One look: reads the set again when the refresh interval has passed
+    /// or the file changed.
+    async fn check(&self) {
+        let mut reads = self.reads.lock().await;
+        if reads.at.elapsed() >= self.refresh_interval {
+            self.read(&mut reads, "the refresh interval passed").await;
+        } else if let JwksSource::File(path) = &self.source
+            && FileStamp::of(path) != reads.stamp
+        {
+            self.read(&mut reads, "the file changed").await;
+        }
+    }
+
+    /// Looks at the set every [`JWKS_FILE_CHECK`] (or the refresh
+    /// interval, when shorter) until the set is dropped with its verifier.
+    fn watch(set: Weak<KeySet>, every: Duration) {
+        tokio::spawn(async move {
+            let mut ticks = tokio::time::interval(every);
+            ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            ticks.tick().await;
+            loop {
+                ticks.tick().await;
+                let Some(set) = set.upgrade() else { return };
+                set.check().await;
+            }
+        });
+    }
 }
 
 impl std::fmt::Debug for Verifier {
@@ -363,60 +513,51 @@ impl Verifier {
             ),
             None => None,
         };
-        let (keys, fetcher) = match &settings.jwks {
-            Some(JwksSource::File(path)) => {
-                let text = std::fs::read_to_string(path)
-                    .map_err(|e| format!("NARAD_JWKS: cannot read {}: {e}", path.display()))?;
-                (parse_keys(&text, &path.display().to_string())?, None)
+        let jwks = match &settings.jwks {
+            Some(source) => {
+                let client = match source {
+                    JwksSource::File(_) => None,
+                    JwksSource::Url(_) => {
+                        install_tls_provider();
+                        Some(
+                            reqwest::Client::builder()
+                                .timeout(Duration::from_secs(10))
+                                // A key set is fetched from where it was
+                                // configured, never from where a redirect
+                                // points.
+                                .redirect(reqwest::redirect::Policy::none())
+                                .build()
+                                .map_err(|e| format!("NARAD_JWKS: no HTTP client: {e}"))?,
+                        )
+                    }
+                };
+                let mut set = KeySet {
+                    source: source.clone(),
+                    client,
+                    keys: RwLock::new(Vec::new()),
+                    reads: tokio::sync::Mutex::new(Reads {
+                        at: Instant::now(),
+                        stamp: None,
+                    }),
+                    refetch_interval: settings.jwks_refetch_interval,
+                    refresh_interval: settings.jwks_refresh_interval,
+                };
+                // At start a key set that cannot be read stops the server.
+                let (keys, stamp) = set.load().await?;
+                set.keys = RwLock::new(keys);
+                set.reads.get_mut().stamp = stamp;
+                let set = Arc::new(set);
+                let every = JWKS_FILE_CHECK.min(settings.jwks_refresh_interval);
+                KeySet::watch(Arc::downgrade(&set), every.max(Duration::from_millis(10)));
+                Some(set)
             }
-            Some(JwksSource::Url(url)) => {
-                install_tls_provider();
-                let client = reqwest::Client::builder()
-                    .timeout(Duration::from_secs(10))
-                    // A key set is fetched from where it was configured,
-                    // never from where a redirect points.
-                    .redirect(reqwest::redirect::Policy::none())
-                    .build()
-                    .map_err(|e| format!("NARAD_JWKS: no HTTP client: {e}"))?;
-                let keys = fetch_keys(&client, url).await?;
-                (
-                    keys,
-                    Some((client, tokio::sync::Mutex::new(Instant::now()))),
-                )
-            }
-            None => (Vec::new(), None),
+            None => None,
         };
         Ok(Verifier {
             settings,
             hs256,
-            keys: RwLock::new(keys),
-            fetcher,
+            jwks,
         })
-    }
-
-    /// Fetches the key set URL again, unless it was fetched within the
-    /// refetch interval; `true` when the keys were replaced.
-    async fn refetch(&self) -> bool {
-        let (Some((client, last)), Some(JwksSource::Url(url))) =
-            (&self.fetcher, &self.settings.jwks)
-        else {
-            return false;
-        };
-        let mut last = last.lock().await;
-        if last.elapsed() < self.settings.jwks_refetch_interval {
-            return false;
-        }
-        *last = Instant::now();
-        match fetch_keys(client, url).await {
-            Ok(keys) => {
-                *self.keys.write().expect("the key set") = keys;
-                true
-            }
-            Err(e) => {
-                tracing::warn!(error = %e, "the key set could not be fetched again");
-                false
-            }
-        }
     }
 
     /// Checks a bearer token and returns its principal.
@@ -428,11 +569,14 @@ impl Verifier {
                 self.decode(token, key, Algorithm::HS256)?
             }
             Algorithm::RS256 | Algorithm::ES256 | Algorithm::EdDSA => {
-                match self.decode_with_set(token, &header) {
-                    Err(TokenError::UnknownKey) if header.kid.is_some() && self.refetch().await => {
+                match (self.decode_with_set(token, &header), &self.jwks) {
+                    (Err(TokenError::UnknownKey), Some(set)) if header.kid.is_some() => {
+                        // Read again (or being read by another request):
+                        // look once more either way.
+                        set.unknown_key_id().await;
                         self.decode_with_set(token, &header)?
                     }
-                    other => other?,
+                    (other, _) => other?,
                 }
             }
             _ => return Err(TokenError::Malformed),
@@ -443,7 +587,10 @@ impl Verifier {
     /// Decodes with the one key of the set that matches the token's
     /// algorithm and key id.
     fn decode_with_set(&self, token: &str, header: &Header) -> Result<Claims, TokenError> {
-        let keys = self.keys.read().expect("the key set");
+        let Some(set) = &self.jwks else {
+            return Err(TokenError::UnknownKey);
+        };
+        let keys = set.keys.read().expect("the key set");
         let candidates: Vec<&Key> = keys
             .iter()
             .filter(|k| k.algorithm == header.alg)
@@ -504,9 +651,23 @@ fn principal(claims: Claims) -> Result<Principal, TokenError> {
             .collect(),
         executors: claims.executors,
         sessions: claims.sessions,
-        expires_at: Some(claims.exp),
+        valid_until: Some(claims.exp.saturating_add(LEEWAY_SECONDS)),
         extension: None,
     })
+}
+
+/// Completes at the start of the second `valid_until` (see
+/// [`Principal::valid_until`]); never for `None`. Streams and executor
+/// sockets end with it.
+pub async fn until_invalid(valid_until: Option<u64>) {
+    let Some(at) = valid_until else {
+        return std::future::pending().await;
+    };
+    let end = UNIX_EPOCH + Duration::from_secs(at);
+    let left = end
+        .duration_since(SystemTime::now())
+        .unwrap_or(Duration::ZERO);
+    tokio::time::sleep(left).await;
 }
 
 /// Installs the process's TLS crypto provider (ring), once: narad's HTTP

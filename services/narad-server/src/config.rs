@@ -33,10 +33,18 @@ pub struct Config {
     pub max_body_bytes: usize,
 
     /// JSON Web Key Set that verifies RS256, ES256 and EdDSA tokens: a file
-    /// path, or an `https://` URL (`http://` only to the loopback), fetched
-    /// at start and again when a token names an unknown key id.
+    /// path, or an `https://` URL (`http://` only to the loopback), read at
+    /// start, again when a token names an unknown key id (at most every
+    /// 10 s), every `jwks_refresh_seconds`, and (a file) when it changes.
     #[arg(long, env = "NARAD_JWKS")]
     pub jwks: Option<String>,
+
+    /// How often the key set is read again in any case, in seconds (a
+    /// file is also read as soon as it changes).
+    #[arg(long, env = "NARAD_JWKS_REFRESH_SECONDS",
+          default_value_t = crate::auth::JWKS_REFRESH_INTERVAL.as_secs(),
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub jwks_refresh_seconds: u64,
 
     /// Shared secret that verifies HS256 tokens (development).
     #[arg(long, env = "NARAD_JWT_HS256_SECRET")]

@@ -133,9 +133,10 @@ pub struct Channel {
     pub tenant: TenantId,
     /// The endpoint.
     pub executor_id: String,
-    /// When the credential that opened the channel expires (seconds since
-    /// the epoch): the channel ends then.
-    pub credential_expires_at: Option<u64>,
+    /// The last second in which the credential that opened the channel is
+    /// accepted ([`Principal::valid_until`](crate::auth::Principal)): the
+    /// channel ends when it begins.
+    pub credential_valid_until: Option<u64>,
 }
 
 /// Why a channel ended, as the close frame says it.
@@ -192,7 +193,7 @@ impl Channel {
         heartbeat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut last_heartbeat = Instant::now();
         let mut deliver = true;
-        let credential_ends = credential_deadline(self.credential_expires_at);
+        let credential_ends = crate::auth::until_invalid(self.credential_valid_until);
         tokio::pin!(credential_ends);
         loop {
             if deliver {
@@ -416,19 +417,6 @@ async fn send(socket: &mut WebSocket, v: &Value) -> Result<(), ()> {
         }
         _ => Err(()),
     }
-}
-
-/// Completes when a credential expiring at `expires_at` (seconds since the
-/// epoch) has expired; never without one.
-async fn credential_deadline(expires_at: Option<u64>) {
-    let Some(at) = expires_at else {
-        return std::future::pending().await;
-    };
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap_or_default()
-        .as_secs();
-    tokio::time::sleep(Duration::from_secs(at.saturating_sub(now))).await;
 }
 
 /// Runs the sweeper until the hub closes: every `sweep_interval`, on the

@@ -6,7 +6,9 @@
 //! - [`auth`]: bearer JWTs, roles and permissions;
 //! - [`routes`]: every route, documented where it is registered;
 //! - [`hub`]: the relay and fan-out of committed events to live streams;
-//! - [`metrics`]: the Prometheus recorder behind `/metrics`;
+//! - [`metrics`]: the Prometheus recorder behind `/metrics` (a leaf: owners
+//!   push their values into it);
+//! - [`gauges`]: the task that samples the gauges no event moves;
 //! - [`executors`]: client executors' channels and the sweeper (§11);
 //! - [`runtime`]: agent runtimes' settings and the sweeper that repairs lost runs;
 //! - [`signature`]: signed calls of registered extensions;
@@ -19,6 +21,7 @@ pub mod coalesce;
 pub mod config;
 pub mod error;
 pub mod executors;
+pub mod gauges;
 pub mod hub;
 pub mod metrics;
 pub mod routes;

@@ -15,34 +15,32 @@
 //!   `narad_stream_slow_consumer_drops_total`): the session and tenant
 //!   streams ([`crate::routes::sse`]) and executor sockets
 //!   ([`crate::executors`]);
-//! - the relay (`narad_outbox_lag_rows`, `narad_outbox_lag_seconds`) and
-//!   the database pool (`narad_db_pool_*`): sampled by [`spawn_gauges`];
+//! - the relay (`narad_outbox_lag_rows`, `narad_outbox_lag_seconds`), the
+//!   database pool (`narad_db_pool_*`) and the runtime queues
+//!   (`narad_runtime_queue_depth`): sampled by their owners every 5 s
+//!   (`crate::gauges`) and set here ([`outbox_lag`], [`db_pool`],
+//!   [`runtime_queue_depth`]);
 //! - watch events (`narad_watch_events_total`): the coalescer;
 //! - client executors (`narad_executor_leases_active`,
 //!   `narad_executor_deliveries_total`,
 //!   `narad_executor_token_expiries_total`): the executor channel, the
 //!   journal's delivery and the sweeper.
 //!
-//! Labels are bounded: kinds, outcomes, rule ids and error codes, never
-//! tenants, sessions or events.
+//! This module is a leaf: it knows no other module of the crate; owners
+//! push their values into it.
+//!
+//! Labels are bounded and chosen by narad, never by a tenant: kinds,
+//! outcomes, states, rule ids and error codes (each from a closed set);
+//! never tenants, sessions, events, queue names or other strings a caller
+//! sends.
 
-use std::sync::{Arc, OnceLock};
+use std::sync::OnceLock;
 use std::time::Duration;
 
 use metrics::{Counter, Gauge, Unit};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
-use narad_journal::Journal;
-
-use crate::hub::Hub;
 
 static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
-
-/// How often [`spawn_gauges`] samples.
-pub const GAUGE_EVERY: Duration = Duration::from_secs(5);
-/// The most not-yet-relayed rows a sample counts (`narad_outbox_lag_rows`
-/// reads this value when the relay is at least this far behind): counting
-/// reads each row's body, about 4 ms per 1,000 rows.
-pub const LAG_COUNT_CAP: u32 = 1_000;
 
 /// The buckets of `narad_append_duration_seconds`: from a lone append on
 /// an idle database (under a millisecond) to a batch of 1,000 events
@@ -191,63 +189,38 @@ pub fn watch_emitted(type_name: &str, n: u64) {
     counter.increment(n);
 }
 
-/// Starts the task that samples the gauges no event moves (the relay's
-/// lag, the database pool) every [`GAUGE_EVERY`], and keeps the recorder's
-/// histograms drained; it stops when the hub closes.
-pub fn spawn_gauges(journal: Journal, hub: Arc<Hub>) -> tokio::task::JoinHandle<()> {
-    tokio::spawn(async move {
-        let closed = hub.closed();
-        tokio::pin!(closed);
-        let mut next = Duration::ZERO;
-        loop {
-            tokio::select! {
-                () = &mut closed => return,
-                () = tokio::time::sleep(next) => {}
-            }
-            // Until the relay has started, look again soon.
-            next = if sample(&journal, &hub).await {
-                GAUGE_EVERY
-            } else {
-                RELAY_STARTING
-            };
-        }
-    })
+/// The states of `narad_runtime_queue_depth`, its one label.
+const QUEUE_STATES: [&str; 4] = ["ready", "claimed", "idle", "closing"];
+
+/// Sets `narad_runtime_queue_depth`: `items(state)` work items in each of
+/// its states (a closed set: nothing else becomes a label value).
+pub fn runtime_queue_depth(items: impl Fn(&str) -> i64) {
+    for state in QUEUE_STATES {
+        metrics::gauge!("narad_runtime_queue_depth", "state" => state).set(items(state) as f64);
+    }
 }
 
-/// How soon [`spawn_gauges`] samples again while the relay is starting.
-const RELAY_STARTING: Duration = Duration::from_millis(100);
+/// Sets the relay's lag: `rows` readable outbox rows it has not read yet,
+/// the oldest of them written `oldest_age` ago.
+pub fn outbox_lag(rows: u64, oldest_age: Option<Duration>) {
+    metrics::gauge!("narad_outbox_lag_rows").set(rows as f64);
+    metrics::gauge!("narad_outbox_lag_seconds").set(oldest_age.map_or(0.0, |a| a.as_secs_f64()));
+}
 
-/// One sample of the gauges; `false` when the relay has not started yet
-/// (its lag is unknown).
-async fn sample(journal: &Journal, hub: &Hub) -> bool {
-    let pool = journal.pool().status();
-    let in_use = pool.size.saturating_sub(pool.available);
+/// Sets the database pool's gauges.
+pub fn db_pool(in_use: usize, idle: usize, max: usize, waiting: usize) {
     metrics::gauge!("narad_db_pool_connections", "state" => "in_use").set(in_use as f64);
-    metrics::gauge!("narad_db_pool_connections", "state" => "idle").set(pool.available as f64);
-    metrics::gauge!("narad_db_pool_max_connections").set(pool.max_size as f64);
-    metrics::gauge!("narad_db_pool_waiting").set(pool.waiting as f64);
-    // Histogram samples wait in the recorder until drained: without a
-    // scrape they would pile up.
+    metrics::gauge!("narad_db_pool_connections", "state" => "idle").set(idle as f64);
+    metrics::gauge!("narad_db_pool_max_connections").set(max as f64);
+    metrics::gauge!("narad_db_pool_waiting").set(waiting as f64);
+}
+
+/// Drains the histogram samples waiting in the recorder: without a scrape
+/// they would pile up.
+pub fn upkeep() {
     if let Some(handle) = HANDLE.get() {
         handle.run_upkeep();
     }
-    // The runtime queues' depth, on every replica (one grouped count).
-    match journal.queue_depth().await {
-        Ok(depth) => crate::runtime::record_depth(&depth),
-        Err(e) => tracing::debug!(error = %e, "cannot count the runtime queues now"),
-    }
-    let Some(cursor) = hub.relay_cursor() else {
-        return false;
-    };
-    match journal.relay_backlog(cursor, LAG_COUNT_CAP).await {
-        Ok(backlog) => {
-            metrics::gauge!("narad_outbox_lag_rows").set(backlog.rows as f64);
-            metrics::gauge!("narad_outbox_lag_seconds")
-                .set(backlog.oldest_age.map_or(0.0, |a| a.as_secs_f64()));
-        }
-        Err(e) => tracing::debug!(error = %e, "cannot measure the relay's lag"),
-    }
-    true
 }
 
 /// Registers the series that must read 0 before their first event, so
@@ -272,7 +245,7 @@ fn describe() {
     use metrics::{describe_counter, describe_gauge, describe_histogram};
     describe_gauge!(
         "narad_runtime_queue_depth",
-        "Work items of agent runtimes by queue and state (ready, claimed, idle, closing)"
+        "Work items of agent runtimes by state (ready, claimed, idle, closing), over every tenant and queue"
     );
     describe_counter!(
         "narad_runtime_claims_total",

@@ -8,7 +8,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use narad_journal::runtime::QueueDepth;
 use narad_journal::{Journal, JournalError, Repair, RuntimeDue, WorkDefaults};
 use narad_protocol::commands::OnLost;
 
@@ -161,41 +160,19 @@ async fn act(journal: &Journal, item: &RuntimeDue) -> Result<Repair, JournalErro
     Ok(repair)
 }
 
-/// The most queue names the depth gauge labels; the rest are summed under
-/// `other` (queue names are the tenants' own choice).
-const MAX_QUEUE_LABELS: usize = 100;
-
-/// The queues the depth gauge has labelled: set to 0 once they drain, so
-/// that a drained queue does not keep its last depth.
-static QUEUES_SEEN: std::sync::Mutex<std::collections::BTreeSet<String>> =
-    std::sync::Mutex::new(std::collections::BTreeSet::new());
-
-/// Sets the queue-depth gauge from a count of the work items (sampled by
-/// every replica with the other gauges, `metrics::spawn_gauges`).
-pub(crate) fn record_depth(depth: &[QueueDepth]) {
-    use std::collections::BTreeMap;
-    let mut seen = QUEUES_SEEN.lock().unwrap_or_else(|p| p.into_inner());
-    let mut by_state: BTreeMap<(String, &str), f64> = BTreeMap::new();
-    for d in depth {
-        let label = if seen.contains(&d.queue) || seen.len() < MAX_QUEUE_LABELS {
-            seen.insert(d.queue.clone());
-            d.queue.clone()
-        } else {
-            "other".to_owned()
-        };
-        *by_state.entry((label, d.state.as_str())).or_default() += d.items as f64;
-    }
-    if by_state.keys().any(|(q, _)| q == "other") {
-        seen.insert("other".to_owned());
-    }
-    for queue in seen.iter() {
-        for state in ["ready", "claimed", "idle", "closing"] {
-            let n = by_state
-                .get(&(queue.clone(), state))
-                .copied()
-                .unwrap_or(0.0);
-            metrics::gauge!("narad_runtime_queue_depth", "queue" => queue.clone(), "state" => state)
-                .set(n);
-        }
+/// Counts the work items and sets the queue-depth gauge (every replica,
+/// every few seconds, `crate::gauges`): one series per state, summed over
+/// every tenant and queue. Queue names are the tenants' own choice and
+/// never become label values.
+pub(crate) async fn record_depth(journal: &Journal) {
+    match journal.queue_depth().await {
+        Ok(depth) => crate::metrics::runtime_queue_depth(|state| {
+            depth
+                .iter()
+                .filter(|d| d.state == state)
+                .map(|d| d.items)
+                .sum()
+        }),
+        Err(e) => tracing::debug!(error = %e, "cannot count the runtime queues now"),
     }
 }

@@ -219,7 +219,40 @@ async fn verify(parts: &Parts, state: &AppState) -> Result<Principal, ApiError> 
         roles: [Role::Reader].into_iter().collect(),
         executors: None,
         sessions: None,
-        expires_at: None,
+        valid_until: None,
         extension: Some((publisher.to_owned(), name.to_owned())),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The worked example of the README's extension section: the signed
+    /// string and the signature, with the secret hex-decoded to its bytes.
+    #[test]
+    fn the_readme_example_signs_as_documented() {
+        let secret_hex = "000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f";
+        let bytes = signed_bytes("get", "/v1/events?sessionId=s1", "1767225600", "req-1", b"");
+        let string = "GET\n/v1/events?sessionId=s1\n1767225600\nreq-1\n\
+             e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855\n";
+        assert_eq!(String::from_utf8(bytes.clone()).unwrap(), string);
+        let signature = sign(&hex::decode(secret_hex).unwrap(), &bytes);
+        assert_eq!(
+            signature,
+            "hmac-sha256,5c4e18a5aa635801926d3f7d3eeb21cd2c4dee811a05ced7a2586e9e6606078d"
+        );
+        // The hex text itself is not the key.
+        assert_ne!(sign(secret_hex.as_bytes(), &bytes), signature);
+
+        let readme =
+            std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../README.md"))
+                .unwrap();
+        let escaped = string.replace('\n', "\\n");
+        assert!(readme.contains(&escaped), "README shows {escaped}");
+        assert!(
+            readme.contains(&format!("Narad-Signature: {signature}")),
+            "README shows the signature"
+        );
+    }
 }

@@ -67,7 +67,7 @@ async fn serve_with(config: &Config, url: &Secret, embedded: bool) -> anyhow::Re
         Duration::from_millis(config.watch_window_ms),
     );
     tokio::spawn(hub.clone().run());
-    narad_server::metrics::spawn_gauges(journal.clone(), hub.clone());
+    narad_server::gauges::spawn(journal.clone(), hub.clone());
     tokio::spawn(narad_server::hub::retain_outbox(
         journal.clone(),
         Duration::from_secs(config.outbox_retention_seconds),
@@ -251,6 +251,7 @@ fn auth_settings(config: &Config) -> anyhow::Result<AuthSettings> {
             .transpose()
             .map_err(anyhow::Error::msg)?,
         jwks_refetch_interval: narad_server::auth::JWKS_REFETCH_INTERVAL,
+        jwks_refresh_interval: Duration::from_secs(config.jwks_refresh_seconds),
     })
 }
 

@@ -840,6 +840,7 @@ async fn token_mints_executor_and_session_limits() {
         hs256_secret: Some(secret.as_bytes().to_vec()),
         jwks: None,
         jwks_refetch_interval: std::time::Duration::from_secs(60),
+        jwks_refresh_interval: std::time::Duration::from_secs(300),
     })
     .await
     .expect("a verifier");

@@ -112,7 +112,7 @@ pub async fn connect(
         settings: state.executors.clone(),
         tenant: principal.tenant.clone(),
         executor_id,
-        credential_expires_at: principal.expires_at,
+        credential_valid_until: principal.valid_until,
     };
     Ok(upgrade.on_upgrade(move |socket| channel.serve(socket)))
 }

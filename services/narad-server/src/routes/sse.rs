@@ -2,7 +2,7 @@
 //! negotiated profiles, the connection's bounded queue, keep-alives, and
 //! the end of a stream whose credential expired.
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use axum::body::{Body, Bytes};
 use axum::http::{HeaderMap, HeaderValue, header};
@@ -395,10 +395,11 @@ impl Connection {
         }
     }
 
-    /// Completes when the caller may no longer read: its token expired
-    /// (the client reconnects with a fresh one), or, for a signed
-    /// extension call, its registration was disabled or removed (checked
-    /// every [`EXTENSION_RECHECK`]).
+    /// Completes when the caller may no longer read: its token is no
+    /// longer accepted (at [`Principal::valid_until`]: `exp` plus the
+    /// verifier's leeway, counted once; the client reconnects with a fresh
+    /// one), or, for a signed extension call, its registration was
+    /// disabled or removed (checked every [`EXTENSION_RECHECK`]).
     pub async fn revoked(&self, state: &AppState) {
         if let Some((publisher, name)) = &self.principal.extension {
             loop {
@@ -414,17 +415,7 @@ impl Connection {
                 }
             }
         }
-        match self.principal.expires_at {
-            Some(exp) => {
-                let now = SystemTime::now()
-                    .duration_since(UNIX_EPOCH)
-                    .map(|d| d.as_secs())
-                    .unwrap_or(0);
-                let left = exp.saturating_sub(now) + crate::auth::LEEWAY_SECONDS;
-                tokio::time::sleep(Duration::from_secs(left)).await;
-            }
-            None => std::future::pending().await,
-        }
+        crate::auth::until_invalid(self.principal.valid_until).await;
     }
 }
 
@@ -445,6 +436,7 @@ mod tests {
             hs256_secret: Some(vec![7; 32]),
             jwks: None,
             jwks_refetch_interval: Duration::from_secs(60),
+            jwks_refresh_interval: Duration::from_secs(300),
         })
         .await
         .expect("a verifier");
@@ -505,7 +497,7 @@ mod tests {
             roles: Default::default(),
             executors: None,
             sessions: None,
-            expires_at: None,
+            valid_until: None,
             extension: None,
         };
         Connection::new(StreamKind::Session, ProfileSet::all(), principal)
@@ -551,15 +543,12 @@ mod tests {
             .expect("no panic");
 
         let (mut stream, _rx) = connection();
-        let now = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .expect("after 1970")
-            .as_secs();
-        stream.principal.expires_at = Some(now + 60);
+        stream.principal = verified(&state, 60).await;
         let expired = tokio::spawn(async move { stream.until_ended(&state).await });
-        tokio::time::sleep(Duration::from_secs(59)).await;
+        let leeway = crate::auth::LEEWAY_SECONDS;
+        tokio::time::sleep(Duration::from_secs(59 + leeway)).await;
         assert!(!expired.is_finished(), "not before the token expires");
-        tokio::time::sleep(Duration::from_secs(61 + crate::auth::LEEWAY_SECONDS)).await;
+        tokio::time::sleep(Duration::from_secs(2)).await;
         assert!(expired.is_finished(), "ended once the token expired");
     }
 
@@ -578,5 +567,42 @@ mod tests {
         assert!(p.watch_sent(12));
         assert!(!p.watch_fits(11), "a watch at 12 went out after it");
         assert_eq!((p.through, p.sent), (12, 12));
+    }
+
+    /// A principal the verifier accepts, from an HS256 token whose `exp` is
+    /// `exp_in` seconds from now (negative: in the past).
+    async fn verified(state: &AppState, exp_in: i64) -> Principal {
+        let mut claims = crate::auth::Claims::new(
+            "narad",
+            "narad",
+            "acme",
+            "u",
+            &[crate::auth::Role::Reader],
+            Duration::ZERO,
+        )
+        .expect("claims");
+        claims.exp = claims.exp.saturating_add_signed(exp_in);
+        let token = crate::auth::sign_hs256(&[7; 32], &claims).expect("signs");
+        state.verifier.verify(&token).await.expect("accepted")
+    }
+
+    /// A token already past its `exp` but inside the leeway: the stream
+    /// ends when the leeway runs out (the moment a new request with it is
+    /// refused), counted once, not a whole leeway after it opened.
+    #[tokio::test(start_paused = true)]
+    async fn a_stream_opened_inside_the_leeway_ends_when_the_leeway_runs_out() {
+        let state = state().await;
+        let leeway = crate::auth::LEEWAY_SECONDS as i64;
+        let (mut stream, _rx) = connection();
+        // Accepted for about 5 s more.
+        stream.principal = verified(&state, 5 - leeway).await;
+        let ended = tokio::spawn(async move { stream.until_ended(&state).await });
+        tokio::time::sleep(Duration::from_millis(3_900)).await;
+        assert!(!ended.is_finished(), "still valid");
+        tokio::time::sleep(Duration::from_millis(1_200)).await;
+        assert!(
+            ended.is_finished(),
+            "ended within 5 s, when the token stops being accepted"
+        );
     }
 }
