@@ -308,6 +308,7 @@ async fn every_snapshot_of_a_random_workload_is_the_rebuilt_graph_on_two_replica
             e
         })
         .collect();
+    let proposals = as_a_backend_writes(proposals);
     let total = proposals.len() as u64;
     assert!(total > 200, "a long workload: {total} events");
     let mut fresh_a = a.stream("/v1/sessions/s1/stream", &t, &[]).await;
@@ -366,6 +367,36 @@ async fn every_snapshot_of_a_random_workload_is_the_rebuilt_graph_on_two_replica
             );
         }
     }
+}
+
+/// The generated events as a backend may append them (§7.7, §11.3): a
+/// backend decides an interrupt only by its expiry, and closes a client
+/// tool call only as expired; the person's decisions and the executor's
+/// results of the generator become those.
+fn as_a_backend_writes(mut events: Vec<Value>) -> Vec<Value> {
+    let mut client_calls = std::collections::HashSet::new();
+    for e in &mut events {
+        match e["type"].as_str() {
+            Some("tool.call.started") if e["executor"] == "client" => {
+                client_calls.insert(e["toolCallId"].clone());
+            }
+            Some("tool.call.finished") if client_calls.contains(&e["toolCallId"]) => {
+                e["outcome"] = json!("error");
+                e["code"] = json!("client_execution_expired");
+                e["response"] = Value::Null;
+            }
+            Some("interrupt.resolved") => {
+                e["decision"] = json!("expired");
+                if let Some(members) = e.get_mut("members").and_then(Value::as_array_mut) {
+                    for m in members {
+                        m["decision"] = json!("expired");
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    events
 }
 
 async fn append_to(s: &Server, t: &str, events: &[Value]) {
