@@ -266,3 +266,79 @@ impl Journal {
             .await
     }
 }
+
+#[cfg(test)]
+mod fuzz {
+    //! The append body parser ([`prepare`]) on proposals that are events of
+    //! generated sessions with their sequences taken out, then mutated:
+    //! never a panic, and every refusal a typed client error.
+
+    use proptest::prelude::*;
+
+    use super::*;
+
+    fn proposal(choices: &[u8], which: prop::sample::Index) -> Value {
+        let events = narad_protocol::testing::session(choices);
+        let mut event = events[which.index(events.len())].clone();
+        for field in SEQUENCE_FIELDS {
+            event.as_object_mut().unwrap().remove(field);
+        }
+        event
+    }
+
+    fn leaf() -> impl Strategy<Value = Value> {
+        prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::from),
+            any::<i64>().prop_map(Value::from),
+            any::<u64>().prop_map(Value::from),
+            any::<f64>().prop_map(|f| json!(f)),
+            ".{0,12}".prop_map(Value::from),
+            Just(json!({})),
+            Just(json!([])),
+        ]
+    }
+
+    fn check(p: &Value) -> Result<(), TestCaseError> {
+        let session = SessionId::new("ses-p").unwrap();
+        if let Err(e) = prepare(0, p, &session) {
+            let status = e.code().status();
+            prop_assert!((400..500).contains(&status), "{}: {}", status, e);
+        }
+        Ok(())
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(512))]
+
+        #[test]
+        fn mutated_proposals_are_parsed_or_refused(
+            choices in prop::collection::vec(any::<u8>(), 1..24),
+            which in any::<prop::sample::Index>(),
+            key in any::<prop::sample::Index>(),
+            value in leaf(),
+            remove in any::<bool>(),
+            extra in prop::sample::select(&["sessionSequence", "sequence", "eventId", "type", "sessionId", "timestamp"][..]),
+        ) {
+            let mut p = proposal(&choices, which);
+            let keys: Vec<String> = p.as_object().unwrap().keys().cloned().collect();
+            let k = keys[key.index(keys.len())].clone();
+            if remove {
+                p.as_object_mut().unwrap().remove(&k);
+            } else {
+                p[&k] = value.clone();
+            }
+            check(&p)?;
+            p[extra] = value;
+            check(&p)?;
+        }
+
+        #[test]
+        fn any_json_value_is_parsed_or_refused(value in leaf(), text in ".{0,64}") {
+            check(&value)?;
+            if let Ok(v) = serde_json::from_str::<Value>(&text) {
+                check(&v)?;
+            }
+        }
+    }
+}

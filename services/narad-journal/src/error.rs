@@ -108,11 +108,13 @@ pub enum JournalError {
     /// An append without the lease to a run journal a runtime holds.
     #[error("{0}")]
     RuntimeLeaseRequired(String),
-    /// The database failed or cannot be reached.
-    #[error("database error: {0}")]
+    /// The database failed or cannot be reached ([`JournalError::code`]
+    /// tells which). Displayed with its cause: SQLSTATE, message, detail,
+    /// constraint, table and column, or the connection's error chain.
+    #[error("database error: {}", describe_database_error(.0))]
     Database(#[from] tokio_postgres::Error),
     /// No connection could be had from the pool.
-    #[error("no database connection: {0}")]
+    #[error("no database connection: {}", describe_pool_error(.0))]
     Pool(#[from] deadpool_postgres::PoolError),
     /// Stored data could not be read back.
     #[error("stored data is unreadable: {0}")]
@@ -142,8 +144,12 @@ impl JournalError {
             JournalError::FinishConflict(_) => ErrorCode::FinishConflict,
             JournalError::RuntimeLeaseNotCurrent(_) => ErrorCode::RuntimeLeaseNotCurrent,
             JournalError::RuntimeLeaseRequired(_) => ErrorCode::RuntimeLeaseRequired,
-            JournalError::Database(_) | JournalError::Pool(_) => ErrorCode::DatabaseUnavailable,
-            JournalError::Corrupt(_) => ErrorCode::Internal,
+            JournalError::Database(_) | JournalError::Pool(_) if self.is_unreachable() => {
+                ErrorCode::DatabaseUnavailable
+            }
+            JournalError::Database(_) | JournalError::Pool(_) | JournalError::Corrupt(_) => {
+                ErrorCode::Internal
+            }
         }
     }
 
@@ -191,14 +197,118 @@ impl JournalError {
                     serde_json::json!({"interruptId": interrupt_id, "decision": decision}),
                 )
             }
-            JournalError::Database(_) | JournalError::Pool(_) => ErrorBody::new(
-                self.code(),
-                "the database cannot be reached; retry with backoff",
-            ),
-            JournalError::Corrupt(_) => {
-                ErrorBody::new(self.code(), "the server failed; the detail is in its log")
+            JournalError::Database(_) | JournalError::Pool(_) if self.is_unreachable() => {
+                ErrorBody::new(
+                    self.code(),
+                    "the database cannot be reached; retry with backoff",
+                )
+            }
+            JournalError::Database(_) | JournalError::Pool(_) | JournalError::Corrupt(_) => {
+                ErrorBody::new(
+                    self.code(),
+                    "the server failed; the detail is in its log under the x-request-id",
+                )
             }
             other => ErrorBody::new(self.code(), other.to_string()),
+        }
+    }
+}
+
+impl JournalError {
+    /// Whether this is a database failure that retrying later may cure:
+    /// the database cannot be reached, the connection was lost, the pool
+    /// had no connection in time, or the server is shutting down or
+    /// starting. Every other database error (a constraint, a type, a
+    /// statement the server refused) is a failure of narad itself.
+    pub fn is_unreachable(&self) -> bool {
+        match self {
+            JournalError::Database(e) => database_unreachable(e),
+            JournalError::Pool(e) => match e {
+                deadpool_postgres::PoolError::Backend(e) => database_unreachable(e),
+                deadpool_postgres::PoolError::NoRuntimeSpecified => false,
+                _ => true,
+            },
+            _ => false,
+        }
+    }
+}
+
+/// SQLSTATEs of a database that cannot serve now: class 08 (connection
+/// exception), `53300` too many connections, `57P01`–`57P03` (shut down by
+/// an administrator, a crash, or not accepting connections yet), `57P05`
+/// idle session timeout.
+fn unreachable_state(code: &str) -> bool {
+    code.starts_with("08") || matches!(code, "53300" | "57P01" | "57P02" | "57P03" | "57P05")
+}
+
+fn database_unreachable(e: &tokio_postgres::Error) -> bool {
+    if e.is_closed() {
+        return true;
+    }
+    match e.code() {
+        Some(state) => unreachable_state(state.code()),
+        // Not an error the server answered: a connection that failed on
+        // the network (an I/O error) is an outage; anything else (a value
+        // that does not convert, a row count) is a bug.
+        None => source_chain(e).any(|s| s.is::<std::io::Error>()),
+    }
+}
+
+fn source_chain<'a>(
+    e: &'a (dyn std::error::Error + 'static),
+) -> impl Iterator<Item = &'a (dyn std::error::Error + 'static)> {
+    std::iter::successors(Some(e), |e| e.source())
+}
+
+/// A database error as the log needs it: the server's SQLSTATE, message,
+/// detail, constraint, table and column when it answered with an error,
+/// otherwise what failed and why.
+fn describe_database_error(e: &tokio_postgres::Error) -> String {
+    let Some(db) = e.as_db_error() else {
+        // tokio-postgres writes its cause after its own text.
+        return e.to_string();
+    };
+    let mut text = format!(
+        "SQLSTATE {} ({}): {}",
+        db.code().code(),
+        db.severity(),
+        db.message()
+    );
+    for (what, value) in [
+        ("detail", db.detail()),
+        ("hint", db.hint()),
+        ("constraint", db.constraint()),
+        ("schema", db.schema()),
+        ("table", db.table()),
+        ("column", db.column()),
+        ("where", db.where_()),
+    ] {
+        if let Some(value) = value {
+            text.push_str(&format!("; {what}: {value}"));
+        }
+    }
+    text
+}
+
+fn describe_pool_error(e: &deadpool_postgres::PoolError) -> String {
+    match e {
+        deadpool_postgres::PoolError::Backend(e) => describe_database_error(e),
+        other => other.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_connection_states_are_outages() {
+        for code in ["08006", "08001", "57P01", "57P03", "53300"] {
+            assert!(unreachable_state(code), "{code}");
+        }
+        // U+0000 in text, a unique violation, a type error, a deadlock.
+        for code in ["22021", "22P05", "23505", "42804", "40P01"] {
+            assert!(!unreachable_state(code), "{code}");
         }
     }
 }

@@ -63,8 +63,10 @@ error_codes! {
     PayloadTooLarge = "NRD-0006", 413, "Payload too large";
     /// The addressed resource does not exist, or is another tenant's.
     NotFound = "NRD-0007", 404, "Not found";
-    /// A query parameter is missing or malformed.
+    /// A query parameter, path parameter or header is missing or malformed.
     InvalidParameter = "NRD-0008", 400, "Invalid parameter";
+    /// The route exists, but does not take this method.
+    MethodNotAllowed = "NRD-0009", 405, "Method not allowed";
     /// No valid credential was presented.
     Unauthenticated = "NRD-0101", 401, "Authentication required";
     /// The caller's role lacks the permission.

@@ -145,6 +145,13 @@ impl WatchId {
         );
         let (type_name, session_id, scope_id, revision, covers, txid): Parts =
             serde_json::from_slice(&bytes).ok()?;
+        // Positions narad gives out are at most 2^53 − 1 (and a
+        // transaction id is never negative): anything else is no id of
+        // ours, and must not wrap in the store's 64-bit columns.
+        let safe = |n: u64| n <= crate::primitives::MAX_SAFE_INTEGER;
+        if !safe(revision) || !covers.is_none_or(safe) || txid.is_some_and(|t| t < 0) {
+            return None;
+        }
         Some(WatchId {
             type_name,
             session_id,
@@ -177,8 +184,24 @@ mod tests {
             id.clone().encode(),
             "same scope and revision, same id"
         );
-        assert_eq!(WatchId::decode(&encoded), Some(id));
+        assert_eq!(WatchId::decode(&encoded), Some(id.clone()));
         assert_eq!(WatchId::decode("run-7"), None);
         assert_eq!(WatchId::decode("w1.!!"), None);
+        for past in [
+            WatchId {
+                revision: 1 << 63,
+                ..id.clone()
+            },
+            WatchId {
+                covers: Some(crate::primitives::MAX_SAFE_INTEGER + 1),
+                ..id.clone()
+            },
+            WatchId {
+                txid: Some(-1),
+                ..id.clone()
+            },
+        ] {
+            assert_eq!(WatchId::decode(&past.encode()), None, "{past:?}");
+        }
     }
 }

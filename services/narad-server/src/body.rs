@@ -1,7 +1,12 @@
 //! Reading request bodies and query strings, with the API's errors: a body
 //! over the limit is 413 (`NRD-0006`), a body that is not JSON is 400
-//! (`NRD-0002`) naming where it broke, a query parameter that is unknown
-//! or malformed is 400 (`NRD-0008`) naming it.
+//! (`NRD-0002`) naming where it broke, a string or object key holding
+//! U+0000 is 400 (`NRD-0003`) with its JSON pointer, a query parameter that
+//! is unknown or malformed is 400 (`NRD-0008`) naming it.
+//!
+//! Every body and query string a handler reads passes here, so these
+//! refusals hold for every route. U+0000 is refused because Postgres
+//! `text` and `jsonb` cannot hold it: let through, it fails the query.
 
 use std::collections::BTreeMap;
 
@@ -10,6 +15,7 @@ use axum::extract::{FromRequest, FromRequestParts, Request};
 use axum::http::StatusCode;
 use axum::http::request::Parts;
 use narad_protocol::ErrorCode;
+use narad_protocol::primitives::MAX_SAFE_INTEGER;
 use serde_json::Value;
 
 use crate::error::ApiError;
@@ -22,20 +28,7 @@ impl<S: Send + Sync> FromRequest<S> for JsonBody {
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &S) -> Result<JsonBody, ApiError> {
-        let bytes = Bytes::from_request(req, state).await.map_err(|e| {
-            if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
-                ApiError::new(
-                    ErrorCode::PayloadTooLarge,
-                    "the request body exceeds this server's limit (NARAD_MAX_BODY_BYTES); \
-                     send smaller batches",
-                )
-            } else {
-                ApiError::new(
-                    ErrorCode::MalformedJson,
-                    format!("the request body could not be read: {e}"),
-                )
-            }
-        })?;
+        let bytes = read(req, state).await?;
         if bytes.is_empty() {
             return Err(ApiError::new(
                 ErrorCode::MalformedJson,
@@ -43,62 +36,154 @@ impl<S: Send + Sync> FromRequest<S> for JsonBody {
             )
             .with_field("", "empty body"));
         }
-        serde_json::from_slice(&bytes).map(JsonBody).map_err(|e| {
+        parse(&bytes).map(JsonBody)
+    }
+}
+
+/// A JSON request body that may be left out: an empty (or blank) body is
+/// `None`; anything else is read as [`JsonBody`] is.
+#[derive(Debug)]
+pub struct OptionalJsonBody(pub Option<Value>);
+
+impl<S: Send + Sync> FromRequest<S> for OptionalJsonBody {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<OptionalJsonBody, ApiError> {
+        let bytes = read(req, state).await?;
+        if bytes.iter().all(u8::is_ascii_whitespace) {
+            return Ok(OptionalJsonBody(None));
+        }
+        parse(&bytes).map(|v| OptionalJsonBody(Some(v)))
+    }
+}
+
+async fn read<S: Send + Sync>(req: Request, state: &S) -> Result<Bytes, ApiError> {
+    Bytes::from_request(req, state).await.map_err(|e| {
+        if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            too_large()
+        } else {
             ApiError::new(
                 ErrorCode::MalformedJson,
-                format!(
-                    "the request body is not JSON: {e} (line {}, column {})",
-                    e.line(),
-                    e.column()
-                ),
+                format!("the request body could not be read: {e}"),
             )
-            .with_field("", format!("line {}, column {}", e.line(), e.column()))
-        })
+        }
+    })
+}
+
+/// The answer to a body over the limit (also given before the body is
+/// read, when its `Content-Length` announces as much).
+pub fn too_large() -> ApiError {
+    ApiError::new(
+        ErrorCode::PayloadTooLarge,
+        "the request body exceeds this server's limit (NARAD_MAX_BODY_BYTES); \
+         send smaller batches",
+    )
+}
+
+/// Parses a body: JSON, and no U+0000 anywhere in it.
+fn parse(bytes: &[u8]) -> Result<Value, ApiError> {
+    let value: Value = serde_json::from_slice(bytes).map_err(|e| {
+        ApiError::new(
+            ErrorCode::MalformedJson,
+            format!(
+                "the request body is not JSON: {e} (line {}, column {})",
+                e.line(),
+                e.column()
+            ),
+        )
+        .with_field("", format!("line {}, column {}", e.line(), e.column()))
+    })?;
+    if let Some(pointer) = nul_pointer(&value) {
+        return Err(ApiError::new(
+            ErrorCode::InvalidObject,
+            format!("{pointer}: text holds U+0000, which narad cannot store; remove it"),
+        )
+        .with_field(pointer, "holds U+0000"));
+    }
+    Ok(value)
+}
+
+/// The JSON pointer (RFC 6901) of the first string or object key of
+/// `value` that holds U+0000: of the key itself when a key does.
+pub fn nul_pointer(value: &Value) -> Option<String> {
+    fn escape(key: &str) -> String {
+        key.replace('~', "~0").replace('/', "~1")
+    }
+    match value {
+        Value::String(s) => s.contains('\0').then(String::new),
+        Value::Array(items) => items
+            .iter()
+            .enumerate()
+            .find_map(|(i, v)| nul_pointer(v).map(|rest| format!("/{i}{rest}"))),
+        Value::Object(map) => map.iter().find_map(|(k, v)| {
+            if k.contains('\0') {
+                Some(format!("/{}", escape(k)))
+            } else {
+                nul_pointer(v).map(|rest| format!("/{}{rest}", escape(k)))
+            }
+        }),
+        _ => None,
     }
 }
 
 /// A query string as name → value, read strictly by [`Query::text`], [`Query::number`] and
-/// [`Query::finish`].
+/// [`Query::finish`]. Names and values must be UTF-8 without U+0000 once
+/// percent-decoded.
 #[derive(Debug, Default)]
 pub struct Query(BTreeMap<String, String>);
 
 impl<S: Send + Sync> FromRequestParts<S> for Query {
     type Rejection = ApiError;
 
-    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Query, ApiError> {
-        let axum::extract::Query(pairs) =
-            axum::extract::Query::<Vec<(String, String)>>::from_request_parts(parts, state)
-                .await
-                .map_err(|e| {
-                    ApiError::new(
-                        ErrorCode::InvalidParameter,
-                        format!("the query string cannot be read: {e}"),
-                    )
-                })?;
+    async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Query, ApiError> {
+        Query::parse(parts.uri.query().unwrap_or(""))
+    }
+}
+
+impl Query {
+    /// Reads a raw query string (`a=1&b=x%20y`, `+` for a space).
+    pub fn parse(raw: &str) -> Result<Query, ApiError> {
         let mut map = BTreeMap::new();
-        for (name, value) in pairs {
+        for pair in raw.split('&').filter(|p| !p.is_empty()) {
+            let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
+            let name = decode(name).map_err(|problem| {
+                let shown = String::from_utf8_lossy(&form_bytes(name)).into_owned();
+                invalid(&shown, &format!("has a name that {problem}"))
+            })?;
+            let value = decode(value).map_err(|problem| invalid(&name, problem))?;
             if map.insert(name.clone(), value).is_some() {
                 return Err(invalid(&name, "is given twice"));
             }
         }
         Ok(Query(map))
     }
-}
 
-impl Query {
     /// The text of parameter `name`, if given.
     pub fn text(&mut self, name: &str) -> Option<String> {
         self.0.remove(name)
     }
 
-    /// Parameter `name` as a non-negative integer, if given.
+    /// Parameter `name` as a non-negative integer, if given: at most
+    /// 2^53 − 1, like every integer of the protocol (a larger cursor
+    /// would wrap in the store's 64-bit columns).
     pub fn number(&mut self, name: &str) -> Result<Option<u64>, ApiError> {
         match self.0.remove(name) {
             None => Ok(None),
-            Some(v) => v
-                .parse::<u64>()
-                .map(Some)
-                .map_err(|_| invalid(name, &format!("must be a non-negative integer, got {v:?}"))),
+            Some(v) => match v.parse::<u64>() {
+                Ok(n) if n <= MAX_SAFE_INTEGER => Ok(Some(n)),
+                Ok(_) => Err(invalid(
+                    name,
+                    &format!("must be at most {MAX_SAFE_INTEGER} (2^53 - 1), got {v}"),
+                )),
+                Err(_) if !v.is_empty() && v.bytes().all(|b| b.is_ascii_digit()) => Err(invalid(
+                    name,
+                    &format!("must be at most {MAX_SAFE_INTEGER} (2^53 - 1), got {v}"),
+                )),
+                Err(_) => Err(invalid(
+                    name,
+                    &format!("must be a non-negative integer, got {v:?}"),
+                )),
+            },
         }
     }
 
@@ -112,10 +197,101 @@ impl Query {
     }
 }
 
+/// The bytes of a form-encoded component: `+` is a space, `%XX` a byte.
+fn form_bytes(raw: &str) -> Vec<u8> {
+    let plus = raw.replace('+', " ");
+    percent_decode(plus.as_bytes())
+}
+
+/// A percent-encoded component as text: UTF-8, without U+0000.
+fn decode(raw: &str) -> Result<String, &'static str> {
+    let text = String::from_utf8(form_bytes(raw)).map_err(|_| "is not UTF-8 once decoded")?;
+    if text.contains('\0') {
+        return Err("holds U+0000");
+    }
+    Ok(text)
+}
+
+/// Percent-decodes `raw`; a `%` not followed by two hex digits stays as is.
+pub fn percent_decode(raw: &[u8]) -> Vec<u8> {
+    let hex = |b: u8| (b as char).to_digit(16).map(|d| d as u8);
+    let mut out = Vec::with_capacity(raw.len());
+    let mut i = 0;
+    while i < raw.len() {
+        if raw[i] == b'%'
+            && let (Some(hi), Some(lo)) = (
+                raw.get(i + 1).copied().and_then(hex),
+                raw.get(i + 2).copied().and_then(hex),
+            )
+        {
+            out.push(hi << 4 | lo);
+            i += 3;
+        } else {
+            out.push(raw[i]);
+            i += 1;
+        }
+    }
+    out
+}
+
 fn invalid(name: &str, problem: &str) -> ApiError {
     ApiError::new(
         ErrorCode::InvalidParameter,
         format!("query parameter {name} {problem}"),
     )
     .with_field(name, problem)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn nul_is_found_in_values_and_keys_with_escaped_pointers() {
+        assert_eq!(
+            nul_pointer(&json!({"a": [1, "ok", {"b": "x\u{0}"}]})).as_deref(),
+            Some("/a/2/b")
+        );
+        assert_eq!(
+            nul_pointer(&json!({"m": {"x/~\u{0}": 1}})).as_deref(),
+            Some("/m/x~1~0\u{0}")
+        );
+        assert_eq!(nul_pointer(&json!("\u{0}")).as_deref(), Some(""));
+        assert_eq!(nul_pointer(&json!({"a": ["fine", 1, null]})), None);
+    }
+
+    #[test]
+    fn query_values_are_decoded_strictly() {
+        let mut q = Query::parse("a=x%20y&b=c+d&n=9007199254740991").unwrap();
+        assert_eq!(q.text("a").as_deref(), Some("x y"));
+        assert_eq!(q.text("b").as_deref(), Some("c d"));
+        assert_eq!(q.number("n").unwrap(), Some(9_007_199_254_740_991));
+        q.finish().unwrap();
+        for (raw, name) in [
+            ("after=%00", "after"),
+            ("after=%C0%AF", "after"),
+            ("a=1&a=2", "a"),
+        ] {
+            let e = Query::parse(raw).unwrap_err();
+            let body = axum::response::IntoResponse::into_response(e);
+            assert_eq!(body.status(), StatusCode::BAD_REQUEST, "{raw} names {name}");
+        }
+        for n in [
+            "9007199254740992",
+            "9223372036854775808",
+            "99999999999999999999999",
+            "-1",
+            "x",
+        ] {
+            let mut q = Query::parse(&format!("n={n}")).unwrap();
+            assert!(q.number("n").is_err(), "{n}");
+        }
+    }
+
+    #[test]
+    fn percent_decoding_keeps_stray_percents() {
+        assert_eq!(percent_decode(b"a%2Fb%zz%4"), b"a/b%zz%4");
+        assert_eq!(percent_decode(b"%C0%AF"), [0xC0, 0xAF]);
+    }
 }

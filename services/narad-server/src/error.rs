@@ -63,8 +63,11 @@ impl IntoResponse for ApiError {
 impl From<JournalError> for ApiError {
     fn from(e: JournalError) -> ApiError {
         match &e {
+            JournalError::Database(_) | JournalError::Pool(_) if e.is_unreachable() => {
+                tracing::error!(error = %e, "the database cannot be reached");
+            }
             JournalError::Database(_) | JournalError::Pool(_) => {
-                tracing::error!(error = %e, "database failure");
+                tracing::error!(error = %e, "database error");
             }
             JournalError::Corrupt(_) => {
                 tracing::error!(error = %e, "stored data is not what narad wrote");

@@ -13,6 +13,8 @@
 //! - [`runtime`]: agent runtimes' settings and the sweeper that repairs lost runs;
 //! - [`signature`]: signed calls of registered extensions;
 //! - [`body`]: request bodies and query strings, with the API's errors;
+//! - [`input`]: checks of paths, headers and announced lengths that every
+//!   request passes before its handler;
 //! - [`error`]: the error envelope as an HTTP answer.
 
 pub mod auth;
@@ -23,6 +25,7 @@ pub mod error;
 pub mod executors;
 pub mod gauges;
 pub mod hub;
+pub mod input;
 pub mod metrics;
 pub mod routes;
 pub mod runtime;
@@ -34,6 +37,7 @@ use std::time::Duration;
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
 use axum::http::{HeaderName, Request};
+use axum::middleware::{from_fn, from_fn_with_state};
 use narad_journal::Journal;
 use narad_protocol::ErrorCode;
 use tower_http::catch_panic::CatchPanicLayer;
@@ -72,11 +76,17 @@ pub fn app(state: AppState, max_body_bytes: usize) -> Router {
             .expect("the OpenAPI document serialises"),
     );
     router
+        .route_layer(from_fn(input::path_params))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .with_state(state)
         .layer(DefaultBodyLimit::max(max_body_bytes))
-        .layer(axum::middleware::from_fn(signature::streaming_only))
+        .layer(from_fn(signature::streaming_only))
+        .layer(from_fn(input::headers))
+        .layer(from_fn_with_state(
+            max_body_bytes,
+            input::announced_length,
+        ))
         .layer(CatchPanicLayer::custom(panicked))
         .layer(PropagateRequestIdLayer::new(REQUEST_ID))
         .layer(
@@ -90,6 +100,7 @@ pub fn app(state: AppState, max_body_bytes: usize) -> Router {
             }),
         )
         .layer(SetRequestIdLayer::new(REQUEST_ID, MakeRequestUuid))
+        .layer(from_fn(input::request_id))
 }
 
 /// A handler that panicked answers the internal-error envelope (the panic
@@ -112,10 +123,12 @@ async fn not_found() -> ApiError {
     )
 }
 
+/// A route asked with a method it does not take: 405, and axum adds the
+/// `Allow` header listing the methods it does take.
 async fn method_not_allowed() -> ApiError {
     ApiError::new(
-        ErrorCode::NotFound,
-        "this route does not take this method; GET /openapi.json lists every route",
+        ErrorCode::MethodNotAllowed,
+        "this route does not take this method; the Allow header lists the methods it takes",
     )
 }
 

@@ -4,10 +4,11 @@
 use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
+use narad_journal::append::MAX_BATCH;
 use narad_journal::{AppendOptions, Appended, Fence, HistoryPage, HistoryQuery, JournalError};
 use narad_protocol::ErrorCode;
 use narad_protocol::engine::Issuer;
-use narad_protocol::primitives::SessionId;
+use narad_protocol::primitives::{MAX_SAFE_INTEGER, SessionId};
 use serde_json::Value;
 
 use crate::AppState;
@@ -103,11 +104,27 @@ fn batch(body: Value) -> ApiResult<(Vec<Value>, Option<u64>)> {
         Some(_) => return Err(invalid("/events", "must be an array of proposed events")),
         None => return Err(invalid("/events", "missing: the batch of proposed events")),
     };
+    if events.is_empty() || events.len() > MAX_BATCH {
+        return Err(invalid(
+            "/events",
+            &format!(
+                "a batch holds 1 to {MAX_BATCH} events, this one {}",
+                events.len()
+            ),
+        ));
+    }
     let expected_session_sequence = match body.remove("expectedSessionSequence") {
         None => None,
-        Some(v) => Some(v.as_u64().ok_or_else(|| {
-            invalid("/expectedSessionSequence", "must be a non-negative integer")
-        })?),
+        Some(v) => Some(
+            v.as_u64()
+                .filter(|n| *n <= MAX_SAFE_INTEGER)
+                .ok_or_else(|| {
+                    invalid(
+                        "/expectedSessionSequence",
+                        "must be an integer from 0 to 2^53 - 1",
+                    )
+                })?,
+        ),
     };
     if let Some(field) = body.keys().next() {
         return Err(invalid(

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use axum::Json;
 use axum::extract::ws::WebSocketUpgrade;
+use axum::extract::ws::rejection::WebSocketUpgradeRejection;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::Response;
@@ -96,6 +97,7 @@ fn control_body(body: &Value, expected: &str) -> ApiResult<ControlBody> {
     params(("clientExecutorId" = String, Path, description = "The endpoint to attach as")),
     responses(
         (status = 101, description = "Switching to the executor channel (WebSocket)"),
+        (status = 400, description = "NRD-0008: not a WebSocket handshake (`fields` names the header: Upgrade, Sec-WebSocket-Version or Sec-WebSocket-Key)"),
         (status = 403, description = "NRD-0102: no `executor` role, or the `executors` claim does not name this id"),
     ),
     security(("bearer" = [])))]
@@ -103,9 +105,10 @@ pub async fn connect(
     State(state): State<AppState>,
     principal: Principal,
     Path(executor_id): Path<String>,
-    upgrade: WebSocketUpgrade,
+    upgrade: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
 ) -> ApiResult<Response> {
     authorize(&principal, &executor_id)?;
+    let upgrade = upgrade.map_err(not_a_handshake)?;
     let channel = Channel {
         journal: state.journal.clone(),
         hub: state.hub.clone(),
@@ -115,6 +118,31 @@ pub async fn connect(
         credential_valid_until: principal.valid_until,
     };
     Ok(upgrade.on_upgrade(move |socket| channel.serve(socket)))
+}
+
+/// The answer to a `connect` that is not a WebSocket handshake: 400 in the
+/// envelope, naming the header at fault (426 Upgrade Required was weighed:
+/// it would need a code of its own for the one route, and a client that
+/// sends no upgrade is not asking to negotiate one).
+fn not_a_handshake(rejection: WebSocketUpgradeRejection) -> ApiError {
+    let (header, problem) = match rejection {
+        WebSocketUpgradeRejection::InvalidWebSocketVersionHeader(_) => {
+            ("Sec-WebSocket-Version", "must be 13")
+        }
+        WebSocketUpgradeRejection::WebSocketKeyHeaderMissing(_) => ("Sec-WebSocket-Key", "missing"),
+        _ => (
+            "Upgrade",
+            "must be websocket, with Connection: upgrade (over HTTP/1.1)",
+        ),
+    };
+    ApiError::new(
+        ErrorCode::InvalidParameter,
+        format!(
+            "this route is a WebSocket: connect with a WebSocket client ({header} {problem}), \
+             or use the HTTP form (POST /v1/executors/{{id}}/attach)"
+        ),
+    )
+    .with_field(header, problem)
 }
 
 /// Attaches without a socket: a new lease (superseding any earlier one),

@@ -10,18 +10,17 @@
 use std::time::Duration;
 
 use axum::Json;
-use axum::body::Bytes;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use narad_protocol::ErrorCode;
-use narad_protocol::primitives::QueueName;
+use narad_protocol::primitives::{QueueName, UInt};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
 use crate::AppState;
 use crate::auth::{Permission, Principal};
-use crate::body::Query;
+use crate::body::{OptionalJsonBody, Query};
 use crate::error::{ApiError, ApiResult};
 
 /// The longest a claim or control poll waits, in milliseconds.
@@ -50,18 +49,36 @@ struct ClaimRequest {
 #[derive(Debug, Default, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 struct ReleaseRequest {
-    /// The last sessionSequence the runtime read or wrote.
-    handled_through: Option<u64>,
+    /// The last sessionSequence the runtime read or wrote (at most
+    /// 2^53 − 1, like every sequence).
+    handled_through: Option<UInt>,
 }
 
-/// Reads an optional JSON object body (empty means `{}`).
-fn optional_body<T: Default + serde::de::DeserializeOwned>(bytes: &Bytes) -> ApiResult<T> {
-    if bytes.iter().all(u8::is_ascii_whitespace) {
+/// Reads an optional JSON object body (empty means `{}`); the body was
+/// read as JSON by [`OptionalJsonBody`], so only its structure is left to
+/// refuse here.
+fn optional_body<T: Default + serde::de::DeserializeOwned>(body: Option<Value>) -> ApiResult<T> {
+    let Some(body) = body else {
         return Ok(T::default());
-    }
-    serde_json::from_slice(bytes).map_err(|e| {
-        ApiError::new(ErrorCode::InvalidObject, format!("the body: {e}"))
-            .with_field("", e.to_string())
+    };
+    serde_path_to_error::deserialize(body).map_err(|e| {
+        let pointer: String = e
+            .path()
+            .iter()
+            .map(|segment| match segment {
+                serde_path_to_error::Segment::Seq { index } => format!("/{index}"),
+                serde_path_to_error::Segment::Map { key } => {
+                    format!("/{}", key.replace('~', "~0").replace('/', "~1"))
+                }
+                _ => String::new(),
+            })
+            .collect();
+        let problem = e.inner().to_string();
+        ApiError::new(
+            ErrorCode::InvalidObject,
+            format!("the body at {pointer:?}: {problem}"),
+        )
+        .with_field(pointer, problem)
     })
 }
 
@@ -99,17 +116,17 @@ fn check_wait(wait: u64) -> ApiResult<Duration> {
     responses(
         (status = 200, description = "`{runId, sessionId, queue, reason, cursor, attempt, maxAttempts, onLost, stopRequested, lease: {leaseId, expiresAt}}`", body = Object),
         (status = 204, description = "No run was ready in time"),
-        (status = 400, description = "NRD-0003: a bad body; NRD-0008: waitMs above 30,000"),
+        (status = 400, description = "NRD-0002: not JSON; NRD-0003: a bad body; NRD-0008: waitMs above 30,000"),
         (status = 403, description = "NRD-0102: not role backend, or a token limited to sessions"),
     ),
     security(("bearer" = [])))]
 pub async fn claim(
     State(state): State<AppState>,
     principal: Principal,
-    body: Bytes,
+    OptionalJsonBody(body): OptionalJsonBody,
 ) -> ApiResult<Response> {
     require_runtime(&principal)?;
-    let request: ClaimRequest = optional_body(&body)?;
+    let request: ClaimRequest = optional_body(body)?;
     let wait = check_wait(request.wait_ms.unwrap_or(0))?;
     let runtime_id = request
         .runtime_id
@@ -174,13 +191,17 @@ pub async fn release(
     State(state): State<AppState>,
     principal: Principal,
     Path(lease_id): Path<String>,
-    body: Bytes,
+    OptionalJsonBody(body): OptionalJsonBody,
 ) -> ApiResult<Json<Value>> {
     require_runtime(&principal)?;
-    let request: ReleaseRequest = optional_body(&body)?;
+    let request: ReleaseRequest = optional_body(body)?;
     let released = state
         .journal
-        .release_run(&principal.tenant, &lease_id, request.handled_through)
+        .release_run(
+            &principal.tenant,
+            &lease_id,
+            request.handled_through.map(UInt::get),
+        )
         .await?;
     Ok(Json(json!({ "released": released })))
 }
