@@ -505,3 +505,23 @@ async fn tenant_stream_cursors_survive_a_dump_and_restore_into_another_cluster()
     assert_eq!(whole, expected);
     after.stop().await;
 }
+
+#[tokio::test]
+async fn an_event_id_beyond_ascii_resumes_like_any_other() {
+    let s = Server::start().await;
+    let t = token("acme", &Role::ALL);
+    open_session(&s, &t, "u1").await;
+    for id in ["évent-1", "évent-2"] {
+        s.post(
+            "/v1/sessions/u1/events",
+            &t,
+            &json!({ "events": [delta(id)] }),
+        )
+        .await
+        .expect(201);
+    }
+    for path in ["/v1/sessions/u1/stream", "/v1/events"] {
+        let got = resumed(&s, path, &t, "évent-1", Some("évent-2"), true).await;
+        assert_eq!(got, ["évent-2"], "{path} resumes right after évent-1");
+    }
+}

@@ -41,9 +41,11 @@ pub fn negotiated(query: &mut Query) -> ProfileSet {
 
 /// The `Last-Event-ID` header, when it holds something.
 pub fn last_event_id(headers: &HeaderMap) -> Option<String> {
+    // UTF-8, not only visible ASCII: eventIds are any strings (the
+    // `input::headers` layer refused what is not text before this).
     headers
         .get("last-event-id")
-        .and_then(|v| v.to_str().ok())
+        .and_then(|v| std::str::from_utf8(v.as_bytes()).ok())
         .map(str::trim)
         .filter(|v| !v.is_empty())
         .map(str::to_owned)
