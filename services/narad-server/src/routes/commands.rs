@@ -3,7 +3,7 @@
 //! refused (4xx) before any durable change.
 //!
 //! Both command routes (this one and the spec's resolve-interrupt path)
-//! run [`execute`]: one authorization step, which finds the session a
+//! run `execute`: one authorization step, which finds the session a
 //! command acts on and checks the caller against it (tenant, role,
 //! `sessions` claim). The journal's command functions take the
 //! [`narad_journal::Authorized`] it yields, the only way to act on a
