@@ -67,10 +67,7 @@ pub const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 /// and the error envelope for unknown routes.
 pub fn app(state: AppState, max_body_bytes: usize) -> Router {
     let (router, api) = routes::router().split_for_parts();
-    let _ = state.openapi.set(
-        api.to_pretty_json()
-            .expect("the OpenAPI document serialises"),
-    );
+    let _ = state.openapi.set(routes::openapi::document_json(&api));
     router
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
