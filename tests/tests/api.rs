@@ -407,7 +407,16 @@ const ROUTES: &[(&str, &str)] = &[
     ("get", "/v1/sessions/{sessionId}/documents"),
     ("get", "/v1/sessions/{sessionId}/queued-starts"),
     ("delete", "/v1/sessions/{sessionId}/queued-starts/{queueId}"),
-    ("post", "/v1/commands/{command}"),
+    ("post", "/v1/commands/create-session"),
+    ("post", "/v1/commands/start-run"),
+    ("post", "/v1/commands/stop-run"),
+    ("post", "/v1/commands/resolve-interrupt"),
+    ("post", "/v1/commands/record-user-message"),
+    ("post", "/v1/commands/start-workflow"),
+    ("post", "/v1/commands/cancel-workflow"),
+    ("post", "/v1/commands/redact-message"),
+    ("post", "/v1/commands/update-session"),
+    ("post", "/v1/commands/archive-session"),
     ("post", "/api/narad/v1/commands/resolve-interrupt"),
     ("post", "/v1/sessions/{sessionId}/events"),
     ("get", "/v1/sessions/{sessionId}/events"),
@@ -463,7 +472,6 @@ async fn the_openapi_document_lists_exactly_the_routes_that_answer() {
         let concrete = path
             .replace("{sessionId}", "s-none")
             .replace("{queueId}", "q-none")
-            .replace("{command}", "stop-run")
             .replace("{clientExecutorId}", "x-none")
             .replace("{publisher}", "p")
             .replace("{name}", "n");

@@ -56,23 +56,27 @@ pub enum Fence {
 }
 
 /// One appended event's identity and sequences.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct AppendedEvent {
     /// The event.
+    #[schema(schema_with = crate::openapi::id)]
     pub event_id: String,
     /// Its sessionSequence.
+    #[schema(schema_with = crate::openapi::sequence)]
     pub session_sequence: u64,
     /// Its run-tree sequence, for run-tree events.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(schema_with = crate::openapi::sequence)]
     pub sequence: Option<u64>,
     /// Its workflowSequence, for workflow events.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(schema_with = crate::openapi::sequence)]
     pub workflow_sequence: Option<u64>,
 }
 
 /// The result of an append.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Appended {
     /// The batch's events, in order.
@@ -86,6 +90,7 @@ pub struct Appended {
     /// A queued start that became run.started in this transaction (its
     /// event is the last of `events`).
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(schema_with = crate::openapi::id)]
     pub dequeued: Option<String>,
 }
 

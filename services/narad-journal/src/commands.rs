@@ -29,16 +29,18 @@ use crate::{
 };
 
 /// What a start-run command did.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct RunStart {
     /// The run's id.
+    #[schema(schema_with = crate::openapi::id)]
     pub run_id: String,
     /// The appended events, when the run started now.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub appended: Option<Appended>,
     /// The queued start's id, when it waits for the slot.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(schema_with = crate::openapi::id)]
     pub queue_id: Option<String>,
     /// The stop request appended for the active run (`onConflict=interrupt`).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -46,10 +48,11 @@ pub struct RunStart {
 }
 
 /// What a cancel-workflow command did.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct WorkflowCancel {
     /// The workflow's session.
+    #[schema(schema_with = crate::openapi::id)]
     pub session_id: String,
     /// workflow.cancelled, when it could be appended at once.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -61,16 +64,20 @@ pub struct WorkflowCancel {
 }
 
 /// A start waiting for its session's slot.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct QueuedStart {
     /// The queued start.
+    #[schema(schema_with = crate::openapi::id)]
     pub queue_id: String,
     /// The run it will start.
+    #[schema(schema_with = crate::openapi::id)]
     pub run_id: String,
     /// `interrupt` starts go first, then `enqueue` ones, each in order.
+    #[schema(value_type = String, pattern = "^(interrupt|enqueue)$")]
     pub on_conflict: &'static str,
     /// The run.started it will append.
+    #[schema(schema_with = crate::openapi::run_started)]
     pub proposal: Value,
 }
 

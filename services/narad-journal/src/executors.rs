@@ -53,16 +53,20 @@ pub struct Delivery {
 }
 
 /// An accepted `client.tool.finish`.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct FinishAccepted {
     /// The call it finished.
+    #[schema(schema_with = crate::openapi::id)]
     pub tool_call_id: String,
     /// The session of the call.
+    #[schema(schema_with = crate::openapi::id)]
     pub session_id: String,
     /// The `tool.call.finished` that records it.
+    #[schema(schema_with = crate::openapi::id)]
     pub event_id: String,
     /// Its sessionSequence.
+    #[schema(schema_with = crate::openapi::sequence)]
     pub session_sequence: u64,
     /// The same finish had been accepted before: nothing new was appended.
     pub duplicate: bool,

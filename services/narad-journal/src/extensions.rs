@@ -14,7 +14,7 @@ use crate::{Journal, JournalError, TenantId, in_tenant};
 pub const SECRET_BYTES: usize = 32;
 
 /// A registration as listed (never with its secret).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ExtensionRecord {
     /// Who publishes it.
@@ -24,6 +24,7 @@ pub struct ExtensionRecord {
     /// Whether its signed calls are accepted.
     pub enabled: bool,
     /// When it was registered (RFC 3339).
+    #[schema(schema_with = crate::openapi::timestamp)]
     pub created_at: String,
     /// The subject that registered it.
     pub created_by: String,

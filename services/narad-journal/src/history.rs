@@ -36,19 +36,23 @@ pub struct HistoryQuery {
 }
 
 /// One page of history.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct HistoryPage {
     /// The events, in sessionSequence order, as delivered.
+    #[schema(schema_with = crate::openapi::authority_events)]
     pub events: Vec<Value>,
     /// Where the next page starts, when more events remain.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(schema_with = crate::openapi::uint)]
     pub next_session_sequence: Option<u64>,
     /// The run-tree cursor of the next page, for a run-filtered read.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(schema_with = crate::openapi::uint)]
     pub next_sequence: Option<u64>,
     /// The workflow cursor of the next page, for a workflow-filtered read.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(schema_with = crate::openapi::uint)]
     pub next_workflow_sequence: Option<u64>,
 }
 

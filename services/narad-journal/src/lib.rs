@@ -17,7 +17,8 @@
 //! - [`sessions`]: creating, reading and listing sessions;
 //! - [`rebuild`]: deriving the engine's state from the events alone;
 //! - [`runtime`]: the work queue of agent runtimes, runtime leases, orphan repair;
-//! - [`error`]: failures and their client-facing envelopes.
+//! - [`error`]: failures and their client-facing envelopes;
+//! - [`openapi`]: how the answers above appear in the OpenAPI document.
 
 pub mod access;
 pub mod append;
@@ -28,6 +29,7 @@ pub mod executors;
 pub mod extensions;
 mod group;
 pub mod history;
+pub mod openapi;
 pub mod rebuild;
 pub mod relay;
 pub mod runtime;
@@ -52,7 +54,7 @@ pub use relay::{AttachSnapshot, RelayCursor, Relayed};
 pub use runtime::{
     Claim, LeaseStanding, Released, Repair, RuntimeDue, RuntimeLease, WorkDefaults, WorkOrder,
 };
-pub use sessions::{NewSession, SessionRecord};
+pub use sessions::{Document, NewSession, SessionDocuments, SessionRecord};
 pub use tenant_relay::{Horizon, RelayPage, StreamPosition};
 
 /// The migrations of `migrations/`, embedded.

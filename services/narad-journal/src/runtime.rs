@@ -92,26 +92,31 @@ impl WorkOrder {
 }
 
 /// A run handed to a runtime.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Claim {
     /// The run (the root of its journal).
+    #[schema(schema_with = crate::openapi::id)]
     pub run_id: String,
     /// Its session.
+    #[schema(schema_with = crate::openapi::id)]
     pub session_id: String,
     /// The queue it came from.
+    #[schema(schema_with = crate::openapi::id)]
     pub queue: String,
     /// Why it is ready: `started`, `event` (its journal moved while no
     /// runtime held it), `retry` (its previous holder was lost).
     pub reason: String,
     /// Read the session's history after this sessionSequence for what is
     /// new to this holder.
+    #[schema(schema_with = crate::openapi::uint)]
     pub cursor: u64,
     /// This holder's number, from 1; above 1 after lost holders.
     pub attempt: u32,
     /// The most holders.
     pub max_attempts: u32,
     /// The policy when a holder is lost.
+    #[schema(schema_with = crate::openapi::on_lost)]
     pub on_lost: OnLost,
     /// The run was asked to stop.
     pub stop_requested: bool,
@@ -120,24 +125,29 @@ pub struct Claim {
 }
 
 /// A runtime lease.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct RuntimeLease {
     /// The lease id.
+    #[schema(schema_with = crate::openapi::id)]
     pub lease_id: String,
     /// When it lapses unless renewed (RFC 3339).
+    #[schema(schema_with = crate::openapi::timestamp)]
     pub expires_at: String,
 }
 
 /// A lease's standing, as a heartbeat or a control poll reports it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct LeaseStanding {
     /// The run.
+    #[schema(schema_with = crate::openapi::id)]
     pub run_id: String,
     /// Its session.
+    #[schema(schema_with = crate::openapi::id)]
     pub session_id: String,
     /// When the lease lapses unless renewed.
+    #[schema(schema_with = crate::openapi::timestamp)]
     pub expires_at: String,
     /// The run was asked to stop: close its work and end it.
     pub stop_requested: bool,
@@ -159,7 +169,7 @@ impl LeaseStanding {
 }
 
 /// What a release did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Released {
     /// The run waits; the next event of its journal queues it again.

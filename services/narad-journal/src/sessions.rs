@@ -29,27 +29,65 @@ impl From<narad_protocol::commands::CreateSession> for NewSession {
 }
 
 /// A session as stored.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct SessionRecord {
     /// The session.
+    #[schema(schema_with = crate::openapi::id)]
     pub session_id: String,
     /// Its title.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = String)]
     pub title: Option<String>,
     /// Its metadata.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Object)]
     pub metadata: Option<Value>,
     /// When it was created (RFC 3339).
+    #[schema(schema_with = crate::openapi::timestamp)]
     pub created_at: String,
     /// When it was archived, if it was.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(schema_with = crate::openapi::timestamp)]
     pub archived_at: Option<String>,
     /// The last sessionSequence (0: no authority yet).
+    #[schema(schema_with = crate::openapi::uint)]
     pub session_sequence: u64,
     /// The active top-level execution.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Object)]
     pub active_execution: Option<Value>,
+}
+
+/// A session's state and UI documents (§9.6), current through a
+/// sessionSequence.
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SessionDocuments {
+    /// The session.
+    #[schema(schema_with = crate::openapi::id)]
+    pub session_id: String,
+    /// The documents hold every change through this sessionSequence:
+    /// stream with `afterSessionSequence` set to it and none is missed.
+    #[schema(schema_with = crate::openapi::uint)]
+    pub covers_through_session_sequence: i64,
+    /// The state documents (`state.snapshot`, `state.delta`), by scope.
+    pub state: Vec<Document>,
+    /// The UI documents (`ui.state.snapshot`, `ui.state.delta`), by scope.
+    pub ui: Vec<Document>,
+}
+
+/// One document: its scope, revision and value.
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
+pub struct Document {
+    /// The document's scope.
+    #[schema(schema_with = crate::openapi::id)]
+    pub scope: Value,
+    /// Its revision (0 for the first snapshot).
+    #[schema(schema_with = crate::openapi::uint)]
+    pub revision: Value,
+    /// The document (any JSON).
+    pub state: Value,
 }
 
 const SESSION_COLUMNS: &str = "session_id, title, metadata, \
@@ -152,7 +190,7 @@ impl Journal {
         &self,
         tenant: &TenantId,
         session_id: &str,
-    ) -> Result<serde_json::Value, JournalError> {
+    ) -> Result<SessionDocuments, JournalError> {
         let client = self.pool.get().await?;
         in_tenant(client, tenant, async |c| {
             // One statement: the documents and the sequence they are
@@ -180,19 +218,22 @@ impl Journal {
                 .flatten()
             {
                 let doc = &e[2];
-                let entry = serde_json::json!({"scope": e[1],
-                    "revision": doc["revision"], "state": doc["state"]});
+                let entry = Document {
+                    scope: e[1].clone(),
+                    revision: doc["revision"].clone(),
+                    state: doc["state"].clone(),
+                };
                 match e[0].as_str() {
                     Some("document.state") => state.push(entry),
                     _ => ui.push(entry),
                 }
             }
-            Ok(serde_json::json!({
-                "sessionId": session_id,
-                "coversThroughSessionSequence": row.get::<_, i64>(0),
-                "state": state,
-                "ui": ui,
-            }))
+            Ok(SessionDocuments {
+                session_id: session_id.to_owned(),
+                covers_through_session_sequence: row.get::<_, i64>(0),
+                state,
+                ui,
+            })
         })
         .await
     }

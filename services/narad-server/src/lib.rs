@@ -71,10 +71,7 @@ pub const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 /// and the error envelope for unknown routes.
 pub fn app(state: AppState, max_body_bytes: usize) -> Router {
     let (router, api) = routes::router().split_for_parts();
-    let _ = state.openapi.set(
-        api.to_pretty_json()
-            .expect("the OpenAPI document serialises"),
-    );
+    let _ = state.openapi.set(routes::openapi::document_json(&api));
     router
         .route_layer(from_fn(input::path_params))
         .fallback(not_found)

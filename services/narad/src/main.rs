@@ -62,6 +62,9 @@ enum Command {
     /// before anything destructive, the `clock.now` client tool when asked
     /// for the time); it honours stops. Ctrl-C stops it.
     DemoAgent(demo_agent::DemoAgentArgs),
+    /// Print the OpenAPI 3.1 document of the HTTP API (what
+    /// `GET /openapi.json` serves), without a server or a database.
+    Openapi,
     /// Apply the database migrations (idempotent).
     Migrate {
         /// The database to migrate.
@@ -157,6 +160,14 @@ fn main() -> ExitCode {
                 .map(|()| ExitCode::SUCCESS)
         }
         Command::Check(args) => check(&args),
+        Command::Openapi => {
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&narad_server::routes::openapi::document())
+                    .expect("the OpenAPI document serialises")
+            );
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Conformance(ConformanceCommand::Check { dir, quiet }) => {
             conformance_check(&dir, quiet)
         }

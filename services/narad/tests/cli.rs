@@ -115,6 +115,16 @@ fn check_accepts_every_schema_example() {
 }
 
 #[test]
+fn openapi_prints_the_document_the_server_serves() {
+    let (code, out, err) = narad(&["openapi"], "", &[]);
+    assert_eq!(code, 0, "{err}");
+    let doc: serde_json::Value = serde_json::from_str(&out).expect("the document is JSON");
+    assert_eq!(doc["openapi"], "3.1.0");
+    assert!(doc["paths"]["/v1/commands/start-run"]["post"].is_object());
+    assert!(doc["components"]["schemas"]["commands.start-run"].is_object());
+}
+
+#[test]
 fn check_names_unknown_profiles() {
     let (code, _, err) = narad(&["check", "--profiles", "narad.teleport/v1"], "", &[]);
     assert_eq!(code, 2);

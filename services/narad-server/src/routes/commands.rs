@@ -1,9 +1,10 @@
-//! `POST /v1/commands/{command}`: every command of §2.2. A command is
-//! accepted (2xx, with the ids and sequences of the events it caused) or
-//! refused (4xx) before any durable change.
+//! `POST /v1/commands/<name>`: every command of §2.2, each at a route of
+//! its own with its own body and answer. A command is accepted (2xx, with
+//! the ids and sequences of the events it caused) or refused (4xx) before
+//! any durable change.
 //!
-//! Both command routes (this one and the spec's resolve-interrupt path)
-//! run `execute`: one authorization step, which finds the session a
+//! Every command route (and the spec's resolve-interrupt path) runs
+//! `execute`: one authorization step, which finds the session a
 //! command acts on and checks the caller against it (tenant, role,
 //! `sessions` claim). The journal's command functions take the
 //! [`narad_journal::Authorized`] it yields, the only way to act on a
@@ -12,9 +13,12 @@
 use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
+use narad_journal::{Appended, RunStart, SessionRecord, WorkflowCancel};
 use narad_protocol::ErrorCode;
 use narad_protocol::commands::{Command, Target};
-use serde_json::{Value, json};
+use serde::Serialize;
+use serde_json::Value;
+use utoipa::ToSchema;
 
 use super::parse_command;
 use crate::AppState;
@@ -22,20 +26,10 @@ use crate::auth::{Permission, Principal};
 use crate::body::JsonBody;
 use crate::error::{ApiError, ApiResult};
 
-/// Runs a command.
-#[utoipa::path(post, path = "/v1/commands/{command}", tag = "commands",
-    params(("command" = String, Path, description = "start-run, stop-run, resolve-interrupt, record-user-message, start-workflow, cancel-workflow, redact-message, create-session, update-session or archive-session")),
-    request_body(content = Object, description = "The command's body (schema/commands/{command}.json)"),
-    responses(
-        (status = 200, description = "Accepted: the events it caused, with their sequences", body = Object),
-        (status = 201, description = "Accepted, and a run, workflow or session was created", body = Object),
-        (status = 202, description = "start-run with onConflict enqueue: queued until the slot frees", body = Object),
-        (status = 400, description = "NRD-0002, NRD-0003: the body; NRD-0008: an id used in several sessions without sessionId"),
-        (status = 403, description = "NRD-0102: the token lacks the role, or is limited to other sessions"),
-        (status = 404, description = "NRD-0007: unknown command, or what it names does not exist"),
-        (status = 409, description = "NRD-0201 (with the rule), NRD-0204 (with the active execution), NRD-0205 (with the decision)"),
-    ),
-    security(("bearer" = [])))]
+/// Runs the command named in the path, whichever it is. The router
+/// registers it under `/v1/commands/{command}`, undocumented: each command
+/// has a route of its own below (which the router prefers), so this one
+/// only answers names that are not commands (404, naming the commands).
 pub async fn run(
     State(state): State<AppState>,
     principal: Principal,
@@ -55,14 +49,259 @@ pub async fn run(
     execute(&state, &principal, command).await
 }
 
+/// Runs command `name` with `body`: what each command's route does.
+async fn run_named(
+    state: &AppState,
+    principal: &Principal,
+    name: &str,
+    body: &Value,
+) -> ApiResult<(StatusCode, Json<Value>)> {
+    let command = parse_command(name, body)?;
+    execute(state, principal, command).await
+}
+
+/// The answer of a command that appended events to a session.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CommandAnswer {
+    /// The session the command acted on.
+    #[schema(schema_with = narad_journal::openapi::id)]
+    pub session_id: String,
+    /// The events it appended, with their sequences.
+    pub appended: Appended,
+}
+
+/// The answer of `start-run`.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RunStartAnswer {
+    /// The run's session.
+    #[schema(schema_with = narad_journal::openapi::id)]
+    pub session_id: String,
+    /// What the start did: appended now, queued, or a stop requested first.
+    #[serde(flatten)]
+    pub start: RunStart,
+}
+
+/// The answer of `record-user-message`.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct UserMessageAnswer {
+    /// The session.
+    #[schema(schema_with = narad_journal::openapi::id)]
+    pub session_id: String,
+    /// The recorded message.
+    #[schema(schema_with = narad_journal::openapi::id)]
+    pub message_id: String,
+    /// The `message.user.recorded` appended.
+    pub appended: Appended,
+}
+
+/// The answer of `start-workflow`.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct WorkflowStartAnswer {
+    /// The session.
+    #[schema(schema_with = narad_journal::openapi::id)]
+    pub session_id: String,
+    /// The workflow started.
+    #[schema(schema_with = narad_journal::openapi::id)]
+    pub workflow_id: String,
+    /// The `workflow.started` appended.
+    pub appended: Appended,
+}
+
+/// `create-session`: creates a session, as `POST /v1/sessions` does.
+#[utoipa::path(post, path = "/v1/commands/create-session", operation_id = "createSessionCommand", tag = "commands",
+    request_body(content = ref("#/components/schemas/commands.create-session"), description = "schema/commands/create-session.json"),
+    responses(
+        (status = 201, description = "The session", body = SessionRecord),
+        (status = 403, description = "NRD-0102: no `command` role, or a token limited to sessions (it could not name the new one)"),
+        (status = 409, description = "NRD-0206: a session with this id exists"),
+    ),
+    security(("bearer" = [])))]
+pub async fn create_session(
+    State(state): State<AppState>,
+    principal: Principal,
+    JsonBody(body): JsonBody,
+) -> ApiResult<(StatusCode, Json<Value>)> {
+    run_named(&state, &principal, "create-session", &body).await
+}
+
+/// `start-run`: starts a top-level or nested run, or queues it, or stops
+/// the active run first (`onConflict`).
+#[utoipa::path(post, path = "/v1/commands/start-run", operation_id = "startRun", tag = "commands",
+    request_body(content = ref("#/components/schemas/commands.start-run"), description = "schema/commands/start-run.json"),
+    responses(
+        (status = 201, description = "Started: the run.started appended (and the stop requested first, with onConflict interrupt)", body = RunStartAnswer),
+        (status = 202, description = "onConflict enqueue: queued until the slot frees (`queueId`)", body = RunStartAnswer),
+        (status = 403, description = "NRD-0102: no `command` role, or the token is limited to other sessions"),
+        (status = 404, description = "NRD-0007: no such session, or no such parent run"),
+        (status = 409, description = "NRD-0204: the slot is taken (`details.activeExecution`); NRD-0201 with the rule"),
+    ),
+    security(("bearer" = [])))]
+pub async fn start_run(
+    State(state): State<AppState>,
+    principal: Principal,
+    JsonBody(body): JsonBody,
+) -> ApiResult<(StatusCode, Json<Value>)> {
+    run_named(&state, &principal, "start-run", &body).await
+}
+
+/// `stop-run`: asks a run to stop (`run.stop.requested`).
+#[utoipa::path(post, path = "/v1/commands/stop-run", operation_id = "stopRun", tag = "commands",
+    request_body(content = ref("#/components/schemas/commands.stop-run"), description = "schema/commands/stop-run.json"),
+    responses(
+        (status = 200, description = "The stop request appended", body = CommandAnswer),
+        (status = 400, description = "NRD-0003: the body; NRD-0008: a run id used in several sessions without sessionId"),
+        (status = 403, description = "NRD-0102: no `command` role, or the token is limited to other sessions"),
+        (status = 404, description = "NRD-0007: no such run"),
+        (status = 409, description = "NRD-0201 with the rule (the run has ended)"),
+    ),
+    security(("bearer" = [])))]
+pub async fn stop_run(
+    State(state): State<AppState>,
+    principal: Principal,
+    JsonBody(body): JsonBody,
+) -> ApiResult<(StatusCode, Json<Value>)> {
+    run_named(&state, &principal, "stop-run", &body).await
+}
+
+/// `resolve-interrupt`: decides an interrupt (role `approver`).
+#[utoipa::path(post, path = "/v1/commands/resolve-interrupt", operation_id = "resolveInterrupt", tag = "commands",
+    request_body(content = ref("#/components/schemas/commands.resolve-interrupt"), description = "schema/commands/resolve-interrupt.json"),
+    responses(
+        (status = 200, description = "Resolved: the interrupt.resolved appended", body = CommandAnswer),
+        (status = 400, description = "NRD-0003: the body; NRD-0008: the interrupt id is used in several sessions; add sessionId"),
+        (status = 403, description = "NRD-0102: no `approver` role, or the token is limited to other sessions"),
+        (status = 404, description = "NRD-0007: no such interrupt"),
+        (status = 409, description = "NRD-0205: resolved before (`details.decision`); NRD-0201 with the rule"),
+    ),
+    security(("bearer" = [])))]
+pub async fn resolve_interrupt(
+    State(state): State<AppState>,
+    principal: Principal,
+    JsonBody(body): JsonBody,
+) -> ApiResult<(StatusCode, Json<Value>)> {
+    run_named(&state, &principal, "resolve-interrupt", &body).await
+}
+
+/// `record-user-message`: records what a user said
+/// (`message.user.recorded`).
+#[utoipa::path(post, path = "/v1/commands/record-user-message", operation_id = "recordUserMessage", tag = "commands",
+    request_body(content = ref("#/components/schemas/commands.record-user-message"), description = "schema/commands/record-user-message.json"),
+    responses(
+        (status = 201, description = "Recorded", body = UserMessageAnswer),
+        (status = 403, description = "NRD-0102: no `command` role, or the token is limited to other sessions"),
+        (status = 404, description = "NRD-0007: no such session or run"),
+        (status = 409, description = "NRD-0201 with the rule; NRD-0202: the messageId was used with another body"),
+    ),
+    security(("bearer" = [])))]
+pub async fn record_user_message(
+    State(state): State<AppState>,
+    principal: Principal,
+    JsonBody(body): JsonBody,
+) -> ApiResult<(StatusCode, Json<Value>)> {
+    run_named(&state, &principal, "record-user-message", &body).await
+}
+
+/// `start-workflow`: starts a workflow (`workflow.started`).
+#[utoipa::path(post, path = "/v1/commands/start-workflow", operation_id = "startWorkflow", tag = "commands",
+    request_body(content = ref("#/components/schemas/commands.start-workflow"), description = "schema/commands/start-workflow.json"),
+    responses(
+        (status = 201, description = "Started", body = WorkflowStartAnswer),
+        (status = 403, description = "NRD-0102: no `command` role, or the token is limited to other sessions"),
+        (status = 404, description = "NRD-0007: no such session"),
+        (status = 409, description = "NRD-0204: the slot is taken (`details.activeExecution`); NRD-0201 with the rule"),
+    ),
+    security(("bearer" = [])))]
+pub async fn start_workflow(
+    State(state): State<AppState>,
+    principal: Principal,
+    JsonBody(body): JsonBody,
+) -> ApiResult<(StatusCode, Json<Value>)> {
+    run_named(&state, &principal, "start-workflow", &body).await
+}
+
+/// `cancel-workflow`: cancels a workflow, stopping its open runs first.
+#[utoipa::path(post, path = "/v1/commands/cancel-workflow", operation_id = "cancelWorkflow", tag = "commands",
+    request_body(content = ref("#/components/schemas/commands.cancel-workflow"), description = "schema/commands/cancel-workflow.json"),
+    responses(
+        (status = 200, description = "workflow.cancelled appended, or the stops of its open runs requested first", body = WorkflowCancel),
+        (status = 400, description = "NRD-0003: the body; NRD-0008: a workflow id used in several sessions without sessionId"),
+        (status = 403, description = "NRD-0102: no `command` role, or the token is limited to other sessions"),
+        (status = 404, description = "NRD-0007: no such workflow"),
+        (status = 409, description = "NRD-0201 with the rule (the workflow has ended)"),
+    ),
+    security(("bearer" = [])))]
+pub async fn cancel_workflow(
+    State(state): State<AppState>,
+    principal: Principal,
+    JsonBody(body): JsonBody,
+) -> ApiResult<(StatusCode, Json<Value>)> {
+    run_named(&state, &principal, "cancel-workflow", &body).await
+}
+
+/// `redact-message`: redacts a message (`message.redacted`).
+#[utoipa::path(post, path = "/v1/commands/redact-message", operation_id = "redactMessage", tag = "commands",
+    request_body(content = ref("#/components/schemas/commands.redact-message"), description = "schema/commands/redact-message.json"),
+    responses(
+        (status = 200, description = "The message.redacted appended", body = CommandAnswer),
+        (status = 403, description = "NRD-0102: no `command` role, or the token is limited to other sessions"),
+        (status = 404, description = "NRD-0007: no such session or message"),
+        (status = 409, description = "NRD-0201 with the rule"),
+    ),
+    security(("bearer" = [])))]
+pub async fn redact_message(
+    State(state): State<AppState>,
+    principal: Principal,
+    JsonBody(body): JsonBody,
+) -> ApiResult<(StatusCode, Json<Value>)> {
+    run_named(&state, &principal, "redact-message", &body).await
+}
+
+/// `update-session`: changes a session's title or metadata.
+#[utoipa::path(post, path = "/v1/commands/update-session", operation_id = "updateSession", tag = "commands",
+    request_body(content = ref("#/components/schemas/commands.update-session"), description = "schema/commands/update-session.json"),
+    responses(
+        (status = 200, description = "The session as updated", body = SessionRecord),
+        (status = 403, description = "NRD-0102: no `command` role, or the token is limited to other sessions"),
+        (status = 404, description = "NRD-0007: no such session"),
+    ),
+    security(("bearer" = [])))]
+pub async fn update_session(
+    State(state): State<AppState>,
+    principal: Principal,
+    JsonBody(body): JsonBody,
+) -> ApiResult<(StatusCode, Json<Value>)> {
+    run_named(&state, &principal, "update-session", &body).await
+}
+
+/// `archive-session`: archives a session.
+#[utoipa::path(post, path = "/v1/commands/archive-session", operation_id = "archiveSession", tag = "commands",
+    request_body(content = ref("#/components/schemas/commands.archive-session"), description = "schema/commands/archive-session.json"),
+    responses(
+        (status = 200, description = "The session as archived", body = SessionRecord),
+        (status = 403, description = "NRD-0102: no `command` role, or the token is limited to other sessions"),
+        (status = 404, description = "NRD-0007: no such session"),
+    ),
+    security(("bearer" = [])))]
+pub async fn archive_session(
+    State(state): State<AppState>,
+    principal: Principal,
+    JsonBody(body): JsonBody,
+) -> ApiResult<(StatusCode, Json<Value>)> {
+    run_named(&state, &principal, "archive-session", &body).await
+}
+
 /// `POST /api/narad/v1/commands/resolve-interrupt`: the spec's own path
 /// (§2.2). The interrupt id alone locates its session and owning journal;
 /// the command is then run exactly as `POST /v1/commands/resolve-interrupt`.
-#[utoipa::path(post, path = "/api/narad/v1/commands/resolve-interrupt", tag = "commands",
-    request_body(content = Object, description = "`{interruptId, sessionId?, decision, reason?, members?}` (schema/commands/resolve-interrupt.json)"),
+#[utoipa::path(post, path = "/api/narad/v1/commands/resolve-interrupt", operation_id = "resolveInterruptAtSpecPath", tag = "commands",
+    request_body(content = ref("#/components/schemas/commands.resolve-interrupt"), description = "schema/commands/resolve-interrupt.json"),
     responses(
-        (status = 200, description = "Resolved: the interrupt.resolved appended", body = Object),
-        (status = 400, description = "NRD-0008: the interrupt id is used in several sessions; add sessionId"),
+        (status = 200, description = "Resolved: the interrupt.resolved appended", body = CommandAnswer),
+        (status = 400, description = "NRD-0003: the body; NRD-0008: the interrupt id is used in several sessions; add sessionId"),
         (status = 403, description = "NRD-0102: the token lacks the approver role, or is limited to other sessions"),
         (status = 404, description = "NRD-0007: no such interrupt"),
         (status = 409, description = "NRD-0205: resolved before, with the decision recorded; NRD-0201 with the rule"),
@@ -73,8 +312,7 @@ pub async fn resolve_interrupt_alias(
     principal: Principal,
     JsonBody(body): JsonBody,
 ) -> ApiResult<(StatusCode, Json<Value>)> {
-    let command = parse_command("resolve-interrupt", &body)?;
-    execute(&state, &principal, command).await
+    run_named(&state, &principal, "resolve-interrupt", &body).await
 }
 
 /// Runs a command for `principal`: the one path of every command route.
@@ -136,36 +374,51 @@ async fn execute(
             } else {
                 StatusCode::ACCEPTED
             };
-            let mut answer = to_json(&started);
-            answer["sessionId"] = json!(auth.session());
-            (status, Json(answer))
+            let answer = RunStartAnswer {
+                session_id: auth.session().to_string(),
+                start: started,
+            };
+            (status, Json(to_json(&answer)))
         }
         (Command::StopRun(cmd), Some(auth)) => {
-            let (session, appended) = journal.stop_run(&auth, &cmd).await?;
-            ok(json!({"sessionId": session, "appended": appended}))
+            let (session_id, appended) = journal.stop_run(&auth, &cmd).await?;
+            ok(to_json(&CommandAnswer {
+                session_id,
+                appended,
+            }))
         }
         (Command::ResolveInterrupt(cmd), Some(auth)) => {
-            let (session, appended) = journal.resolve_interrupt(&auth, &cmd).await?;
-            ok(json!({"sessionId": session, "appended": appended}))
+            let (session_id, appended) = journal.resolve_interrupt(&auth, &cmd).await?;
+            ok(to_json(&CommandAnswer {
+                session_id,
+                appended,
+            }))
         }
         (Command::RecordUserMessage(cmd), Some(auth)) => {
             let (message_id, appended) = journal.record_user_message(&auth, &cmd).await?;
-            created(
-                json!({"sessionId": auth.session(), "messageId": message_id, "appended": appended}),
-            )
+            created(to_json(&UserMessageAnswer {
+                session_id: auth.session().to_string(),
+                message_id,
+                appended,
+            }))
         }
         (Command::StartWorkflow(cmd), Some(auth)) => {
             let (workflow_id, appended) = journal.start_workflow(&auth, &cmd).await?;
-            created(
-                json!({"sessionId": auth.session(), "workflowId": workflow_id, "appended": appended}),
-            )
+            created(to_json(&WorkflowStartAnswer {
+                session_id: auth.session().to_string(),
+                workflow_id,
+                appended,
+            }))
         }
         (Command::CancelWorkflow(cmd), Some(auth)) => {
             ok(to_json(&journal.cancel_workflow(&auth, &cmd).await?))
         }
         (Command::RedactMessage(cmd), Some(auth)) => {
             let appended = journal.redact_message(&auth, &cmd).await?;
-            ok(json!({"sessionId": auth.session(), "appended": appended}))
+            ok(to_json(&CommandAnswer {
+                session_id: auth.session().to_string(),
+                appended,
+            }))
         }
         (Command::UpdateSession(cmd), Some(auth)) => {
             ok(to_json(&journal.update_session(&auth, &cmd).await?))

@@ -18,16 +18,17 @@ use crate::error::{ApiError, ApiResult};
 use crate::signature::StreamCaller;
 
 /// Appends a batch of proposed authority events, atomically.
-#[utoipa::path(post, path = "/v1/sessions/{sessionId}/events", tag = "events",
+#[utoipa::path(post, path = "/v1/sessions/{sessionId}/events", operation_id = "appendEvents", tag = "events",
     params(
         ("sessionId" = String, Path, description = "The session"),
-        ("Narad-Runtime-Lease" = Option<String>, Header, description = "The runtime lease of a claim: required for appends to a run journal held by an agent runtime"),
+        ("Narad-Runtime-Lease" = Option<String>, Header, description = "The runtime lease of a claim (`lease.leaseId`): required for appends to a run journal held by an agent runtime"),
     ),
-    request_body(content = Object, description = "`{events: [proposed authority events, without sequences], expectedSessionSequence?}`; each event names its eventId, which makes retries idempotent"),
+    request_body(content = ref("#/components/schemas/AppendRequest"), description = "`{events: [proposed authority events, without sequences], expectedSessionSequence?}`; each event names its eventId, which makes retries idempotent"),
     responses(
-        (status = 201, description = "Appended: each event's sessionSequence (and sequence, workflowSequence)", body = Object),
-        (status = 200, description = "The whole batch had been appended before with the same bodies: the stored sequences", body = Object),
-        (status = 400, description = "NRD-0003 and others: an event is not valid; `fields` points at it"),
+        (status = 201, description = "Appended: each event's sessionSequence (and sequence, workflowSequence)", body = Appended),
+        (status = 200, description = "The whole batch had been appended before with the same bodies: the stored sequences (`duplicate: true`)", body = Appended),
+        (status = 400, description = "NRD-0003, NRD-0004, NRD-0005: an event is not valid (`fields` points at it); NRD-0008: a bad sessionId or Narad-Runtime-Lease"),
+        (status = 403, description = "NRD-0102: no `backend` role, or the token is limited to other sessions"),
         (status = 404, description = "NRD-0007: no such session"),
         (status = 409, description = "NRD-0201 with the rule id (the issuer.* rules too: a backend approves nothing, gives no client call its result, and stamps no actor), NRD-0202 eventId reused, NRD-0203 expectedSessionSequence, NRD-0501 a runtime lease that is not current, NRD-0502 a run held by a runtime appended to without its lease"),
     ),
@@ -141,19 +142,21 @@ fn invalid(pointer: &str, problem: &str) -> ApiError {
 }
 
 /// Reads a page of the session's history.
-#[utoipa::path(get, path = "/v1/sessions/{sessionId}/events", tag = "events",
+#[utoipa::path(get, path = "/v1/sessions/{sessionId}/events", operation_id = "readHistory", tag = "events",
     params(
         ("sessionId" = String, Path, description = "The session"),
-        ("afterSessionSequence" = Option<u64>, Query, description = "Events after this sessionSequence"),
+        ("afterSessionSequence" = Option<u64>, Query, maximum = 9007199254740991.0, description = "Events after this sessionSequence"),
         ("rootRunId" = Option<String>, Query, description = "Only this run journal's events"),
-        ("afterSequence" = Option<u64>, Query, description = "With rootRunId: after this run-tree sequence"),
+        ("afterSequence" = Option<u64>, Query, maximum = 9007199254740991.0, description = "With rootRunId: after this run-tree sequence"),
         ("workflowId" = Option<String>, Query, description = "Only this workflow's events"),
-        ("afterWorkflowSequence" = Option<u64>, Query, description = "With workflowId: after this workflowSequence"),
-        ("limit" = Option<u32>, Query, description = "1 to 1000 (default 100)"),
+        ("afterWorkflowSequence" = Option<u64>, Query, maximum = 9007199254740991.0, description = "With workflowId: after this workflowSequence"),
+        ("limit" = Option<u32>, Query, minimum = 1, maximum = 1000, description = "The page size (default 100)"),
+        super::openapi::SignatureHeaders,
     ),
     responses(
-        (status = 200, description = "`{events, nextSessionSequence?, nextSequence?, nextWorkflowSequence?}`", body = Object),
+        (status = 200, description = "A page of history, with the cursors of the next page when more remain", body = HistoryPage),
         (status = 400, description = "NRD-0301: cursors that name different positions; NRD-0008: a bad parameter"),
+        (status = 403, description = "NRD-0102: the credential does not reach this session"),
         (status = 404, description = "NRD-0007: no such session"),
     ),
     security(("bearer" = []), ("extensionSignature" = [])))]

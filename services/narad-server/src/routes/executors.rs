@@ -14,7 +14,9 @@ use narad_journal::FinishAccepted;
 use narad_protocol::primitives::ClientExecutorId;
 use narad_protocol::wire::ControlBody;
 use narad_protocol::{Classified, ErrorCode, Reader, WireObject};
-use serde_json::{Value, json};
+use serde::Serialize;
+use serde_json::Value;
+use utoipa::ToSchema;
 
 use crate::AppState;
 use crate::auth::{Permission, Principal};
@@ -93,13 +95,32 @@ fn control_body(body: &Value, expected: &str) -> ApiResult<ControlBody> {
 /// expired, 1011 server error. A finish on the socket has no answer (a
 /// refused one is only logged): executors that need to know send it over
 /// HTTP (`POST /v1/executors/{id}/finish`), as the SDK's runtime does.
-#[utoipa::path(get, path = "/v1/executors/{clientExecutorId}/connect", tag = "executors",
+#[utoipa::path(get, path = "/v1/executors/{clientExecutorId}/connect", operation_id = "connectExecutor", tag = "executors",
     params(("clientExecutorId" = String, Path, description = "The endpoint to attach as")),
     responses(
-        (status = 101, description = "Switching to the executor channel (WebSocket)"),
+        (status = 101, description = "Switching to the executor channel (WebSocket). Each message is one JSON text frame: the server sends `client.attached` first, then `server.heartbeat` and `client.tool.execute`; the client sends `client.heartbeat` and `client.tool.finish` (the `x-websocket-messages` of this operation name their schemas)"),
         (status = 400, description = "NRD-0008: not a WebSocket handshake (`fields` names the header: Upgrade, Sec-WebSocket-Version or Sec-WebSocket-Key)"),
         (status = 403, description = "NRD-0102: no `executor` role, or the `executors` claim does not name this id"),
     ),
+    extensions(("x-websocket-messages" = json!({
+        "server": [
+            {"$ref": "#/components/schemas/control.client.attached"},
+            {"$ref": "#/components/schemas/control.server.heartbeat"},
+            {"$ref": "#/components/schemas/control.client.tool.execute"},
+        ],
+        "client": [
+            {"$ref": "#/components/schemas/control.client.heartbeat"},
+            {"$ref": "#/components/schemas/control.client.tool.finish"},
+        ],
+        "closeCodes": {
+            "1001": "the server is stopping",
+            "1008": "a message that is not a control of this profile",
+            "1011": "a server error",
+            "4001": "the lease was superseded or lapsed",
+            "4002": "heartbeats missing",
+            "4003": "the token expired",
+        },
+    }))),
     security(("bearer" = [])))]
 pub async fn connect(
     State(state): State<AppState>,
@@ -148,10 +169,10 @@ fn not_a_handshake(rejection: WebSocketUpgradeRejection) -> ApiError {
 /// Attaches without a socket: a new lease (superseding any earlier one),
 /// answered as `client.attached`. Runs paused while the executor was away
 /// resume.
-#[utoipa::path(post, path = "/v1/executors/{clientExecutorId}/attach", tag = "executors",
+#[utoipa::path(post, path = "/v1/executors/{clientExecutorId}/attach", operation_id = "attachExecutor", tag = "executors",
     params(("clientExecutorId" = String, Path, description = "The endpoint to attach as")),
     responses(
-        (status = 201, description = "`client.attached` with the new lease", body = Object),
+        (status = 201, description = "`client.attached` with the new lease", body = ref("#/components/schemas/control.client.attached")),
         (status = 403, description = "NRD-0102: no `executor` role, or the `executors` claim does not name this id"),
     ),
     security(("bearer" = [])))]
@@ -177,11 +198,13 @@ pub async fn attach(
 }
 
 /// Renews a lease (`client.heartbeat`); answers the lease's new expiry.
-#[utoipa::path(post, path = "/v1/executors/{clientExecutorId}/heartbeat", tag = "executors",
+#[utoipa::path(post, path = "/v1/executors/{clientExecutorId}/heartbeat", operation_id = "renewExecutorLease", tag = "executors",
     params(("clientExecutorId" = String, Path, description = "The endpoint")),
-    request_body(content = Object, description = "`client.heartbeat` {clientExecutorId, leaseId}"),
+    request_body(content = ref("#/components/schemas/control.client.heartbeat"), description = "`client.heartbeat` {clientExecutorId, leaseId}"),
     responses(
-        (status = 200, description = "`{leaseId, leaseExpiresAt}`", body = Object),
+        (status = 200, description = "The lease's new expiry", body = LeaseRenewal),
+        (status = 400, description = "NRD-0003: not a client.heartbeat, or for another endpoint than the path's"),
+        (status = 403, description = "NRD-0102: no `executor` role, or the `executors` claim does not name this id"),
         (status = 409, description = "NRD-0401: the lease was superseded or lapsed; attach again"),
     ),
     security(("bearer" = [])))]
@@ -190,7 +213,7 @@ pub async fn heartbeat(
     principal: Principal,
     Path(executor_id): Path<String>,
     JsonBody(body): JsonBody,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<LeaseRenewal>> {
     authorize(&principal, &executor_id)?;
     let ControlBody::ClientHeartbeat(beat) = control_body(&body, "client.heartbeat")? else {
         unreachable!("control_body checks the type");
@@ -205,9 +228,39 @@ pub async fn heartbeat(
             state.executors.lease_ttl,
         )
         .await?;
-    Ok(Json(
-        json!({"leaseId": lease.lease_id, "leaseExpiresAt": lease.expires_at}),
-    ))
+    Ok(Json(LeaseRenewal {
+        lease_id: lease.lease_id,
+        lease_expires_at: lease.expires_at,
+    }))
+}
+
+/// A renewed client executor lease.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct LeaseRenewal {
+    /// The lease.
+    #[schema(schema_with = narad_journal::openapi::id)]
+    pub lease_id: String,
+    /// When it lapses unless renewed again.
+    #[schema(schema_with = narad_journal::openapi::timestamp)]
+    pub lease_expires_at: String,
+}
+
+/// The calls a controls poll hands over.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ExecutorControls {
+    /// A `client.tool.execute` for each call; empty when none arrived in
+    /// time.
+    #[schema(schema_with = tool_executes)]
+    pub controls: Vec<Value>,
+}
+
+fn tool_executes() -> utoipa::openapi::Array {
+    utoipa::openapi::schema::ArrayBuilder::new()
+        .items(utoipa::openapi::Ref::from_schema_name(
+            "control.client.tool.execute",
+        ))
+        .build()
 }
 
 /// Finishes a client tool call (`client.tool.finish`, §11.3): validated
@@ -215,11 +268,11 @@ pub async fn heartbeat(
 /// its outcome and response. The same finish again is an idempotent
 /// success (`duplicate: true`). `leaseId` is the lease the token was
 /// delivered under, even after a later attachment.
-#[utoipa::path(post, path = "/v1/executors/{clientExecutorId}/finish", tag = "executors",
+#[utoipa::path(post, path = "/v1/executors/{clientExecutorId}/finish", operation_id = "finishClientToolCall", tag = "executors",
     params(("clientExecutorId" = String, Path, description = "The endpoint")),
-    request_body(content = Object, description = "`client.tool.finish` {executionToken, outcome, response, code?, message?, leaseId, toolCallId?}"),
+    request_body(content = ref("#/components/schemas/control.client.tool.finish"), description = "`client.tool.finish` {executionToken, outcome, response, code?, message?, leaseId, toolCallId?}; `leaseId` is required over HTTP"),
     responses(
-        (status = 200, description = "Recorded: `{toolCallId, sessionId, eventId, sessionSequence, duplicate}`", body = Object),
+        (status = 200, description = "Recorded as tool.call.finished (`duplicate: true` when the same finish was recorded before)", body = FinishAccepted),
         (status = 400, description = "NRD-0003: not a client.tool.finish, or no leaseId"),
         (status = 403, description = "NRD-0402: a token not issued to this executor"),
         (status = 409, description = "NRD-0401: not the token's lease; NRD-0404: finished before with other data, or closed otherwise"),
@@ -257,14 +310,16 @@ pub async fn finish(
 /// ever). Waits up to `waitMs` (default 0, at most 30,000) for one to
 /// arrive. A client's own timeout must exceed `waitMs`: calls answered to
 /// a client that gave up are lost to it until their tokens expire.
-#[utoipa::path(get, path = "/v1/executors/{clientExecutorId}/controls", tag = "executors",
+#[utoipa::path(get, path = "/v1/executors/{clientExecutorId}/controls", operation_id = "pollExecutorControls", tag = "executors",
     params(
         ("clientExecutorId" = String, Path, description = "The endpoint"),
         ("leaseId" = String, Query, description = "The live lease the calls are handed to"),
-        ("waitMs" = Option<u64>, Query, description = "How long to wait for a call, in milliseconds (at most 30,000)"),
+        ("waitMs" = Option<u64>, Query, minimum = 0, maximum = 30000, description = "How long to wait for a call, in milliseconds (default 0)"),
     ),
     responses(
-        (status = 200, description = "`{controls: [client.tool.execute…]}`, empty when none arrived in time", body = Object),
+        (status = 200, description = "`{controls: [client.tool.execute…]}`, empty when none arrived in time", body = ExecutorControls),
+        (status = 400, description = "NRD-0008: leaseId missing, or waitMs above 30,000"),
+        (status = 403, description = "NRD-0102: no `executor` role, or the `executors` claim does not name this id"),
         (status = 409, description = "NRD-0401: the lease was superseded or lapsed"),
     ),
     security(("bearer" = [])))]
@@ -273,7 +328,7 @@ pub async fn controls(
     principal: Principal,
     Path(executor_id): Path<String>,
     mut query: Query,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<ExecutorControls>> {
     authorize(&principal, &executor_id)?;
     let lease_id = query.text("leaseId").ok_or_else(|| {
         ApiError::new(ErrorCode::InvalidParameter, "leaseId: missing")
@@ -307,7 +362,7 @@ pub async fn controls(
                 .iter()
                 .map(|d| control("client.tool.execute", &d.execute))
                 .collect();
-            return Ok(Json(json!({ "controls": controls })));
+            return Ok(Json(ExecutorControls { controls }));
         }
         if !state
             .journal
@@ -325,7 +380,9 @@ pub async fn controls(
             changed = calls.changed() => changed.is_ok(),
         };
         if !woken {
-            return Ok(Json(json!({ "controls": [] })));
+            return Ok(Json(ExecutorControls {
+                controls: Vec::new(),
+            }));
         }
     }
 }

@@ -5,7 +5,9 @@ use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use narad_journal::ExtensionRecord;
 use narad_protocol::ErrorCode;
-use serde_json::{Value, json};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use utoipa::ToSchema;
 
 use crate::AppState;
 use crate::auth::{Permission, Principal};
@@ -13,10 +15,11 @@ use crate::body::JsonBody;
 use crate::error::{ApiError, ApiResult};
 
 /// Registers an extension and mints its signing secret, shown this once.
-#[utoipa::path(post, path = "/v1/extensions", tag = "extensions",
-    request_body(content = Object, description = "`{publisher, name}`: each 1 to 64 of A-Z a-z 0-9 . _ -"),
+#[utoipa::path(post, path = "/v1/extensions", operation_id = "registerExtension", tag = "extensions",
+    request_body(content = ExtensionName, description = "`{publisher, name}`: each 1 to 64 of A-Z a-z 0-9 . _ -"),
     responses(
-        (status = 201, description = "The registration and its `secret` (hex), shown only now", body = Object),
+        (status = 201, description = "The registration and its `secret` (hex), shown only now", body = ExtensionRegistration),
+        (status = 403, description = "NRD-0102: no `admin` role"),
         (status = 409, description = "NRD-0207: the name is taken"),
     ),
     security(("bearer" = [])))]
@@ -24,7 +27,7 @@ pub async fn register(
     State(state): State<AppState>,
     principal: Principal,
     JsonBody(body): JsonBody,
-) -> ApiResult<(StatusCode, Json<Value>)> {
+) -> ApiResult<(StatusCode, Json<ExtensionRegistration>)> {
     principal.require(Permission::Admin)?;
     let publisher = segment(&body, "publisher")?;
     let name = segment(&body, "name")?;
@@ -42,31 +45,77 @@ pub async fn register(
         .journal
         .register_extension(&principal.tenant, publisher, name, &principal.subject)
         .await?;
-    let mut answer = serde_json::to_value(record).expect("serialises");
-    answer["secret"] = json!(secret);
-    Ok((StatusCode::CREATED, Json(answer)))
+    Ok((
+        StatusCode::CREATED,
+        Json(ExtensionRegistration { record, secret }),
+    ))
+}
+
+/// The body of a registration, as `register` reads it.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ExtensionName {
+    /// Who publishes it: 1 to 64 of `A-Z a-z 0-9 . _ -`.
+    #[schema(min_length = 1, max_length = 64, pattern = "^[A-Za-z0-9._-]+$")]
+    pub publisher: String,
+    /// Its name: 1 to 64 of `A-Z a-z 0-9 . _ -`.
+    #[schema(min_length = 1, max_length = 64, pattern = "^[A-Za-z0-9._-]+$")]
+    pub name: String,
+}
+
+/// A new registration, with its signing secret (shown this once).
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ExtensionRegistration {
+    /// The registration.
+    #[serde(flatten)]
+    pub record: ExtensionRecord,
+    /// The signing secret, hex: keep it, it is never shown again.
+    pub secret: String,
+}
+
+/// The organisation's extensions.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ExtensionList {
+    /// Every registration, never with its secret.
+    pub extensions: Vec<ExtensionRecord>,
+}
+
+/// The body of an update.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ExtensionUpdate {
+    /// `false` refuses the extension's signed calls from now on; `true`
+    /// accepts them again.
+    pub enabled: bool,
 }
 
 /// Lists the organisation's extensions (never their secrets).
-#[utoipa::path(get, path = "/v1/extensions", tag = "extensions",
-    responses((status = 200, description = "`{extensions: [...]}`", body = Object)),
+#[utoipa::path(get, path = "/v1/extensions", operation_id = "listExtensions", tag = "extensions",
+    responses(
+        (status = 200, description = "Every registration of the organisation", body = ExtensionList),
+        (status = 403, description = "NRD-0102: no `admin` role"),
+    ),
     security(("bearer" = [])))]
-pub async fn list(State(state): State<AppState>, principal: Principal) -> ApiResult<Json<Value>> {
+pub async fn list(
+    State(state): State<AppState>,
+    principal: Principal,
+) -> ApiResult<Json<ExtensionList>> {
     principal.require(Permission::Admin)?;
-    let extensions: Vec<ExtensionRecord> = state.journal.extensions(&principal.tenant).await?;
-    Ok(Json(json!({ "extensions": extensions })))
+    let extensions = state.journal.extensions(&principal.tenant).await?;
+    Ok(Json(ExtensionList { extensions }))
 }
 
 /// Enables or disables an extension: `{enabled: false}` refuses its signed
 /// calls from now on (403), `{enabled: true}` accepts them again.
-#[utoipa::path(patch, path = "/v1/extensions/{publisher}/{name}", tag = "extensions",
+#[utoipa::path(patch, path = "/v1/extensions/{publisher}/{name}", operation_id = "updateExtension", tag = "extensions",
     params(
         ("publisher" = String, Path, description = "Its publisher"),
         ("name" = String, Path, description = "Its name"),
     ),
-    request_body(content = Object, description = "`{enabled: bool}`"),
+    request_body(content = ExtensionUpdate, description = "`{enabled: bool}`"),
     responses(
-        (status = 200, description = "The registration", body = Object),
+        (status = 200, description = "The registration", body = ExtensionRecord),
+        (status = 403, description = "NRD-0102: no `admin` role"),
         (status = 404, description = "NRD-0007: no such extension in this organisation"),
     ),
     security(("bearer" = [])))]

@@ -6,7 +6,9 @@ use axum::http::{StatusCode, header};
 use axum::response::IntoResponse;
 use narad_journal::history;
 use narad_protocol::{Profile, ProfileSet};
+use serde::Serialize;
 use serde_json::{Value, json};
+use utoipa::ToSchema;
 
 use crate::AppState;
 use crate::auth::{Permission, Principal};
@@ -14,10 +16,11 @@ use crate::body::Query;
 use crate::error::ApiResult;
 
 /// The capability document (§10.4), for a session when one is named.
-#[utoipa::path(get, path = "/v1/capabilities", tag = "meta",
+#[utoipa::path(get, path = "/v1/capabilities", operation_id = "getCapabilities", tag = "meta",
     params(("sessionId" = Option<String>, Query, description = "A session: adds its current sequence and active execution")),
     responses(
-        (status = 200, description = "The `capabilities` control message", body = Object),
+        (status = 200, description = "The `capabilities` control message", body = ref("#/components/schemas/control.capabilities")),
+        (status = 403, description = "NRD-0102: no `read` permission, or the token is limited to other sessions"),
         (status = 404, description = "NRD-0007: no such session"),
     ),
     security(("bearer" = [])))]
@@ -69,8 +72,8 @@ pub async fn capability_document(
 }
 
 /// Prometheus metrics of this process (text exposition format).
-#[utoipa::path(get, path = "/metrics", tag = "meta",
-    responses((status = 200, description = "Prometheus text format", content_type = "text/plain")))]
+#[utoipa::path(get, path = "/metrics", operation_id = "getMetrics", tag = "meta",
+    responses((status = 200, description = "Prometheus text format", content_type = "text/plain", body = String)))]
 pub async fn metrics() -> ([(axum::http::header::HeaderName, &'static str); 1], String) {
     (
         [(
@@ -82,38 +85,86 @@ pub async fn metrics() -> ([(axum::http::header::HeaderName, &'static str); 1], 
 }
 
 /// The process is up.
-#[utoipa::path(get, path = "/healthz", tag = "meta",
-    responses((status = 200, description = "`{status: ok}`", body = Object)))]
-pub async fn healthz() -> Json<Value> {
-    Json(json!({"status": "ok"}))
+#[utoipa::path(get, path = "/healthz", operation_id = "checkHealth", tag = "meta",
+    responses((status = 200, description = "The process is up", body = Health)))]
+pub async fn healthz() -> Json<Health> {
+    Json(Health {
+        status: HealthStatus::Ok,
+    })
+}
+
+/// The answer of `/healthz`.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Health {
+    /// Always `ok`.
+    pub status: HealthStatus,
+}
+
+/// The one status of a live process.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum HealthStatus {
+    /// The process answers.
+    Ok,
+}
+
+/// The answer of `/readyz`.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Readiness {
+    /// `ready`, or `unavailable` with a reason.
+    pub status: ReadinessStatus,
+    /// Why the server is not ready.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = String)]
+    pub reason: Option<&'static str>,
+}
+
+/// Whether the server takes traffic.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum ReadinessStatus {
+    /// The database answers, with every migration.
+    Ready,
+    /// Not now; `reason` says why.
+    Unavailable,
+}
+
+fn unavailable(reason: &'static str) -> (StatusCode, Json<Readiness>) {
+    (
+        StatusCode::SERVICE_UNAVAILABLE,
+        Json(Readiness {
+            status: ReadinessStatus::Unavailable,
+            reason: Some(reason),
+        }),
+    )
 }
 
 /// The database answers and holds every migration of this build.
-#[utoipa::path(get, path = "/readyz", tag = "meta",
+#[utoipa::path(get, path = "/readyz", operation_id = "checkReadiness", tag = "meta",
     responses(
-        (status = 200, description = "`{status: ready}`", body = Object),
-        (status = 503, description = "`{status: unavailable, reason}`", body = Object),
+        (status = 200, description = "`{status: ready}`", body = Readiness),
+        (status = 503, description = "`{status: unavailable, reason}`", body = Readiness),
     ))]
 pub async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
     match state.journal.migrations_applied().await {
-        Ok(true) => (StatusCode::OK, Json(json!({"status": "ready"}))),
-        Ok(false) => (
-            StatusCode::SERVICE_UNAVAILABLE,
-            Json(json!({"status": "unavailable", "reason": "migrations are not applied yet"})),
+        Ok(true) => (
+            StatusCode::OK,
+            Json(Readiness {
+                status: ReadinessStatus::Ready,
+                reason: None,
+            }),
         ),
+        Ok(false) => unavailable("migrations are not applied yet"),
         Err(e) => {
             tracing::warn!(error = %e, "readiness: the database does not answer");
-            (
-                StatusCode::SERVICE_UNAVAILABLE,
-                Json(json!({"status": "unavailable", "reason": "the database does not answer"})),
-            )
+            unavailable("the database does not answer")
         }
     }
 }
 
 /// This document.
-#[utoipa::path(get, path = "/openapi.json", tag = "meta",
-    responses((status = 200, description = "The OpenAPI 3.1 document of every route", body = Object)))]
+#[utoipa::path(get, path = "/openapi.json", operation_id = "getOpenApiDocument", tag = "meta",
+    responses((status = 200, description = "The OpenAPI 3.1 document of every route", body = ref("#/components/schemas/OpenApiDocument"))))]
 pub async fn openapi(State(state): State<AppState>) -> impl IntoResponse {
     (
         [(header::CONTENT_TYPE, "application/json")],

@@ -7,12 +7,14 @@ pub mod executors;
 pub mod extensions;
 pub mod graph_feed;
 pub mod meta;
+pub mod openapi;
 pub mod runtime;
 pub mod sessions;
 pub mod sse;
 pub mod stream;
 pub mod tenant_stream;
 
+use axum::routing::post;
 use narad_protocol::commands::Command;
 use serde_json::Value;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
@@ -72,7 +74,18 @@ pub fn router() -> OpenApiRouter<AppState> {
         .routes(routes!(sessions::documents))
         .routes(routes!(sessions::queued_starts))
         .routes(routes!(sessions::withdraw_start))
-        .routes(routes!(commands::run))
+        .routes(routes!(commands::create_session))
+        .routes(routes!(commands::start_run))
+        .routes(routes!(commands::stop_run))
+        .routes(routes!(commands::resolve_interrupt))
+        .routes(routes!(commands::record_user_message))
+        .routes(routes!(commands::start_workflow))
+        .routes(routes!(commands::cancel_workflow))
+        .routes(routes!(commands::redact_message))
+        .routes(routes!(commands::update_session))
+        .routes(routes!(commands::archive_session))
+        // Names that are not commands: a 404 naming the commands.
+        .route("/v1/commands/{command}", post(commands::run))
         .routes(routes!(commands::resolve_interrupt_alias))
         .routes(routes!(events::append, events::history))
         .routes(routes!(stream::stream))

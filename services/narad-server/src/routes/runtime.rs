@@ -13,10 +13,12 @@ use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
+use narad_journal::{Claim, LeaseStanding, Released};
 use narad_protocol::ErrorCode;
 use narad_protocol::primitives::{QueueName, UInt};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
+use utoipa::ToSchema;
 
 use crate::AppState;
 use crate::auth::{Permission, Principal};
@@ -34,23 +36,28 @@ pub const LEASE_HEADER: &str = "narad-runtime-lease";
 const RECHECK: Duration = Duration::from_secs(1);
 
 /// A claim request.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 struct ClaimRequest {
     /// Only runs of this queue.
+    #[schema(schema_with = narad_journal::openapi::id)]
     queue: Option<QueueName>,
-    /// A name for the claiming runtime (for operators).
+    /// A name for the claiming runtime (for operators; default: the
+    /// token's subject).
+    #[schema(value_type = String, min_length = 1)]
     runtime_id: Option<String>,
-    /// How long to wait for a run, in milliseconds.
+    /// How long to wait for a run, in milliseconds (default 0).
+    #[schema(value_type = u64, minimum = 0, maximum = 30000)]
     wait_ms: Option<u64>,
 }
 
 /// A release request.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 struct ReleaseRequest {
     /// The last sessionSequence the runtime read or wrote (at most
     /// 2^53 − 1, like every sequence).
+    #[schema(schema_with = narad_journal::openapi::uint)]
     handled_through: Option<UInt>,
 }
 
@@ -111,10 +118,10 @@ fn check_wait(wait: u64) -> ApiResult<Duration> {
 /// `waitMs` (default 0, at most 30,000) for one. The answer holds the run,
 /// its session, the cursor to read history after, and the lease to present
 /// on every append to the run. A client's own timeout must exceed `waitMs`.
-#[utoipa::path(post, path = "/v1/runtime/claims", tag = "runtime",
-    request_body(content = Object, description = "`{queue?, runtimeId?, waitMs?}`; an empty body claims from any queue without waiting"),
+#[utoipa::path(post, path = "/v1/runtime/claims", operation_id = "claimRun", tag = "runtime",
+    request_body(content = ClaimRequest, description = "`{queue?, runtimeId?, waitMs?}`; an empty body claims from any queue without waiting"),
     responses(
-        (status = 200, description = "`{runId, sessionId, queue, reason, cursor, attempt, maxAttempts, onLost, stopRequested, lease: {leaseId, expiresAt}}`", body = Object),
+        (status = 200, description = "The run claimed, the cursor to read its history after, and the lease to present on every append", body = Claim),
         (status = 204, description = "No run was ready in time"),
         (status = 400, description = "NRD-0002: not JSON; NRD-0003: a bad body; NRD-0008: waitMs above 30,000"),
         (status = 403, description = "NRD-0102: not role backend, or a token limited to sessions"),
@@ -153,10 +160,11 @@ pub async fn claim(
 
 /// Renews a runtime lease for another lease lifetime; says whether the run
 /// was asked to stop.
-#[utoipa::path(post, path = "/v1/runtime/leases/{leaseId}/heartbeat", tag = "runtime",
+#[utoipa::path(post, path = "/v1/runtime/leases/{leaseId}/heartbeat", operation_id = "renewRuntimeLease", tag = "runtime",
     params(("leaseId" = String, Path, description = "The lease of the claim")),
     responses(
-        (status = 200, description = "`{runId, sessionId, expiresAt, stopRequested, ended}`; `ended` once the run has ended under this lease", body = Object),
+        (status = 200, description = "The lease's standing; `ended` once the run has ended under this lease", body = LeaseStanding),
+        (status = 403, description = "NRD-0102: not role backend, or a token limited to sessions"),
         (status = 409, description = "NRD-0501: the lease lapsed or was released; stop working on the run"),
     ),
     security(("bearer" = [])))]
@@ -178,12 +186,13 @@ pub async fn heartbeat(
 /// sessionSequence through which the runtime read or wrote every event of
 /// the run's journal: a later event queues it again at once; otherwise the
 /// next one does.
-#[utoipa::path(post, path = "/v1/runtime/leases/{leaseId}/release", tag = "runtime",
+#[utoipa::path(post, path = "/v1/runtime/leases/{leaseId}/release", operation_id = "releaseRun", tag = "runtime",
     params(("leaseId" = String, Path, description = "The lease of the claim")),
-    request_body(content = Object, description = "`{handledThrough?}`"),
+    request_body(content = ReleaseRequest, description = "`{handledThrough?}`; an empty body is `{}`"),
     responses(
-        (status = 200, description = "`{released: idle | ready | ended}`", body = Object),
-        (status = 400, description = "NRD-0008: handledThrough missing while the run goes on"),
+        (status = 200, description = "`{released: idle | ready | ended}`", body = ReleaseAnswer),
+        (status = 400, description = "NRD-0003: a bad body; NRD-0008: handledThrough missing while the run goes on"),
+        (status = 403, description = "NRD-0102: not role backend, or a token limited to sessions"),
         (status = 409, description = "NRD-0501: the lease lapsed or was released before"),
     ),
     security(("bearer" = [])))]
@@ -203,19 +212,29 @@ pub async fn release(
             request.handled_through.map(UInt::get),
         )
         .await?;
-    Ok(Json(json!({ "released": released })))
+    Ok(Json(json!(ReleaseAnswer { released })))
+}
+
+/// What a release did.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ReleaseAnswer {
+    /// `idle`: the run waits, and the next event of its journal queues it
+    /// again; `ready`: queued again now; `ended`: the run has ended.
+    pub released: Released,
 }
 
 /// Long-polls for a stop of the lease's run: answers at once when the run
 /// was asked to stop, otherwise when it is, or after `waitMs` (default 0,
 /// at most 30,000) with `stopRequested: false`.
-#[utoipa::path(get, path = "/v1/runtime/leases/{leaseId}/controls", tag = "runtime",
+#[utoipa::path(get, path = "/v1/runtime/leases/{leaseId}/controls", operation_id = "pollRuntimeControls", tag = "runtime",
     params(
         ("leaseId" = String, Path, description = "The lease of the claim"),
-        ("waitMs" = Option<u64>, Query, description = "How long to wait for a stop, in milliseconds (at most 30,000)"),
+        ("waitMs" = Option<u64>, Query, minimum = 0, maximum = 30000, description = "How long to wait for a stop, in milliseconds (default 0)"),
     ),
     responses(
-        (status = 200, description = "`{runId, sessionId, expiresAt, stopRequested, ended}`", body = Object),
+        (status = 200, description = "The lease's standing", body = LeaseStanding),
+        (status = 400, description = "NRD-0008: waitMs above 30,000"),
+        (status = 403, description = "NRD-0102: not role backend, or a token limited to sessions"),
         (status = 409, description = "NRD-0501: the lease lapsed or was released"),
     ),
     security(("bearer" = [])))]

@@ -3,9 +3,10 @@
 use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
-use narad_journal::{QueuedStart, SessionRecord};
+use narad_journal::{QueuedStart, SessionDocuments, SessionRecord};
 use narad_protocol::commands::Command;
 use serde::Serialize;
+use utoipa::ToSchema;
 
 use super::parse_command;
 use crate::AppState;
@@ -17,10 +18,11 @@ use crate::error::{ApiError, ApiResult};
 pub const SESSION_PAGE: (u32, u32) = (50, 500);
 
 /// Creates a session (the `create-session` command).
-#[utoipa::path(post, path = "/v1/sessions", tag = "sessions",
-    request_body(content = Object, description = "`{sessionId?, title?, metadata?}` (schema/commands/create-session.json)"),
+#[utoipa::path(post, path = "/v1/sessions", operation_id = "createSession", tag = "sessions",
+    request_body(content = ref("#/components/schemas/commands.create-session"), description = "`{sessionId?, title?, metadata?}` (schema/commands/create-session.json)"),
     responses(
-        (status = 201, description = "The session", body = Object),
+        (status = 201, description = "The session", body = SessionRecord),
+        (status = 403, description = "NRD-0102: no `command` role, or a token limited to sessions (it could not name the new one)"),
         (status = 409, description = "NRD-0206: a session with this id exists"),
     ),
     security(("bearer" = [])))]
@@ -41,23 +43,24 @@ pub async fn create(
 }
 
 /// A page of sessions.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct SessionPage {
     /// The sessions, oldest first.
     pub sessions: Vec<SessionRecord>,
     /// The `after` of the next page, when more remain.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(schema_with = narad_journal::openapi::id)]
     pub next_after: Option<String>,
 }
 
 /// Lists the tenant's sessions, oldest first.
-#[utoipa::path(get, path = "/v1/sessions", tag = "sessions",
+#[utoipa::path(get, path = "/v1/sessions", operation_id = "listSessions", tag = "sessions",
     params(
-        ("after" = Option<String>, Query, description = "The `nextAfter` of the previous page"),
-        ("limit" = Option<u32>, Query, description = "1 to 500 (default 50)"),
+        ("after" = Option<String>, Query, description = "The `nextAfter` of the previous page (an opaque session id)"),
+        ("limit" = Option<u32>, Query, minimum = 1, maximum = 500, description = "The page size (default 50)"),
     ),
-    responses((status = 200, description = "`{sessions, nextAfter?}`", body = Object)),
+    responses((status = 200, description = "A page of sessions", body = SessionPage)),
     security(("bearer" = [])))]
 pub async fn list(
     State(state): State<AppState>,
@@ -103,18 +106,18 @@ pub async fn list(
 /// A session's state and UI documents (§9.6), current through
 /// `coversThroughSessionSequence`: read them, then stream with
 /// `afterSessionSequence` set to it, and no change is missed.
-#[utoipa::path(get, path = "/v1/sessions/{sessionId}/documents", tag = "sessions",
+#[utoipa::path(get, path = "/v1/sessions/{sessionId}/documents", operation_id = "getSessionDocuments", tag = "sessions",
     params(("sessionId" = String, Path, description = "The session")),
     responses(
-        (status = 200, description = "`{sessionId, coversThroughSessionSequence, state: [{scope, revision, state}], ui: [...]}`", body = Object),
-        (status = 404, description = "NRD-0007"),
+        (status = 200, description = "The documents, and the sessionSequence they are current through", body = SessionDocuments),
+        (status = 404, description = "NRD-0007: no such session"),
     ),
     security(("bearer" = [])))]
 pub async fn documents(
     State(state): State<AppState>,
     principal: Principal,
     Path(session_id): Path<String>,
-) -> ApiResult<Json<serde_json::Value>> {
+) -> ApiResult<Json<SessionDocuments>> {
     principal.require(Permission::Read)?;
     principal.require_session(&session_id)?;
     Ok(Json(
@@ -126,11 +129,11 @@ pub async fn documents(
 }
 
 /// Reads a session.
-#[utoipa::path(get, path = "/v1/sessions/{sessionId}", tag = "sessions",
+#[utoipa::path(get, path = "/v1/sessions/{sessionId}", operation_id = "getSession", tag = "sessions",
     params(("sessionId" = String, Path, description = "The session")),
     responses(
-        (status = 200, description = "The session, with its sequence and active execution", body = Object),
-        (status = 404, description = "NRD-0007"),
+        (status = 200, description = "The session, with its sequence and active execution", body = SessionRecord),
+        (status = 404, description = "NRD-0007: no such session"),
     ),
     security(("bearer" = [])))]
 pub async fn read(
@@ -150,30 +153,41 @@ pub async fn read(
 
 /// Lists the starts waiting for the session's slot, in the order they will
 /// start.
-#[utoipa::path(get, path = "/v1/sessions/{sessionId}/queued-starts", tag = "sessions",
+#[utoipa::path(get, path = "/v1/sessions/{sessionId}/queued-starts", operation_id = "listQueuedStarts", tag = "sessions",
     params(("sessionId" = String, Path, description = "The session")),
-    responses((status = 200, description = "`{queuedStarts: [...]}`", body = Object)),
+    responses(
+        (status = 200, description = "The queued starts, in the order they will start", body = QueuedStarts),
+        (status = 404, description = "NRD-0007: no such session"),
+    ),
     security(("bearer" = [])))]
 pub async fn queued_starts(
     State(state): State<AppState>,
     principal: Principal,
     Path(session_id): Path<String>,
-) -> ApiResult<Json<serde_json::Value>> {
+) -> ApiResult<Json<QueuedStarts>> {
     principal.require(Permission::Read)?;
     principal.require_session(&session_id)?;
     state
         .journal
         .session(&principal.tenant, &session_id)
         .await?;
-    let queued: Vec<QueuedStart> = state
+    let queued_starts = state
         .journal
         .queued_starts(&principal.tenant, &session_id)
         .await?;
-    Ok(Json(serde_json::json!({ "queuedStarts": queued })))
+    Ok(Json(QueuedStarts { queued_starts }))
+}
+
+/// The starts waiting for a session's slot.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct QueuedStarts {
+    /// In the order they will start.
+    pub queued_starts: Vec<QueuedStart>,
 }
 
 /// Withdraws a queued start.
-#[utoipa::path(delete, path = "/v1/sessions/{sessionId}/queued-starts/{queueId}", tag = "sessions",
+#[utoipa::path(delete, path = "/v1/sessions/{sessionId}/queued-starts/{queueId}", operation_id = "withdrawQueuedStart", tag = "sessions",
     params(
         ("sessionId" = String, Path, description = "The session"),
         ("queueId" = String, Path, description = "The queued start"),

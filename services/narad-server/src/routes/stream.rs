@@ -37,15 +37,16 @@ use crate::signature::StreamCaller;
 use narad_protocol::profile::Profile;
 
 /// Streams a session.
-#[utoipa::path(get, path = "/v1/sessions/{sessionId}/stream", tag = "events",
+#[utoipa::path(get, path = "/v1/sessions/{sessionId}/stream", operation_id = "streamSession", tag = "events",
     params(
         ("sessionId" = String, Path, description = "The session"),
-        ("afterSessionSequence" = Option<u64>, Query, description = "Start after this sessionSequence (default: the beginning)"),
+        ("afterSessionSequence" = Option<u64>, Query, maximum = 9007199254740991.0, description = "Start after this sessionSequence (default: the beginning)"),
         ("profiles" = Option<String>, Query, description = "The profiles the client negotiates, comma-separated (default: every profile); frames of other profiles are not sent"),
         ("Last-Event-ID" = Option<String>, Header, description = "Resume after this eventId, of an authority or a watch event (wins over afterSessionSequence)"),
+        super::openapi::SignatureHeaders,
     ),
     responses(
-        (status = 200, description = "text/event-stream: a `capabilities` frame, then authority and watch events with `id` = eventId", content_type = "text/event-stream"),
+        (status = 200, description = "text/event-stream: a `capabilities` frame, then authority and watch events with `id` = eventId, and `hydrate` graph records (no id); each frame is one of SessionStreamFrame", content_type = "text/event-stream", body = ref("#/components/schemas/SessionStreamFrame")),
         (status = 400, description = "NRD-0008: an unknown Last-Event-ID, or a bad parameter"),
         (status = 403, description = "NRD-0102: the token does not reach this session"),
         (status = 404, description = "NRD-0007: no such session"),

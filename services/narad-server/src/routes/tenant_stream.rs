@@ -66,14 +66,15 @@ const PAGE: u32 = 500;
 const CLOCK_SLACK_MS: i64 = 1_000;
 
 /// Streams the tenant's events.
-#[utoipa::path(get, path = "/v1/events", tag = "events",
+#[utoipa::path(get, path = "/v1/events", operation_id = "streamTenantEvents", tag = "events",
     params(
         ("sessionId" = Option<String>, Query, description = "Only this session's events"),
         ("profiles" = Option<String>, Query, description = "The profiles the client negotiates, comma-separated (default: every profile)"),
         ("Last-Event-ID" = Option<String>, Header, description = "Resume after this eventId (default: live from now)"),
+        super::openapi::SignatureHeaders,
     ),
     responses(
-        (status = 200, description = "text/event-stream: `capabilities`, an optional `replay-gap` (no id), then authority and watch events in relay order, `id` = eventId; a long replay ends the connection after a block", content_type = "text/event-stream"),
+        (status = 200, description = "text/event-stream: `capabilities`, an optional `replay-gap` (no id), then authority and watch events in relay order, `id` = eventId; a long replay ends the connection after a block; each frame is one of TenantStreamFrame", content_type = "text/event-stream", body = ref("#/components/schemas/TenantStreamFrame")),
         (status = 400, description = "NRD-0008: a Last-Event-ID this store never held, or a bad parameter"),
         (status = 403, description = "NRD-0102: the token does not reach this session"),
         (status = 404, description = "NRD-0007: no such session"),
