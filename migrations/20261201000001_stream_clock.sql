@@ -67,12 +67,17 @@ begin
   -- One attach at a time decides whether the clock moves.
   perform pg_advisory_xact_lock(hashtext('narad.stream_clock'));
   select xid_offset into shift from stream_clock;
-  oldest := pg_snapshot_xmin(pg_current_snapshot())::text::bigint;
-  next_id := pg_snapshot_xmax(pg_current_snapshot())::text::bigint;
+  -- The newest stored reading and the snapshot's bounds in ONE statement,
+  -- so in one snapshot: every row it sees was written by a transaction
+  -- below that snapshot's xmax. (Read in two statements, a transaction
+  -- committing in between looked like a move, and moved the clock of one
+  -- connection only: its rows then sorted ahead of everyone else's.)
   select greatest(
            (select txid::text::bigint from outbox order by txid desc, position desc limit 1),
-           (select max(txid::text::bigint) from outbox_horizons))
-    into newest;
+           (select max(txid::text::bigint) from outbox_horizons)),
+         pg_snapshot_xmin(pg_current_snapshot())::text::bigint,
+         pg_snapshot_xmax(pg_current_snapshot())::text::bigint
+    into newest, oldest, next_id;
   -- Every transaction this cluster ever ran reads below next_id + shift: a
   -- stored reading at or past it was written by another cluster. From now
   -- on even the oldest running transaction reads above it.
