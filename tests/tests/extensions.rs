@@ -124,6 +124,20 @@ async fn every_bad_signature_gets_the_same_sentence() {
         .await
         .unwrap();
     assert_eq!(partial.status(), 401, "a header missing");
+    // A companion header alone makes a signed call too, refused as one:
+    // never a bearer call that ignores it.
+    let bearer = token("acme", &[Role::Reader]);
+    for (name, value) in [("narad-timestamp", "91ZE"), ("narad-request-id", "")] {
+        let stray = s
+            .http
+            .get(format!("{}{HISTORY}", s.base))
+            .bearer_auth(&bearer)
+            .header(name, value)
+            .send()
+            .await
+            .unwrap();
+        refusals.push((name, Answer::of(stray).await));
+    }
 
     // Another replica refuses the same request id: ids live in Postgres.
     let replica = s.replica().await;

@@ -269,8 +269,70 @@ async fn integers_past_2_pow_53_are_refused_everywhere() {
         .send()
         .await
         .unwrap();
-    refused(&Answer::of(tenant).await, "NRD-0008", "Last-Event-ID");
+    let unknown = Answer::of(tenant).await;
+    assert_eq!(
+        (unknown.status, unknown.code()),
+        (409, "NRD-0303"),
+        "{:#}",
+        unknown.body
+    );
+    assert!(unknown.body["fields"].get("Last-Event-ID").is_some());
     s.stop().await;
+}
+
+/// JSON has one number type and JSON Schema counts `2.0` as an integer: a
+/// field that takes an integer takes it written with a fraction or an
+/// exponent too, in every body.
+#[tokio::test]
+async fn integers_written_as_floats_are_integers() {
+    let s = Server::start().await;
+    let t = all_roles("acme");
+    open_session(&s, &t, "f").await;
+    let claim = s
+        .post(
+            "/v1/runtime/claims",
+            &t,
+            &json!({"runtimeId": "rt", "waitMs": 0.0}),
+        )
+        .await;
+    assert_eq!(claim.status, 204, "{:#}", claim.body);
+    let appended = s
+        .post(
+            "/v1/sessions/f/events",
+            &t,
+            &json!({"events": [{"protocolVersion": "narad/v1", "type": "session.custom",
+                "eventId": "e1", "name": "acme.n", "value": {"n": 1e3}}],
+                "expectedSessionSequence": 2.0}),
+        )
+        .await;
+    assert_eq!(appended.status, 201, "{:#}", appended.body);
+    let history = whole_history(&s, &t, "f").await;
+    let custom = history.iter().find(|e| e["eventId"] == "e1").unwrap();
+    assert_eq!(custom["value"], json!({"n": 1000}));
+    // Not integral: still refused where an integer is required.
+    let fraction = s
+        .post(
+            "/v1/runtime/claims",
+            &t,
+            &json!({"runtimeId": "rt", "waitMs": 0.5}),
+        )
+        .await;
+    refused(&fraction, "NRD-0003", "/waitMs");
+    // A member is left out, never null (serde alone would read null as
+    // absent, where the document says an integer).
+    let null = s
+        .post(
+            "/v1/runtime/claims",
+            &t,
+            &json!({"runtimeId": "rt", "waitMs": null}),
+        )
+        .await;
+    refused(&null, "NRD-0003", "/waitMs");
+    // A runtime's name is an id: 1 to 256 characters.
+    let unnamed = s
+        .post("/v1/runtime/claims", &t, &json!({"runtimeId": ""}))
+        .await;
+    refused(&unnamed, "NRD-0003", "/runtimeId");
 }
 
 #[tokio::test]
@@ -338,6 +400,26 @@ async fn connect_without_upgrade_headers_is_refused_in_the_envelope() {
         "{:#}",
         a.body
     );
+    // A handshake whose key is not 16 bytes in base64 (RFC 6455 §4.1) is
+    // refused before the switch, like any other malformed header.
+    for key in [
+        "0",
+        "not base64!",
+        "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=",
+    ] {
+        let res = s
+            .http
+            .get(format!("{}/v1/executors/desktop-1/connect", s.base))
+            .bearer_auth(&t)
+            .header("Connection", "Upgrade")
+            .header("Upgrade", "websocket")
+            .header("Sec-WebSocket-Version", "13")
+            .header("Sec-WebSocket-Key", key)
+            .send()
+            .await
+            .unwrap();
+        refused(&Answer::of(res).await, "NRD-0008", "Sec-WebSocket-Key");
+    }
     s.stop().await;
 }
 

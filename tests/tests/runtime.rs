@@ -280,7 +280,7 @@ async fn bad_claims_and_runtime_settings_are_refused_with_clear_codes() {
     let a = s
         .post("/v1/runtime/claims", &jwt, &json!({"waitMs": 30_001}))
         .await;
-    assert_eq!((a.status, a.code()), (400, "NRD-0008"));
+    assert_eq!((a.status, a.code()), (400, "NRD-0003"));
     let a = s
         .post("/v1/runtime/claims", &jwt, &json!({"queu": "x"}))
         .await;
@@ -326,7 +326,7 @@ async fn bad_claims_and_runtime_settings_are_refused_with_clear_codes() {
             &json!({"sessionId": "s1", "runId": "c1", "parentRunId": "r1", "runtime": {}}),
         )
         .await;
-    assert_eq!((a.status, a.code()), (400, "NRD-0008"), "{}", a.body);
+    assert_eq!((a.status, a.code()), (400, "NRD-0003"), "{}", a.body);
     s.stop().await;
 }
 
@@ -1001,7 +1001,7 @@ async fn a_release_while_the_run_goes_on_must_say_what_it_handled() {
             &json!({}),
         )
         .await;
-    assert_eq!((a.status, a.code()), (400, "NRD-0008"), "{}", a.body);
+    assert_eq!((a.status, a.code()), (400, "NRD-0003"), "{}", a.body);
     // Still held: the lease works.
     s.post(
         &format!("/v1/runtime/leases/{lease}/heartbeat"),

@@ -57,7 +57,13 @@ async fn a_stream_opens_with_capabilities_replays_then_follows_live() {
         .send()
         .await
         .unwrap();
-    assert_eq!(bad.status(), 400);
+    let bad = Answer::of(bad).await;
+    assert_eq!(
+        (bad.status, bad.code()),
+        (409, "NRD-0303"),
+        "{:#}",
+        bad.body
+    );
     let other = token("globex", &Role::ALL);
     let theirs = s
         .http

@@ -147,7 +147,7 @@ async fn the_tenant_stream_is_live_resumable_and_never_shows_another_tenant() {
 
     // Unknown ids, and ids from a store newer than this one.
     let (code, body) = status(&s, "/v1/events", &t, &[("last-event-id", "nope")]).await;
-    assert_eq!((code, body["code"].as_str()), (400, Some("NRD-0008")));
+    assert_eq!((code, body["code"].as_str()), (409, Some("NRD-0303")));
     let future = uuid_v7_at_hours_from_now(1);
     let (code, body) = status(&s, "/v1/events", &t, &[("last-event-id", &future)]).await;
     assert_eq!(
@@ -158,8 +158,8 @@ async fn the_tenant_stream_is_live_resumable_and_never_shows_another_tenant() {
     let (code, _) = status(&s, "/v1/events?sessionId=nope", &t, &[]).await;
     assert_eq!(code, 404);
     // Another tenant's event id is unknown here.
-    let (code, _) = status(&s, "/v1/events", &t, &[("last-event-id", "g1")]).await;
-    assert_eq!(code, 400);
+    let (code, body) = status(&s, "/v1/events", &t, &[("last-event-id", "g1")]).await;
+    assert_eq!((code, body["code"].as_str()), (409, Some("NRD-0303")));
     s.stop().await;
 }
 

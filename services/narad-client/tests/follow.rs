@@ -106,8 +106,8 @@ async fn following_the_tenant_stream_crosses_replay_blocks() {
     let mut lost = client.follow_tenant(None, Some("no-such-event"));
     match lost.next().await {
         Err(narad_client::ClientError::Refused { status, body }) => {
-            assert_eq!(status, 400);
-            assert_eq!(body["code"], "NRD-0008");
+            assert_eq!(status, 409);
+            assert_eq!(body["code"], "NRD-0303");
         }
         other => panic!("refused, got {other:?}"),
     }

@@ -240,8 +240,8 @@ impl Journal {
         options: AppendOptions,
     ) -> Result<Appended, JournalError> {
         if proposals.is_empty() || proposals.len() > MAX_BATCH {
-            return Err(JournalError::InvalidParameter {
-                parameter: "events",
+            return Err(JournalError::InvalidBody {
+                pointer: "/events",
                 message: format!(
                     "a batch holds 1 to {MAX_BATCH} events, this one {}",
                     proposals.len()

@@ -153,8 +153,8 @@ impl Journal {
         }
         let work = match (&cmd.runtime, &cmd.parent_run_id) {
             (Some(_), Some(_)) => {
-                return Err(JournalError::InvalidParameter {
-                    parameter: "runtime",
+                return Err(JournalError::InvalidBody {
+                    pointer: "/runtime",
                     message: "runtime applies to top-level runs; a nested run is executed by \
                               the runtime that holds its root run"
                         .to_owned(),
@@ -485,14 +485,18 @@ impl Journal {
         if let Some(a) = &cmd.attachment_ids {
             event["attachmentIds"] = json!(a);
         }
-        let missing = |what: &'static str| JournalError::InvalidParameter {
-            parameter: what,
-            message: format!("messageScope {:?} needs {what}", cmd.message_scope),
+        let missing = |pointer: &'static str| JournalError::InvalidBody {
+            pointer,
+            message: format!(
+                "messageScope {:?} needs {}",
+                cmd.message_scope,
+                &pointer[1..]
+            ),
         };
         match cmd.message_scope {
             MessageScope::Session => {}
             MessageScope::Run => {
-                let run_id = cmd.run_id.as_ref().ok_or_else(|| missing("runId"))?;
+                let run_id = cmd.run_id.as_ref().ok_or_else(|| missing("/runId"))?;
                 let run = self
                     .entity(tenant, session, "run", run_id.as_str())
                     .await?
@@ -506,7 +510,7 @@ impl Journal {
                 event["workflowId"] = json!(
                     cmd.workflow_id
                         .as_ref()
-                        .ok_or_else(|| missing("workflowId"))?
+                        .ok_or_else(|| missing("/workflowId"))?
                 );
             }
         }
@@ -708,8 +712,8 @@ impl Journal {
     ) -> Result<SessionRecord, JournalError> {
         let tenant = auth.tenant();
         if cmd.title.is_none() && cmd.metadata.is_none() {
-            return Err(JournalError::InvalidParameter {
-                parameter: "title",
+            return Err(JournalError::InvalidBody {
+                pointer: "",
                 message: "update-session changes title, metadata or both: give at least one"
                     .to_owned(),
             });

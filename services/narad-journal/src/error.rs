@@ -85,6 +85,15 @@ pub enum JournalError {
         /// What is wrong with it.
         message: String,
     },
+    /// A request body breaks a rule between its members (a message scope
+    /// without its id, a nested run with runtime settings, …).
+    #[error("{pointer}: {message}")]
+    InvalidBody {
+        /// The JSON pointer of the member at fault.
+        pointer: &'static str,
+        /// What is wrong, and what to send instead.
+        message: String,
+    },
     /// History cursors that identify different positions (§10.2).
     #[error("the cursors identify different positions: {0}")]
     CursorConflict(String),
@@ -137,6 +146,7 @@ impl JournalError {
             JournalError::EventIdConflict { .. } => ErrorCode::EventIdConflict,
             JournalError::SequenceMismatch { .. } => ErrorCode::SequenceMismatch,
             JournalError::InvalidParameter { .. } => ErrorCode::InvalidParameter,
+            JournalError::InvalidBody { .. } => ErrorCode::InvalidObject,
             JournalError::CursorConflict(_) => ErrorCode::CursorConflict,
             JournalError::LeaseNotCurrent(_) => ErrorCode::LeaseNotCurrent,
             JournalError::TokenInvalid(_) => ErrorCode::ExecutionTokenInvalid,
@@ -180,7 +190,8 @@ impl JournalError {
                 format!("/events/{index}{}", violation.field.as_deref().unwrap_or("")),
                 violation.message.clone(),
             ),
-            JournalError::Ambiguous { pointer, message } => {
+            JournalError::Ambiguous { pointer, message }
+            | JournalError::InvalidBody { pointer, message } => {
                 ErrorBody::new(self.code(), message.clone()).with_field(*pointer, message.clone())
             }
             JournalError::SlotTaken { active } => ErrorBody::new(

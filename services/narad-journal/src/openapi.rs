@@ -38,13 +38,23 @@ pub fn authority_events() -> Array {
         .build()
 }
 
-/// A proposed `run.started`.
+/// A proposed `run.started` (without the sequences the journal assigns).
 pub fn run_started() -> Ref {
-    component("events.run.started")
+    component("proposed.run.started")
 }
 
 /// What happens to a run when its runtime is lost: the `onLost` of
 /// `start-run`.
 pub fn on_lost() -> Ref {
-    Ref::new("#/components/schemas/commands.start-run/properties/runtime/properties/onLost")
+    component("defs.onLost")
+}
+
+/// A session's metadata: any JSON object, as `create-session` takes it.
+pub fn metadata() -> Ref {
+    Ref::new("#/components/schemas/commands.create-session/properties/metadata")
+}
+
+/// The session's active top-level execution: a run or a workflow.
+pub fn active_execution() -> Ref {
+    component("ActiveExecution")
 }

@@ -410,8 +410,8 @@ impl Journal {
                 _ => return Err(lease_not_current(lease_id)),
             }
             let Some(through) = handled_through else {
-                return Err(JournalError::InvalidParameter {
-                    parameter: "handledThrough",
+                return Err(JournalError::InvalidBody {
+                    pointer: "/handledThrough",
                     message: format!(
                         "required while run {root} goes on: the last sessionSequence through \
                          which the runtime read or wrote every event of the run's journal"

@@ -41,7 +41,7 @@ pub struct SessionRecord {
     pub title: Option<String>,
     /// Its metadata.
     #[serde(skip_serializing_if = "Option::is_none")]
-    #[schema(value_type = Object)]
+    #[schema(schema_with = crate::openapi::metadata)]
     pub metadata: Option<Value>,
     /// When it was created (RFC 3339).
     #[schema(schema_with = crate::openapi::timestamp)]
@@ -55,7 +55,7 @@ pub struct SessionRecord {
     pub session_sequence: u64,
     /// The active top-level execution.
     #[serde(skip_serializing_if = "Option::is_none")]
-    #[schema(value_type = Object)]
+    #[schema(schema_with = crate::openapi::active_execution)]
     pub active_execution: Option<Value>,
 }
 

@@ -246,7 +246,7 @@ async fn invalid_proposals_are_refused_with_the_pointer_of_the_problem() {
         assert!(body.code == "NRD-0003", "{body:?}");
     }
     let err = f.append(&s, &[]).await.unwrap_err();
-    assert!(matches!(err, JournalError::InvalidParameter { .. }));
+    assert!(matches!(err, JournalError::InvalidBody { .. }));
 }
 
 #[tokio::test]
@@ -1219,8 +1219,8 @@ async fn the_other_commands_build_their_events_from_current_state() {
         .await;
     assert!(matches!(
         missing,
-        Err(JournalError::InvalidParameter {
-            parameter: "runId",
+        Err(JournalError::InvalidBody {
+            pointer: "/runId",
             ..
         })
     ));

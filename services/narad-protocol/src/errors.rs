@@ -89,6 +89,8 @@ error_codes! {
     CursorConflict = "NRD-0301", 400, "Cursor conflict";
     /// A stream cursor past anything the store holds.
     CursorAhead = "NRD-0302", 409, "Cursor ahead of the store";
+    /// A stream cursor naming no event the store holds for the caller.
+    CursorUnknown = "NRD-0303", 409, "Cursor unknown";
     /// A client executor's lease is superseded or lapsed, or is not the
     /// one the execution token was issued under.
     LeaseNotCurrent = "NRD-0401", 409, "Lease not current";

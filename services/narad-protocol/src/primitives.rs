@@ -129,6 +129,8 @@ id_types! {
     ExecutionToken;
     /// A work queue of agent runtimes, chosen at start-run.
     QueueName;
+    /// The name an agent runtime claims runs under (for operators).
+    RuntimeName;
     /// A transcript message (§9.2).
     MessageId;
     /// A reasoning stream (§9.2).

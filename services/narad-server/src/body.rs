@@ -80,9 +80,11 @@ pub fn too_large() -> ApiError {
     )
 }
 
-/// Parses a body: JSON, and no U+0000 anywhere in it.
+/// Parses a body: JSON, and no U+0000 anywhere in it. Integral numbers
+/// written with a fraction or an exponent (`30000.0`, `3e4`) are read as
+/// the integers they are ([`integral_numbers_as_integers`]).
 fn parse(bytes: &[u8]) -> Result<Value, ApiError> {
-    let value: Value = serde_json::from_slice(bytes).map_err(|e| {
+    let mut value: Value = serde_json::from_slice(bytes).map_err(|e| {
         ApiError::new(
             ErrorCode::MalformedJson,
             format!(
@@ -100,7 +102,28 @@ fn parse(bytes: &[u8]) -> Result<Value, ApiError> {
         )
         .with_field(pointer, "holds U+0000"));
     }
+    integral_numbers_as_integers(&mut value);
     Ok(value)
+}
+
+/// Rewrites every number of `value` that is an integer written as a float
+/// (`2.0`, `1e3`, `-0.0`) and within ±(2^53 − 1) as that integer. JSON has
+/// one number type and JSON Schema counts `2.0` as an integer, so a field
+/// that takes an integer takes it in either spelling; larger floats are
+/// left as they are (no integer field takes them).
+pub fn integral_numbers_as_integers(value: &mut Value) {
+    match value {
+        Value::Number(n) if n.is_f64() => {
+            let f = n.as_f64().expect("an f64 number");
+            if f.fract() == 0.0 && f.abs() <= MAX_SAFE_INTEGER as f64 {
+                // Exact: |f| ≤ 2^53 − 1 is an integer an f64 holds exactly.
+                *value = Value::from(f as i64);
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(integral_numbers_as_integers),
+        Value::Object(map) => map.values_mut().for_each(integral_numbers_as_integers),
+        _ => {}
+    }
 }
 
 /// The JSON pointer (RFC 6901) of the first string or object key of
@@ -246,6 +269,20 @@ fn invalid(name: &str, problem: &str) -> ApiError {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn integral_floats_are_read_as_integers() {
+        let mut v = json!({"a": 30000.0, "b": [1e3, -0.0, 2.5, 1e300], "c": "3.0", "d": 7});
+        integral_numbers_as_integers(&mut v);
+        assert_eq!(
+            v,
+            json!({"a": 30000, "b": [1000, 0, 2.5, 1e300], "c": "3.0", "d": 7})
+        );
+        assert!(v["a"].is_u64() && v["b"][1].is_i64());
+        let mut edge = json!([9007199254740991.0, 9007199254740992.0]);
+        integral_numbers_as_integers(&mut edge);
+        assert!(edge[0].is_u64() && edge[1].is_f64());
+    }
 
     #[test]
     fn nul_is_found_in_values_and_keys_with_escaped_pointers() {

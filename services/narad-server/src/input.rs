@@ -67,7 +67,11 @@ pub async fn announced_length(State(limit): State<usize>, req: Request, next: Ne
 }
 
 /// Headers the routes read as text: when present, they must be text.
-const TEXT_HEADERS: &[&str] = &["Last-Event-ID"];
+pub const TEXT_HEADERS: &[&str] = &["Last-Event-ID"];
+
+/// What [`headers`] lets through in a text header, as a JSON Schema
+/// pattern: no control character (Unicode's Cc).
+pub const TEXT_HEADER_PATTERN: &str = "^[^\\u0000-\\u001F\\u007F-\\u009F]*$";
 
 /// Refuses a text header (`Last-Event-ID`) holding bytes that are not
 /// printable text.

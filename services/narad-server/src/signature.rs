@@ -70,9 +70,13 @@ fn is_streaming(method: &axum::http::Method, path: &str) -> bool {
             || matches!(segments[..], ["", "v1", "events"]))
 }
 
-/// Whether a request carries an extension signature.
+/// Whether a request carries an extension signature: any of the four
+/// headers, which travel together (a call with some of them is verified,
+/// and refused for the missing ones, never taken as a bearer call).
 pub fn is_signed(headers: &HeaderMap) -> bool {
-    headers.contains_key(SIGNATURE) || headers.contains_key(EXTENSION)
+    [SIGNATURE, TIMESTAMP, REQUEST_ID, EXTENSION]
+        .iter()
+        .any(|h| headers.contains_key(h))
 }
 
 /// The bytes a signature covers.

@@ -274,6 +274,20 @@ fn request_bodies_are_required_where_an_empty_body_is_refused() {
         };
         let optional = OPTIONAL_BODIES.contains(&op["operationId"].as_str().unwrap());
         assert_eq!(body["required"], !optional, "{method} {path}");
+        if optional {
+            // An empty body is read as `{}`: so is `{}` itself, and no
+            // member of its schema can be required.
+            let target = body["content"]["application/json"]["schema"]["$ref"]
+                .as_str()
+                .unwrap();
+            let name = target.strip_prefix("#/components/schemas/").unwrap();
+            let schema = &doc["components"]["schemas"][name];
+            assert!(
+                schema["required"].as_array().is_none_or(|r| r.is_empty()),
+                "{method} {path}: {name} requires {}",
+                schema["required"]
+            );
+        }
     }
 }
 
@@ -457,6 +471,19 @@ fn streams_describe_their_frames() {
             .map(|f| f["properties"]["event"]["const"].as_str().unwrap())
             .collect();
         assert_eq!(named, kinds.iter().copied().collect(), "{id}");
+        // An SSE parser hands over `data` as text; the JSON in it is the
+        // contentSchema, a component that exists.
+        for frame in doc["components"]["schemas"][frame]["oneOf"]
+            .as_array()
+            .unwrap()
+        {
+            let data = &frame["properties"]["data"];
+            assert_eq!(data["type"], "string", "{id}");
+            assert_eq!(data["contentMediaType"], "application/json", "{id}");
+            let target = data["contentSchema"]["$ref"].as_str().unwrap();
+            let name = target.strip_prefix("#/components/schemas/").unwrap();
+            assert!(doc["components"]["schemas"].get(name).is_some(), "{target}");
+        }
     }
     let socket = &operation(&doc, "connectExecutor")["x-websocket-messages"];
     assert_eq!(socket["server"].as_array().unwrap().len(), 3);
@@ -607,8 +634,12 @@ fn the_wire_components_are_the_files_of_schema() {
             compared += 1;
         }
     }
-    // Every dotted component (the wire's naming) came from a file.
-    let dotted = components.keys().filter(|k| k.contains('.')).count();
+    // Every dotted component (the wire's naming) came from a file, but the
+    // proposed forms, made from them (checked by the proposal tests).
+    let dotted = components
+        .keys()
+        .filter(|k| k.contains('.') && !k.starts_with("proposed."))
+        .count();
     assert_eq!(dotted, compared, "no wire component without a file");
 }
 
@@ -620,6 +651,7 @@ fn the_unions_hold_every_type_of_their_folder() {
         ("AuthorityEvent", "events/"),
         ("WatchEvent", "watch/"),
         ("HydrateRecord", "hydrate/"),
+        ("ProposedEvent", "events/"),
     ] {
         let schema = &doc["components"]["schemas"][union];
         let members: BTreeSet<String> = schema["discriminator"]["mapping"]
@@ -640,5 +672,111 @@ fn the_unions_hold_every_type_of_their_folder() {
             .collect();
         assert_eq!(members, types, "{union}");
         assert_eq!(schema["oneOf"].as_array().unwrap().len(), types.len());
+    }
+}
+
+// ---- Proposals ----
+
+/// A validator of `component` that resolves the document's references.
+fn validator(doc: &Value, component: &str) -> jsonschema::Validator {
+    let mut root = doc.clone();
+    root["$ref"] = Value::from(format!("#/components/schemas/{component}"));
+    jsonschema::draft202012::new(&root).unwrap()
+}
+
+#[test]
+fn every_event_example_is_a_proposal_once_its_sequences_are_taken_out() {
+    let doc = document();
+    let proposed = validator(&doc, "ProposedEvent");
+    let stored = validator(&doc, "AuthorityEvent");
+    let mut seen = 0;
+    for (path, file) in files_on_disk() {
+        if !path.starts_with("events/") {
+            continue;
+        }
+        for example in file["examples"].as_array().unwrap() {
+            assert!(stored.is_valid(example), "{path}: {example}");
+            // As stored, with its sequences, it is no proposal.
+            assert!(!proposed.is_valid(example), "{path}: {example}");
+            let mut proposal = example.clone();
+            for assigned in ["sessionSequence", "sequence", "workflowSequence"] {
+                proposal.as_object_mut().unwrap().remove(assigned);
+            }
+            let errors: Vec<String> = proposed
+                .iter_errors(&proposal)
+                .map(|e| e.to_string())
+                .collect();
+            assert!(errors.is_empty(), "{path}: {proposal}: {errors:?}");
+            // A proposal of one type is refused as another.
+            proposal["type"] = Value::from(if example["type"] == "run.raw" {
+                "session.raw"
+            } else {
+                "run.raw"
+            });
+            assert!(!proposed.is_valid(&proposal), "{path} as another type");
+            seen += 1;
+        }
+    }
+    assert!(seen >= 51, "only {seen} examples");
+}
+
+#[test]
+fn links_name_operations_and_their_parameters() {
+    let doc = document();
+    let mut links = 0;
+    for (method, path, op) in operations(&doc) {
+        for (status, answer) in op["responses"].as_object().unwrap() {
+            for (name, link) in answer["links"].as_object().into_iter().flatten() {
+                let target = operation(&doc, link["operationId"].as_str().unwrap());
+                for (parameter, expression) in link["parameters"].as_object().unwrap() {
+                    assert!(
+                        target["parameters"]
+                            .as_array()
+                            .unwrap()
+                            .iter()
+                            .any(|p| p["name"] == *parameter && p["in"] == "path"),
+                        "{method} {path} {status} link {name}: {parameter} is no path parameter of the target"
+                    );
+                    let expression = expression.as_str().unwrap();
+                    if let Some(pointer) = expression.strip_prefix("$response.body#") {
+                        // The pointer names a member of the answer's schema.
+                        let schema = &answer["content"]["application/json"]["schema"];
+                        let mut at = resolve_ref(&doc, schema);
+                        assert!(!at.is_null(), "{name}: the answer has a schema");
+                        for segment in pointer.trim_start_matches('/').split('/') {
+                            at = member(&doc, &at, segment);
+                            assert!(!at.is_null(), "{name}: {expression}");
+                        }
+                    }
+                    links += 1;
+                }
+            }
+        }
+    }
+    assert!(links >= 10, "{links} link parameters");
+}
+
+/// The schema of member `name` of an object schema, through `allOf`.
+fn member(doc: &Value, schema: &Value, name: &str) -> Value {
+    let own = &schema["properties"][name];
+    if !own.is_null() {
+        return resolve_ref(doc, own);
+    }
+    schema["allOf"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|part| member(doc, &resolve_ref(doc, part), name))
+        .find(|found| !found.is_null())
+        .unwrap_or(Value::Null)
+}
+
+fn resolve_ref(doc: &Value, schema: &Value) -> Value {
+    match schema["$ref"].as_str() {
+        Some(target) => {
+            let name = target.strip_prefix("#/components/schemas/").unwrap();
+            doc["components"]["schemas"][name].clone()
+        }
+        None => schema.clone(),
     }
 }

@@ -20,7 +20,7 @@ use crate::signature::StreamCaller;
 /// Appends a batch of proposed authority events, atomically.
 #[utoipa::path(post, path = "/v1/sessions/{sessionId}/events", operation_id = "appendEvents", tag = "events",
     params(
-        ("sessionId" = String, Path, description = "The session"),
+        ("sessionId" = String, Path, description = "The session: the `sessionId` of every proposed event that names one"),
         ("Narad-Runtime-Lease" = Option<String>, Header, description = "The runtime lease of a claim (`lease.leaseId`): required for appends to a run journal held by an agent runtime"),
     ),
     request_body(content = ref("#/components/schemas/AppendRequest"), description = "`{events: [proposed authority events, without sequences], expectedSessionSequence?}`; each event names its eventId, which makes retries idempotent"),
@@ -82,7 +82,7 @@ pub async fn append(
             // other answer is counted.
             if matches!(
                 e,
-                JournalError::Invalid { .. } | JournalError::InvalidParameter { .. }
+                JournalError::Invalid { .. } | JournalError::InvalidBody { .. }
             ) {
                 crate::metrics::append_refused(e.code());
             }

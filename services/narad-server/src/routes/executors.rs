@@ -87,6 +87,33 @@ fn control_body(body: &Value, expected: &str) -> ApiResult<ControlBody> {
     }
 }
 
+/// The headers of a WebSocket handshake (RFC 6455 §4.1), which a WebSocket
+/// client sends for you: without them `connect` answers 400.
+#[derive(Debug, serde::Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Header)]
+#[allow(
+    dead_code,
+    reason = "documents the headers axum's WebSocketUpgrade reads"
+)]
+pub struct Handshake {
+    /// `websocket`.
+    #[serde(rename = "Upgrade")]
+    #[param(pattern = "^websocket$")]
+    upgrade: String,
+    /// `Upgrade` (HTTP/1.1).
+    #[serde(rename = "Connection")]
+    #[param(pattern = "^[Uu]pgrade$")]
+    connection: String,
+    /// `13`.
+    #[serde(rename = "Sec-WebSocket-Version")]
+    #[param(pattern = "^13$")]
+    version: String,
+    /// 16 random bytes in base64.
+    #[serde(rename = "Sec-WebSocket-Key")]
+    #[param(pattern = "^[A-Za-z0-9+/]{21}[AQgw]==$")]
+    key: String,
+}
+
 /// Attaches over a WebSocket: `client.attached`, then heartbeats both ways
 /// and `client.tool.execute` for each call assigned to the executor; the
 /// client sends `client.heartbeat` and `client.tool.finish` as JSON text
@@ -96,7 +123,7 @@ fn control_body(body: &Value, expected: &str) -> ApiResult<ControlBody> {
 /// refused one is only logged): executors that need to know send it over
 /// HTTP (`POST /v1/executors/{id}/finish`), as the SDK's runtime does.
 #[utoipa::path(get, path = "/v1/executors/{clientExecutorId}/connect", operation_id = "connectExecutor", tag = "executors",
-    params(("clientExecutorId" = String, Path, description = "The endpoint to attach as")),
+    params(("clientExecutorId" = String, Path, description = "The endpoint to attach as", example = "desktop-worker-123"), Handshake),
     responses(
         (status = 101, description = "Switching to the executor channel (WebSocket). Each message is one JSON text frame: the server sends `client.attached` first, then `server.heartbeat` and `client.tool.execute`; the client sends `client.heartbeat` and `client.tool.finish` (the `x-websocket-messages` of this operation name their schemas)"),
         (status = 400, description = "NRD-0008: not a WebSocket handshake (`fields` names the header: Upgrade, Sec-WebSocket-Version or Sec-WebSocket-Key)"),
@@ -126,10 +153,12 @@ pub async fn connect(
     State(state): State<AppState>,
     principal: Principal,
     Path(executor_id): Path<String>,
+    headers: axum::http::HeaderMap,
     upgrade: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
 ) -> ApiResult<Response> {
     authorize(&principal, &executor_id)?;
     let upgrade = upgrade.map_err(not_a_handshake)?;
+    websocket_key(&headers)?;
     let channel = Channel {
         journal: state.journal.clone(),
         hub: state.hub.clone(),
@@ -139,6 +168,26 @@ pub async fn connect(
         credential_valid_until: principal.valid_until,
     };
     Ok(upgrade.on_upgrade(move |socket| channel.serve(socket)))
+}
+
+/// Refuses a `Sec-WebSocket-Key` that is not what RFC 6455 §4.1 makes it,
+/// 16 bytes in base64 (axum only checks that there is one).
+fn websocket_key(headers: &axum::http::HeaderMap) -> ApiResult<()> {
+    use base64::Engine;
+    let decoded = headers.get("sec-websocket-key").and_then(|k| {
+        base64::engine::general_purpose::STANDARD
+            .decode(k.as_bytes())
+            .ok()
+    });
+    if decoded.is_some_and(|k| k.len() == 16) {
+        return Ok(());
+    }
+    Err(ApiError::new(
+        ErrorCode::InvalidParameter,
+        "Sec-WebSocket-Key must be 16 random bytes in base64 (RFC 6455); a WebSocket client \
+         makes one for you",
+    )
+    .with_field("Sec-WebSocket-Key", "must be 16 bytes in base64"))
 }
 
 /// The answer to a `connect` that is not a WebSocket handshake: 400 in the
@@ -170,7 +219,7 @@ fn not_a_handshake(rejection: WebSocketUpgradeRejection) -> ApiError {
 /// answered as `client.attached`. Runs paused while the executor was away
 /// resume.
 #[utoipa::path(post, path = "/v1/executors/{clientExecutorId}/attach", operation_id = "attachExecutor", tag = "executors",
-    params(("clientExecutorId" = String, Path, description = "The endpoint to attach as")),
+    params(("clientExecutorId" = String, Path, description = "The endpoint to attach as", example = "desktop-worker-123")),
     responses(
         (status = 201, description = "`client.attached` with the new lease", body = ref("#/components/schemas/control.client.attached")),
         (status = 403, description = "NRD-0102: no `executor` role, or the `executors` claim does not name this id"),
@@ -199,7 +248,7 @@ pub async fn attach(
 
 /// Renews a lease (`client.heartbeat`); answers the lease's new expiry.
 #[utoipa::path(post, path = "/v1/executors/{clientExecutorId}/heartbeat", operation_id = "renewExecutorLease", tag = "executors",
-    params(("clientExecutorId" = String, Path, description = "The endpoint")),
+    params(("clientExecutorId" = String, Path, description = "The endpoint: the `clientExecutorId` of the body, when it names one", example = "desktop-worker-123")),
     request_body(content = ref("#/components/schemas/control.client.heartbeat"), description = "`client.heartbeat` {clientExecutorId, leaseId}"),
     responses(
         (status = 200, description = "The lease's new expiry", body = LeaseRenewal),
@@ -269,7 +318,7 @@ fn tool_executes() -> utoipa::openapi::Array {
 /// success (`duplicate: true`). `leaseId` is the lease the token was
 /// delivered under, even after a later attachment.
 #[utoipa::path(post, path = "/v1/executors/{clientExecutorId}/finish", operation_id = "finishClientToolCall", tag = "executors",
-    params(("clientExecutorId" = String, Path, description = "The endpoint")),
+    params(("clientExecutorId" = String, Path, description = "The endpoint: the `clientExecutorId` of the body, when it names one", example = "desktop-worker-123")),
     request_body(content = ref("#/components/schemas/control.client.tool.finish"), description = "`client.tool.finish` {executionToken, outcome, response, code?, message?, leaseId, toolCallId?}; `leaseId` is required over HTTP"),
     responses(
         (status = 200, description = "Recorded as tool.call.finished (`duplicate: true` when the same finish was recorded before)", body = FinishAccepted),
@@ -312,7 +361,7 @@ pub async fn finish(
 /// a client that gave up are lost to it until their tokens expire.
 #[utoipa::path(get, path = "/v1/executors/{clientExecutorId}/controls", operation_id = "pollExecutorControls", tag = "executors",
     params(
-        ("clientExecutorId" = String, Path, description = "The endpoint"),
+        ("clientExecutorId" = String, Path, description = "The endpoint: the `clientExecutorId` of the body, when it names one", example = "desktop-worker-123"),
         ("leaseId" = String, Query, description = "The live lease the calls are handed to"),
         ("waitMs" = Option<u64>, Query, minimum = 0, maximum = 30000, description = "How long to wait for a call, in milliseconds (default 0)"),
     ),

@@ -9,7 +9,11 @@
 //!   document and `schema/` are one source (a test compares them).
 //! - **Unions** of the wire components, generated from the same list:
 //!   `AuthorityEvent`, `WatchEvent`, `HydrateRecord`, with `type` as their
-//!   discriminator; and the SSE frames of the two streams.
+//!   discriminator; and the SSE frames of the two streams, whose `data` is
+//!   JSON text with a `contentSchema`.
+//! - **Proposals**: `proposed.<type>` for every event, made from its wire
+//!   component with the envelopes' assigned sequences no longer required
+//!   (and forbidden), and their union `ProposedEvent`.
 //! - **`Error`**, the envelope of `schema/documents/error.json` with `code`
 //!   narrowed to the catalog of [`ErrorCode`].
 //! - **Error answers.** Every 4xx or 5xx an operation declares answers the
@@ -19,7 +23,10 @@
 //!   with a request body; 400 on every one with parameters.
 //! - **Parameters are never null**: an absent one is left out, and text
 //!   cannot be `null` in a path, query or header (utoipa makes optional
-//!   headers nullable).
+//!   headers nullable). Path parameters are ids (`defs.id`), but an
+//!   extension's publisher and name.
+//! - **Links** ([`LINKS`]) from the answers that name something to the
+//!   operations that take it.
 //! - **Required bodies.** A request body is required, but for the
 //!   operations of [`OPTIONAL_BODIES`], which read an empty body as `{}`
 //!   (utoipa marks a body given by `ref(...)` neither way).
@@ -112,7 +119,133 @@ pub fn complete(api: &utoipa::openapi::OpenApi) -> Value {
         OPTIONAL_BODIES.len(),
         "every operation of OPTIONAL_BODIES exists and takes a body"
     );
+    add_links(&mut doc);
     doc
+}
+
+/// One link: its name, the operation it leads to, and that operation's
+/// path parameters as runtime expressions (`$response.body#/sessionId`).
+pub type Link = (
+    &'static str,
+    &'static str,
+    &'static [(&'static str, &'static str)],
+);
+
+/// The links between operations (OpenAPI's `links`): what an answer names
+/// that another operation takes. A client (or a stateful test) follows
+/// them: `operation`, `status`, then each link's name, target operation
+/// and `parameter = runtime expression` pairs.
+pub const LINKS: &[(&str, &str, &[Link])] = &[
+    (
+        "createSession",
+        "201",
+        &[
+            (
+                "GetSession",
+                "getSession",
+                &[("sessionId", "$response.body#/sessionId")],
+            ),
+            (
+                "ReadHistory",
+                "readHistory",
+                &[("sessionId", "$response.body#/sessionId")],
+            ),
+            (
+                "AppendEvents",
+                "appendEvents",
+                &[("sessionId", "$response.body#/sessionId")],
+            ),
+            (
+                "GetSessionDocuments",
+                "getSessionDocuments",
+                &[("sessionId", "$response.body#/sessionId")],
+            ),
+            (
+                "ListQueuedStarts",
+                "listQueuedStarts",
+                &[("sessionId", "$response.body#/sessionId")],
+            ),
+        ],
+    ),
+    (
+        "appendEvents",
+        "201",
+        &[(
+            "ReadHistoryAfterAppend",
+            "readHistory",
+            &[("sessionId", "$request.path.sessionId")],
+        )],
+    ),
+    (
+        "claimRun",
+        "200",
+        &[
+            (
+                "RenewRuntimeLease",
+                "renewRuntimeLease",
+                &[("leaseId", "$response.body#/lease/leaseId")],
+            ),
+            (
+                "PollRuntimeControls",
+                "pollRuntimeControls",
+                &[("leaseId", "$response.body#/lease/leaseId")],
+            ),
+            (
+                "ReleaseRun",
+                "releaseRun",
+                &[("leaseId", "$response.body#/lease/leaseId")],
+            ),
+        ],
+    ),
+    (
+        "registerExtension",
+        "201",
+        &[(
+            "UpdateExtension",
+            "updateExtension",
+            &[
+                ("publisher", "$response.body#/publisher"),
+                ("name", "$response.body#/name"),
+            ],
+        )],
+    ),
+];
+
+/// Adds [`LINKS`] to the answers they start from.
+fn add_links(doc: &mut Value) {
+    let mut answers: BTreeMap<String, &mut Value> = BTreeMap::new();
+    for item in doc["paths"]
+        .as_object_mut()
+        .into_iter()
+        .flat_map(|p| p.values_mut())
+    {
+        for (method, op) in item.as_object_mut().into_iter().flatten() {
+            if is_method(method) {
+                let id = op["operationId"].as_str().unwrap_or_default().to_owned();
+                answers.insert(id, &mut op["responses"]);
+            }
+        }
+    }
+    for (from, status, links) in LINKS {
+        let responses = answers
+            .get_mut(*from)
+            .unwrap_or_else(|| panic!("a link starts from {from}, which is no operation"));
+        let answer = responses.get_mut(*status).unwrap_or_else(|| {
+            panic!("a link starts from {from} {status}, which it never answers")
+        });
+        let mut map = Map::new();
+        for (name, to, parameters) in *links {
+            let parameters: Map<String, Value> = parameters
+                .iter()
+                .map(|(p, expression)| ((*p).to_owned(), json!(expression)))
+                .collect();
+            map.insert(
+                (*name).to_owned(),
+                json!({ "operationId": to, "parameters": parameters }),
+            );
+        }
+        answer["links"] = Value::Object(map);
+    }
 }
 
 fn body_is_optional(operation_id: &Value) -> bool {
@@ -241,15 +374,21 @@ fn resolve(from: &str, relative: &str) -> String {
     parts.join("/")
 }
 
-/// The union of the wire components of one folder of `schema/`, with the
-/// wire `type` as its discriminator.
+/// The union of the wire components of one folder of `schema/` (or, for
+/// [`PROPOSED`], of the proposed forms of `events/`), with the wire `type`
+/// as its discriminator.
 fn union_of(folder: &str, description: &str) -> Value {
+    let (files, prefix) = if folder == PROPOSED {
+        ("events", PROPOSED)
+    } else {
+        (folder, folder)
+    };
     let members: Vec<(String, String)> = SCHEMA_FILES
         .iter()
         .filter_map(|(path, _)| {
-            let rest = path.strip_prefix(folder)?.strip_prefix('/')?;
+            let rest = path.strip_prefix(files)?.strip_prefix('/')?;
             let wire_type = rest.strip_suffix(".json")?;
-            Some((wire_type.to_owned(), component_name(path)))
+            Some((wire_type.to_owned(), format!("{prefix}.{wire_type}")))
         })
         .collect();
     let one_of: Vec<Value> = members
@@ -290,7 +429,40 @@ pub fn composite_components() -> BTreeMap<String, Value> {
         ),
     );
     out.insert(ERROR.to_owned(), error_component());
-    out.insert("ProposedEvent".to_owned(), proposed_event());
+    out.extend(proposed_components());
+    out.insert(
+        "ProposedEvent".to_owned(),
+        union_of(
+            PROPOSED,
+            "A proposed authority event: any type of schema/events/ without `sessionSequence`, `sequence` and `workflowSequence`, which the journal assigns; `sessionId` (the path's) and `timestamp` (now) are filled in when absent. Its eventId makes a retry of the same body idempotent.",
+        ),
+    );
+    out.insert(
+        "ActiveExecution".to_owned(),
+        json!({
+            "description": "A session's active top-level execution (§3.1): an independent run or a workflow.",
+            "oneOf": [
+                {
+                    "type": "object",
+                    "required": ["kind", "runId"],
+                    "properties": {
+                        "kind": { "const": "run" },
+                        "runId": { "$ref": format!("{COMPONENTS}defs.id") },
+                    },
+                    "additionalProperties": false,
+                },
+                {
+                    "type": "object",
+                    "required": ["kind", "workflowId"],
+                    "properties": {
+                        "kind": { "const": "workflow" },
+                        "workflowId": { "$ref": format!("{COMPONENTS}defs.id") },
+                    },
+                    "additionalProperties": false,
+                },
+            ],
+        }),
+    );
     out.insert(
         "OpenApiDocument".to_owned(),
         json!({
@@ -299,9 +471,9 @@ pub fn composite_components() -> BTreeMap<String, Value> {
             "required": ["openapi", "info", "paths", "components"],
             "properties": {
                 "openapi": { "type": "string", "pattern": "^3\\.1\\.\\d+$" },
-                "info": { "type": "object" },
-                "paths": { "type": "object" },
-                "components": { "type": "object" },
+                "info": { "type": "object", "additionalProperties": true },
+                "paths": { "type": "object", "additionalProperties": true },
+                "components": { "type": "object", "additionalProperties": true },
             },
         }),
     );
@@ -389,37 +561,121 @@ pub fn composite_components() -> BTreeMap<String, Value> {
     out
 }
 
-/// A proposed authority event: one of `AuthorityEvent` without the
-/// sequences the journal assigns. The event schemas require them, so the
-/// proposal is described by what differs, with its type among theirs.
-fn proposed_event() -> Value {
-    let types: Vec<&str> = SCHEMA_FILES
-        .iter()
-        .filter_map(|(path, _)| path.strip_prefix("events/")?.strip_suffix(".json"))
-        .collect();
-    json!({
-        "description": "An authority event (AuthorityEvent, schema/events/) without `sessionSequence`, `sequence` and `workflowSequence`, which the journal assigns; `sessionId` (the path's) and `timestamp` (now) are filled in when absent. Its eventId makes a retry of the same body idempotent.",
-        "type": "object",
-        "required": ["protocolVersion", "type", "eventId"],
-        "properties": {
-            "protocolVersion": { "$ref": format!("{COMPONENTS}defs.protocolVersion") },
-            "type": { "enum": types },
-            "eventId": { "$ref": format!("{COMPONENTS}defs.id") },
-            "sessionId": { "$ref": format!("{COMPONENTS}defs.id") },
-            "timestamp": { "$ref": format!("{COMPONENTS}defs.timestamp") },
-            "sessionSequence": false,
-            "sequence": false,
-            "workflowSequence": false,
-        },
-    })
+/// The prefix of the proposed forms of the events: `proposed.run.started`
+/// is `events.run.started` as a client proposes it.
+pub const PROPOSED: &str = "proposed";
+
+/// The fields the journal assigns: a proposal leaves them out.
+const ASSIGNED: [&str; 3] = ["sessionSequence", "sequence", "workflowSequence"];
+
+/// The fields the journal fills in when a proposal leaves them out.
+const FILLED: [&str; 2] = ["sessionId", "timestamp"];
+
+/// The envelopes that require an assigned or filled field.
+const ENVELOPES_WITH_POSITIONS: [&str; 3] = ["authority", "runTree", "workflow"];
+
+/// The proposed forms of the events, made from the wire components rather
+/// than written again: each envelope of [`ENVELOPES_WITH_POSITIONS`] with
+/// [`ASSIGNED`] and [`FILLED`] no longer required (`proposed.envelopes.*`),
+/// and each event with its envelopes pointed at those and the assigned
+/// fields taken out of its examples (`proposed.<type>`).
+pub fn proposed_components() -> BTreeMap<String, Value> {
+    let wire = wire_components();
+    let mut out = BTreeMap::new();
+    for envelope in ENVELOPES_WITH_POSITIONS {
+        let mut schema = wire[&format!("envelopes.{envelope}")].clone();
+        if let Some(required) = schema["required"].as_array_mut() {
+            required.retain(|r| {
+                r.as_str()
+                    .is_none_or(|r| !ASSIGNED.contains(&r) && !FILLED.contains(&r))
+            });
+        }
+        if let Some(dependent) = schema
+            .get_mut("dependentRequired")
+            .and_then(Value::as_object_mut)
+        {
+            dependent.retain(|field, _| !ASSIGNED.contains(&field.as_str()));
+            for needs in dependent.values_mut().filter_map(Value::as_array_mut) {
+                needs.retain(|r| r.as_str().is_none_or(|r| !ASSIGNED.contains(&r)));
+            }
+            dependent.retain(|_, needs| needs.as_array().is_none_or(|n| !n.is_empty()));
+        }
+        if let Some(properties) = schema.get_mut("properties").and_then(Value::as_object_mut) {
+            for field in ASSIGNED {
+                if properties.contains_key(field) {
+                    properties.insert(field.to_owned(), Value::Bool(false));
+                }
+            }
+        }
+        schema["description"] = json!(format!(
+            "As proposed (the journal assigns the sequences): {}",
+            schema["description"].as_str().unwrap_or_default()
+        ));
+        out.insert(format!("{PROPOSED}.envelopes.{envelope}"), schema);
+    }
+    for (name, schema) in wire {
+        let Some(wire_type) = name.strip_prefix("events.") else {
+            continue;
+        };
+        let mut schema = schema.clone();
+        point_envelopes_at_proposed(&mut schema);
+        // The envelope's positions that travel together, said again where
+        // the event's own members are: generators that build an object
+        // from its `properties` overlook a `dependentRequired` inside
+        // `allOf` (schemathesis' coverage phase did).
+        schema["dependentRequired"] =
+            out[&format!("{PROPOSED}.envelopes.authority")]["dependentRequired"].clone();
+        if let Some(examples) = schema.get_mut("examples").and_then(Value::as_array_mut) {
+            for example in examples.iter_mut().filter_map(Value::as_object_mut) {
+                for field in ASSIGNED {
+                    example.remove(field);
+                }
+            }
+        }
+        schema["title"] = json!(format!("proposed {wire_type}"));
+        out.insert(format!("{PROPOSED}.{wire_type}"), schema);
+    }
+    out
+}
+
+/// Points the `$ref`s of `schema` at the envelopes of
+/// [`ENVELOPES_WITH_POSITIONS`] to their proposed forms.
+fn point_envelopes_at_proposed(schema: &mut Value) {
+    match schema {
+        Value::Object(map) => {
+            for (key, value) in map.iter_mut() {
+                match value {
+                    Value::String(target) if key == "$ref" => {
+                        if let Some(envelope) = target
+                            .strip_prefix(COMPONENTS)
+                            .and_then(|n| n.strip_prefix("envelopes."))
+                            .filter(|e| ENVELOPES_WITH_POSITIONS.contains(e))
+                        {
+                            *target = format!("{COMPONENTS}{PROPOSED}.envelopes.{envelope}");
+                        }
+                    }
+                    _ => point_envelopes_at_proposed(value),
+                }
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(point_envelopes_at_proposed),
+        _ => {}
+    }
 }
 
 /// One kind of server-sent event: its `event` name, whether it has an id,
-/// and the schema of its data.
+/// and the schema of its data. As a client's SSE parser sees a frame, its
+/// data is text: the JSON it holds is the `contentSchema` (OpenAPI 3.2's
+/// way of describing event streams).
 fn frame(event: &str, id: Option<&str>, data: &str, description: &str) -> Value {
     let mut properties = json!({
         "event": { "const": event },
-        "data": { "$ref": format!("{COMPONENTS}{data}") },
+        "data": {
+            "description": "The frame's `data:` lines: one JSON document.",
+            "type": "string",
+            "contentMediaType": "application/json",
+            "contentSchema": { "$ref": format!("{COMPONENTS}{data}") },
+        },
     });
     let mut required = vec!["event", "data"];
     match id {
@@ -459,11 +715,27 @@ fn error_component() -> Value {
     })
 }
 
+/// The schema of a path parameter: an extension's `publisher` and `name`
+/// are short names; every other one is an id (`defs.id`).
+fn path_parameter(name: &str) -> Value {
+    match name {
+        "publisher" | "name" => json!({ "type": "string", "pattern": "^[A-Za-z0-9._-]{1,64}$" }),
+        _ => json!({ "$ref": format!("{COMPONENTS}defs.id") }),
+    }
+}
+
 /// Adds the statuses every operation of its kind can answer, and the
 /// `Error` envelope to every error answer.
 fn complete_operation(op: &mut Value) {
     let parameters = op.get_mut("parameters").and_then(Value::as_array_mut);
     for parameter in parameters.into_iter().flatten() {
+        if parameter["in"] == "path" && parameter["schema"] == json!({ "type": "string" }) {
+            parameter["schema"] = path_parameter(parameter["name"].as_str().unwrap_or_default());
+        }
+        let name = parameter["name"].as_str().unwrap_or_default();
+        if parameter["in"] == "header" && crate::input::TEXT_HEADERS.contains(&name) {
+            parameter["schema"]["pattern"] = json!(crate::input::TEXT_HEADER_PATTERN);
+        }
         if let Some(types) = parameter["schema"]["type"].as_array() {
             let types: Vec<Value> = types.iter().filter(|t| *t != "null").cloned().collect();
             parameter["schema"]["type"] = match types.as_slice() {

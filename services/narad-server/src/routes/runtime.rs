@@ -15,7 +15,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use narad_journal::{Claim, LeaseStanding, Released};
 use narad_protocol::ErrorCode;
-use narad_protocol::primitives::{QueueName, UInt};
+use narad_protocol::primitives::{QueueName, RuntimeName, UInt};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use utoipa::ToSchema;
@@ -44,10 +44,10 @@ struct ClaimRequest {
     queue: Option<QueueName>,
     /// A name for the claiming runtime (for operators; default: the
     /// token's subject).
-    #[schema(value_type = String, min_length = 1)]
-    runtime_id: Option<String>,
+    #[schema(schema_with = narad_journal::openapi::id)]
+    runtime_id: Option<RuntimeName>,
     /// How long to wait for a run, in milliseconds (default 0).
-    #[schema(value_type = u64, minimum = 0, maximum = 30000)]
+    #[schema(value_type = u64, minimum = 0, maximum = 30000, required = false)]
     wait_ms: Option<u64>,
 }
 
@@ -63,11 +63,23 @@ struct ReleaseRequest {
 
 /// Reads an optional JSON object body (empty means `{}`); the body was
 /// read as JSON by [`OptionalJsonBody`], so only its structure is left to
-/// refuse here.
+/// refuse here. A member is left out rather than `null`, as everywhere in
+/// the protocol (serde would read `null` as absent).
 fn optional_body<T: Default + serde::de::DeserializeOwned>(body: Option<Value>) -> ApiResult<T> {
     let Some(body) = body else {
         return Ok(T::default());
     };
+    if let Some((name, _)) = body
+        .as_object()
+        .and_then(|o| o.iter().find(|(_, v)| v.is_null()))
+    {
+        let pointer = format!("/{}", name.replace('~', "~0").replace('/', "~1"));
+        return Err(ApiError::new(
+            ErrorCode::InvalidObject,
+            format!("the body at {pointer:?} is null: leave the member out instead"),
+        )
+        .with_field(pointer, "null is not a value of this member; leave it out"));
+    }
     serde_path_to_error::deserialize(body).map_err(|e| {
         let pointer: String = e
             .path()
@@ -103,13 +115,19 @@ fn require_runtime(principal: &Principal) -> ApiResult<()> {
     Ok(())
 }
 
-fn check_wait(wait: u64) -> ApiResult<Duration> {
+/// Refuses a `waitMs` over [`MAX_POLL_WAIT_MS`], as a member of the body
+/// (NRD-0003) or as a query parameter (NRD-0008).
+fn check_wait(wait: u64, in_body: bool) -> ApiResult<Duration> {
     if wait > MAX_POLL_WAIT_MS {
-        return Err(ApiError::new(
-            ErrorCode::InvalidParameter,
-            format!("waitMs: at most {MAX_POLL_WAIT_MS}"),
-        )
-        .with_field("waitMs", format!("at most {MAX_POLL_WAIT_MS}")));
+        let (code, field) = if in_body {
+            (ErrorCode::InvalidObject, "/waitMs")
+        } else {
+            (ErrorCode::InvalidParameter, "waitMs")
+        };
+        return Err(
+            ApiError::new(code, format!("waitMs: at most {MAX_POLL_WAIT_MS}"))
+                .with_field(field, format!("at most {MAX_POLL_WAIT_MS}")),
+        );
     }
     Ok(Duration::from_millis(wait))
 }
@@ -134,10 +152,10 @@ pub async fn claim(
 ) -> ApiResult<Response> {
     require_runtime(&principal)?;
     let request: ClaimRequest = optional_body(body)?;
-    let wait = check_wait(request.wait_ms.unwrap_or(0))?;
+    let wait = check_wait(request.wait_ms.unwrap_or(0), true)?;
     let runtime_id = request
         .runtime_id
-        .unwrap_or_else(|| principal.subject.clone());
+        .map_or_else(|| principal.subject.clone(), |r| r.as_str().to_owned());
     let queue = request.queue.as_ref().map(QueueName::as_str);
     let tenant = &principal.tenant;
     let mut wakes = state.hub.runtime_work(tenant);
@@ -245,7 +263,7 @@ pub async fn controls(
     mut query: Query,
 ) -> ApiResult<Json<Value>> {
     require_runtime(&principal)?;
-    let wait = check_wait(query.number("waitMs")?.unwrap_or(0))?;
+    let wait = check_wait(query.number("waitMs")?.unwrap_or(0), false)?;
     query.finish()?;
     let tenant = &principal.tenant;
     let mut wakes = state.hub.runtime_work(tenant);

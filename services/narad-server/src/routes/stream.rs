@@ -47,10 +47,10 @@ use narad_protocol::profile::Profile;
     ),
     responses(
         (status = 200, description = "text/event-stream: a `capabilities` frame, then authority and watch events with `id` = eventId, and `hydrate` graph records (no id); each frame is one of SessionStreamFrame", content_type = "text/event-stream", body = ref("#/components/schemas/SessionStreamFrame")),
-        (status = 400, description = "NRD-0008: an unknown Last-Event-ID, or a bad parameter"),
+        (status = 400, description = "NRD-0008: a bad parameter, or a Last-Event-ID that is not printable text"),
         (status = 403, description = "NRD-0102: the token does not reach this session"),
         (status = 404, description = "NRD-0007: no such session"),
-        (status = 409, description = "NRD-0302: a cursor past the session's last event (the store was replaced); reconnect without it"),
+        (status = 409, description = "NRD-0302: a cursor past the session's last event (the store was replaced); NRD-0303: a Last-Event-ID of no event of this session; reconnect without it"),
     ),
     security(("bearer" = []), ("extensionSignature" = [])))]
 pub async fn stream(
@@ -84,7 +84,7 @@ pub async fn stream(
                 .await?
                 .ok_or_else(|| {
                     ApiError::new(
-                        ErrorCode::InvalidParameter,
+                        ErrorCode::CursorUnknown,
                         format!(
                             "Last-Event-ID {id:?} is no event of this session; \
                              reconnect without it (or with afterSessionSequence)"

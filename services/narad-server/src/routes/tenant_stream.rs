@@ -23,8 +23,8 @@
 //! - A long backlog is served in blocks of [`REPLAY_BLOCK`] frames, each
 //!   ending the connection; the client resumes from the last id it got.
 //! - A `Last-Event-ID` past anything the store holds is refused with 409
-//!   (NRD-0302): a stream from there could never carry a frame. An id the
-//!   store never held is 400.
+//!   (NRD-0302): a stream from there could never carry a frame. Another id
+//!   the store never held is 409 too (NRD-0303).
 //! - Within a session, relay order is sessionSequence order. This relies
 //!   on an append transaction's first write being the lock of its
 //!   sessions' rows (true of the journal's append path), so that a
@@ -75,10 +75,10 @@ const CLOCK_SLACK_MS: i64 = 1_000;
     ),
     responses(
         (status = 200, description = "text/event-stream: `capabilities`, an optional `replay-gap` (no id), then authority and watch events in relay order, `id` = eventId; a long replay ends the connection after a block; each frame is one of TenantStreamFrame", content_type = "text/event-stream", body = ref("#/components/schemas/TenantStreamFrame")),
-        (status = 400, description = "NRD-0008: a Last-Event-ID this store never held, or a bad parameter"),
+        (status = 400, description = "NRD-0008: a bad parameter, or a Last-Event-ID that is not printable text"),
         (status = 403, description = "NRD-0102: the token does not reach this session"),
         (status = 404, description = "NRD-0007: no such session"),
-        (status = 409, description = "NRD-0302: a Last-Event-ID past anything this store holds; reconnect without it"),
+        (status = 409, description = "NRD-0302: a Last-Event-ID past anything this store holds; NRD-0303: one this store never held for you; reconnect without it"),
     ),
     security(("bearer" = []), ("extensionSignature" = [])))]
 pub async fn events(
@@ -227,7 +227,7 @@ async fn position_of(state: &AppState, tenant: &TenantId, id: &str) -> ApiResult
         }
     }
     Err(ApiError::new(
-        ErrorCode::InvalidParameter,
+        ErrorCode::CursorUnknown,
         format!(
             "Last-Event-ID {id:?} is no event of this tenant; reconnect without it \
              (and re-read history)"
