@@ -12,7 +12,7 @@ use narad_journal::{Journal, MIGRATOR};
 use narad_server::auth::{AuthSettings, Claims, JwksSource, Role, Verifier};
 use narad_server::executors::ExecutorSettings;
 pub use narad_server::runtime::RuntimeSettings;
-use narad_server::{AppState, app, serve_on};
+use narad_server::{AppState, HttpSettings, app, serve_on};
 use narad_testkit::TestDatabase;
 use serde_json::Value;
 
@@ -24,6 +24,14 @@ pub const ISSUER: &str = "https://issuer.narad.test";
 pub const AUDIENCE: &str = "narad-tests";
 /// The body limit of test servers.
 pub const MAX_BODY: usize = 64 * 1024;
+
+/// The HTTP settings of a test server: a [`MAX_BODY`] limit, no CORS.
+fn http() -> HttpSettings {
+    HttpSettings {
+        max_body_bytes: MAX_BODY,
+        cors_origins: Vec::new(),
+    }
+}
 
 /// A running server with its own database.
 pub struct Server {
@@ -151,7 +159,14 @@ impl Server {
     /// Starts a server on a fresh database with runtime timing of its own.
     pub async fn start_with_runtime(settings: RuntimeSettings) -> Server {
         let db = Arc::new(TestDatabase::new(&MIGRATOR).await);
-        Server::start_full_with(db, test_auth(), ExecutorSettings::default(), settings).await
+        Server::start_full_with(
+            db,
+            test_auth(),
+            ExecutorSettings::default(),
+            settings,
+            http(),
+        )
+        .await
     }
 
     /// Starts a second server on this server's database with runtime
@@ -162,6 +177,7 @@ impl Server {
             test_auth(),
             ExecutorSettings::default(),
             settings,
+            http(),
         )
         .await
     }
@@ -175,7 +191,26 @@ impl Server {
         auth: AuthSettings,
         executors: ExecutorSettings,
     ) -> Server {
-        Server::start_full_with(db, auth, executors, RuntimeSettings::default()).await
+        Server::start_full_with(db, auth, executors, RuntimeSettings::default(), http()).await
+    }
+
+    /// Starts a server on a fresh database that lets pages of `origins`
+    /// call it (CORS).
+    pub async fn start_with_cors(origins: &[&str]) -> Server {
+        let db = Arc::new(TestDatabase::new(&MIGRATOR).await);
+        let origins: Vec<String> = origins.iter().map(|o| (*o).to_owned()).collect();
+        let http = HttpSettings {
+            cors_origins: narad_server::cors::parse_origins(&origins).expect("origins"),
+            ..http()
+        };
+        Server::start_full_with(
+            db,
+            test_auth(),
+            ExecutorSettings::default(),
+            RuntimeSettings::default(),
+            http,
+        )
+        .await
     }
 
     async fn start_full_with(
@@ -183,6 +218,7 @@ impl Server {
         auth: AuthSettings,
         executors: ExecutorSettings,
         runtime: RuntimeSettings,
+        http: HttpSettings,
     ) -> Server {
         narad_server::metrics::install();
         let journal = Journal::connect(db.url(), 16)
@@ -220,7 +256,7 @@ impl Server {
         let base = format!("http://{}", listener.local_addr().expect("an address"));
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let task = tokio::spawn(async move {
-            serve_on(listener, app(state, MAX_BODY), async move {
+            serve_on(listener, app(state, &http), async move {
                 let _ = stopped.await;
                 closing.close();
             })

@@ -32,6 +32,12 @@ pub struct Config {
     #[arg(long, env = "NARAD_MAX_BODY_BYTES", default_value_t = DEFAULT_MAX_BODY_BYTES)]
     pub max_body_bytes: usize,
 
+    /// Origins whose pages may call the API from a browser (CORS), exact
+    /// and separated by commas (`https://console.example.com`); none by
+    /// default, and never `*`.
+    #[arg(long, env = "NARAD_CORS_ORIGINS", value_delimiter = ',')]
+    pub cors_origins: Vec<String>,
+
     /// JSON Web Key Set that verifies RS256, ES256 and EdDSA tokens: a file
     /// path, or an `https://` URL (`http://` only to the loopback), read at
     /// start, again when a token names an unknown key id (at most every
@@ -122,6 +128,14 @@ pub struct Config {
 }
 
 impl Config {
+    /// The HTTP layer's settings, checked.
+    pub fn http_settings(&self) -> Result<crate::HttpSettings, String> {
+        Ok(crate::HttpSettings {
+            max_body_bytes: self.max_body_bytes,
+            cors_origins: crate::cors::parse_origins(&self.cors_origins)?,
+        })
+    }
+
     /// The runtime timing and defaults these settings describe, checked.
     pub fn runtime_settings(&self) -> Result<crate::runtime::RuntimeSettings, String> {
         use std::time::Duration;

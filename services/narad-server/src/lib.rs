@@ -21,6 +21,7 @@ pub mod auth;
 pub mod body;
 pub mod coalesce;
 pub mod config;
+pub mod cors;
 pub mod error;
 pub mod executors;
 pub mod gauges;
@@ -67,11 +68,35 @@ pub struct AppState {
 /// The header that carries the request id, in requests and answers.
 pub const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 
-/// The whole application: every route, with request ids, the body limit
-/// and the error envelope for unknown routes.
-pub fn app(state: AppState, max_body_bytes: usize) -> Router {
+/// How the HTTP layer treats requests, beyond the routes.
+#[derive(Debug, Clone)]
+pub struct HttpSettings {
+    /// The largest request body, in bytes (`NARAD_MAX_BODY_BYTES`).
+    pub max_body_bytes: usize,
+    /// The origins whose pages may call the API (`NARAD_CORS_ORIGINS`,
+    /// checked by [`cors::parse_origins`]); none by default.
+    pub cors_origins: Vec<axum::http::HeaderValue>,
+}
+
+impl Default for HttpSettings {
+    fn default() -> HttpSettings {
+        HttpSettings {
+            max_body_bytes: config::DEFAULT_MAX_BODY_BYTES,
+            cors_origins: Vec::new(),
+        }
+    }
+}
+
+/// The whole application: every route, with request ids, the body limit,
+/// CORS and the error envelope for unknown routes.
+pub fn app(state: AppState, http: &HttpSettings) -> Router {
+    let max_body_bytes = http.max_body_bytes;
     let (router, api) = routes::router().split_for_parts();
-    let _ = state.openapi.set(routes::openapi::document_json(&api));
+    let document = routes::openapi::complete(&api);
+    let cors = Arc::new(cors::Cors::new(http.cors_origins.clone(), &document));
+    let _ = state
+        .openapi
+        .set(serde_json::to_string_pretty(&document).expect("the OpenAPI document serialises"));
     router
         .route_layer(from_fn(input::path_params))
         .fallback(not_found)
@@ -98,6 +123,7 @@ pub fn app(state: AppState, max_body_bytes: usize) -> Router {
         )
         .layer(SetRequestIdLayer::new(REQUEST_ID, MakeRequestUuid))
         .layer(from_fn(input::request_id))
+        .layer(from_fn_with_state(cors, cors::layer))
 }
 
 /// A handler that panicked answers the internal-error envelope (the panic

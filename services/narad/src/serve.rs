@@ -73,6 +73,7 @@ async fn serve_with(config: &Config, url: &Secret, embedded: bool) -> anyhow::Re
         Duration::from_secs(config.outbox_retention_seconds),
     ));
     let executors = Arc::new(config.executor_settings().map_err(anyhow::Error::msg)?);
+    let http = config.http_settings().map_err(anyhow::Error::msg)?;
     tokio::spawn(narad_server::executors::sweep(
         journal.clone(),
         hub.clone(),
@@ -113,7 +114,7 @@ async fn serve_with(config: &Config, url: &Secret, embedded: bool) -> anyhow::Re
     let (signalled, on_signal) = tokio::sync::oneshot::channel::<()>();
     let signalled_at = Arc::new(OnceLock::new());
     let mark = signalled_at.clone();
-    let serving = serve_on(listener, app(state, config.max_body_bytes), async move {
+    let serving = serve_on(listener, app(state, &http), async move {
         shutdown_signal().await;
         let _ = mark.set(tokio::time::Instant::now());
         // No new connections from here; streams and executor sockets end

@@ -77,11 +77,6 @@ pub fn document() -> Value {
     complete(&api)
 }
 
-/// The document as served: pretty JSON.
-pub fn document_json(api: &utoipa::openapi::OpenApi) -> String {
-    serde_json::to_string_pretty(&complete(api)).expect("the OpenAPI document serialises")
-}
-
 /// Completes utoipa's document (see the module's documentation).
 pub fn complete(api: &utoipa::openapi::OpenApi) -> Value {
     let mut doc = serde_json::to_value(api).expect("the OpenAPI document serialises");
@@ -684,7 +679,14 @@ fn frame(event: &str, id: Option<&str>, data: &str, description: &str) -> Value 
                 json!({ "$ref": format!("{COMPONENTS}defs.id"), "description": id_description });
             required.push("id");
         }
-        None => properties["id"] = json!(false),
+        // No `id:` line: an SSE parser reports the last id it saw (the
+        // "last event ID buffer"), which this frame leaves as it was.
+        None => {
+            properties["id"] = json!({
+                "$ref": format!("{COMPONENTS}defs.id"),
+                "description": "Not sent with this frame: an SSE parser reports the last id it saw, which this frame does not move.",
+            })
+        }
     }
     json!({
         "description": description,
