@@ -636,6 +636,17 @@ impl Server {
 }
 
 impl SseStream {
+    /// The stream of an answer (it must be 200 and an event stream).
+    pub fn of(response: reqwest::Response) -> SseStream {
+        assert_eq!(response.status(), 200, "{}", response.url());
+        assert_eq!(response.headers()["content-type"], "text/event-stream");
+        SseStream {
+            response,
+            buffer: String::new(),
+            read: 0,
+        }
+    }
+
     /// Opens `url` as an SSE stream, with extra headers.
     pub async fn open(
         http: &reqwest::Client,

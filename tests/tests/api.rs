@@ -421,6 +421,7 @@ const ROUTES: &[(&str, &str)] = &[
     ("post", "/v1/sessions/{sessionId}/events"),
     ("get", "/v1/sessions/{sessionId}/events"),
     ("get", "/v1/sessions/{sessionId}/stream"),
+    ("post", "/v1/stream-tickets"),
     ("get", "/v1/events"),
     ("post", "/v1/extensions"),
     ("get", "/v1/extensions"),

@@ -35,6 +35,7 @@ pub mod relay;
 pub mod runtime;
 pub mod sessions;
 pub mod tenant_relay;
+pub mod tickets;
 
 use std::fmt;
 use std::str::FromStr;

@@ -826,6 +826,14 @@ impl FromRequestParts<AppState> for Principal {
             .map(str::trim)
             .filter(|t| !t.is_empty())
             .ok_or(TokenError::Missing)?;
+        Principal::from_token(state, token).await
+    }
+}
+
+impl Principal {
+    /// The principal of a bearer token, verified as the `Authorization`
+    /// header's is (for credentials a browser sends elsewhere).
+    pub async fn from_token(state: &AppState, token: &str) -> Result<Principal, ApiError> {
         state.verifier.verify(token).await.map_err(|e| {
             tracing::debug!(error = %e, "a token was refused");
             ApiError::from(e)

@@ -126,6 +126,30 @@ pub fn integral_numbers_as_integers(value: &mut Value) {
     }
 }
 
+/// Reads a JSON body as `T`: a member of the wrong type, a missing one or
+/// an unknown one is 400 (`NRD-0003`) with its JSON pointer.
+pub fn typed<T: serde::de::DeserializeOwned>(body: Value) -> Result<T, ApiError> {
+    serde_path_to_error::deserialize(body).map_err(|e| {
+        let pointer: String = e
+            .path()
+            .iter()
+            .map(|segment| match segment {
+                serde_path_to_error::Segment::Seq { index } => format!("/{index}"),
+                serde_path_to_error::Segment::Map { key } => {
+                    format!("/{}", key.replace('~', "~0").replace('/', "~1"))
+                }
+                _ => String::new(),
+            })
+            .collect();
+        let problem = e.inner().to_string();
+        ApiError::new(
+            ErrorCode::InvalidObject,
+            format!("the body at {pointer:?}: {problem}"),
+        )
+        .with_field(pointer, problem)
+    })
+}
+
 /// The JSON pointer (RFC 6901) of the first string or object key of
 /// `value` that holds U+0000: of the key itself when a key does.
 pub fn nul_pointer(value: &Value) -> Option<String> {

@@ -115,6 +115,17 @@ impl FromRequestParts<AppState> for StreamCaller {
         state: &AppState,
     ) -> Result<StreamCaller, ApiError> {
         if !is_signed(&parts.headers) {
+            // A browser's EventSource sends no Authorization: its page
+            // puts a stream ticket in the URL instead.
+            if !parts
+                .headers
+                .contains_key(axum::http::header::AUTHORIZATION)
+                && let Some(ticket) = crate::routes::tickets::ticket_of(parts)
+            {
+                return crate::routes::tickets::verify(parts, state, &ticket)
+                    .await
+                    .map(StreamCaller);
+            }
             return Principal::from_request_parts(parts, state)
                 .await
                 .map(StreamCaller);

@@ -20,6 +20,7 @@ const OPERATIONS: &[(&str, &str, &str)] = &[
     ("get", "/readyz", "checkReadiness"),
     ("get", "/openapi.json", "getOpenApiDocument"),
     ("get", "/v1/capabilities", "getCapabilities"),
+    ("post", "/v1/stream-tickets", "createStreamTicket"),
     ("post", "/v1/sessions", "createSession"),
     ("get", "/v1/sessions", "listSessions"),
     ("get", "/v1/sessions/{sessionId}", "getSession"),

@@ -36,6 +36,7 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
 }
 
 async fn serve_with(config: &Config, url: &Secret, embedded: bool) -> anyhow::Result<()> {
+    let http = config.http_settings().map_err(anyhow::Error::msg)?;
     narad_journal::migrate(url.expose())
         .await
         .with_context(|| format!("migrating {url}"))?;
@@ -73,7 +74,6 @@ async fn serve_with(config: &Config, url: &Secret, embedded: bool) -> anyhow::Re
         Duration::from_secs(config.outbox_retention_seconds),
     ));
     let executors = Arc::new(config.executor_settings().map_err(anyhow::Error::msg)?);
-    let http = config.http_settings().map_err(anyhow::Error::msg)?;
     tokio::spawn(narad_server::executors::sweep(
         journal.clone(),
         hub.clone(),

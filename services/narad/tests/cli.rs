@@ -63,6 +63,23 @@ fn config_refuses_a_bad_listen_address_with_a_clear_message() {
 }
 
 #[test]
+fn serve_refuses_a_wildcard_cors_origin_before_anything_else() {
+    let (code, _, err) = narad(
+        &["serve"],
+        "",
+        &[
+            ("NARAD_CORS_ORIGINS", "https://ok.example,*"),
+            ("NARAD_DATABASE_URL", "postgres://nobody@127.0.0.1:1/none"),
+        ],
+    );
+    assert_ne!(code, 0);
+    assert!(
+        err.contains("NARAD_CORS_ORIGINS") && err.contains("wildcard"),
+        "{err}"
+    );
+}
+
+#[test]
 fn check_classifies_each_line_and_fails_on_a_rejection() {
     let lines = [
         r#"{"protocolVersion":"narad/v1","type":"run.started","eventId":"e1","timestamp":"2026-08-05T04:00:00Z","sessionId":"s","sessionSequence":1,"rootRunId":"r","runId":"r","sequence":1}"#,

@@ -112,6 +112,10 @@ pub struct Handshake {
     #[serde(rename = "Sec-WebSocket-Key")]
     #[param(pattern = "^[A-Za-z0-9+/]{21}[AQgw]==$")]
     key: String,
+    /// From a browser, whose WebSocket cannot send Authorization: `narad,
+    /// narad.bearer.<JWT>` (the server selects `narad`).
+    #[serde(rename = "Sec-WebSocket-Protocol")]
+    protocol: Option<String>,
 }
 
 /// Attaches over a WebSocket: `client.attached`, then heartbeats both ways
@@ -119,7 +123,10 @@ pub struct Handshake {
 /// client sends `client.heartbeat` and `client.tool.finish` as JSON text
 /// frames. Close codes: 1001 server stopping, 1008 not a control, 4001
 /// lease superseded or lapsed, 4002 heartbeats missing, 4003 token
-/// expired, 1011 server error. A finish on the socket has no answer (a
+/// expired, 1011 server error. A browser, whose `WebSocket` cannot send
+/// `Authorization`, offers its token as a subprotocol instead:
+/// `new WebSocket(url, ["narad", "narad.bearer." + token])`. A finish on
+/// the socket has no answer (a
 /// refused one is only logged): executors that need to know send it over
 /// HTTP (`POST /v1/executors/{id}/finish`), as the SDK's runtime does.
 #[utoipa::path(get, path = "/v1/executors/{clientExecutorId}/connect", operation_id = "connectExecutor", tag = "executors",
@@ -151,7 +158,7 @@ pub struct Handshake {
     security(("bearer" = [])))]
 pub async fn connect(
     State(state): State<AppState>,
-    principal: Principal,
+    SocketCaller(principal): SocketCaller,
     Path(executor_id): Path<String>,
     headers: axum::http::HeaderMap,
     upgrade: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
@@ -159,6 +166,9 @@ pub async fn connect(
     authorize(&principal, &executor_id)?;
     let upgrade = upgrade.map_err(not_a_handshake)?;
     websocket_key(&headers)?;
+    // A browser that offered its token as a subprotocol also offered
+    // `narad`, the one the server selects (never the token's).
+    let upgrade = upgrade.protocols([SUBPROTOCOL]);
     let channel = Channel {
         journal: state.journal.clone(),
         hub: state.hub.clone(),
@@ -168,6 +178,50 @@ pub async fn connect(
         credential_valid_until: principal.valid_until,
     };
     Ok(upgrade.on_upgrade(move |socket| channel.serve(socket)))
+}
+
+/// The subprotocol the executor channel speaks, selected when offered.
+pub const SUBPROTOCOL: &str = "narad";
+
+/// The prefix of the subprotocol entry that carries a token from a browser
+/// (`narad.bearer.<JWT>`), whose `WebSocket` cannot send `Authorization`.
+pub const BEARER_SUBPROTOCOL: &str = "narad.bearer.";
+
+/// The caller of the executor socket: the `Authorization` header's token,
+/// or a browser's, offered as the subprotocol `narad.bearer.<JWT>` beside
+/// `narad` (`new WebSocket(url, ["narad", "narad.bearer." + token])`),
+/// verified the same way.
+pub struct SocketCaller(pub Principal);
+
+impl axum::extract::FromRequestParts<AppState> for SocketCaller {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        state: &AppState,
+    ) -> Result<SocketCaller, ApiError> {
+        if !parts
+            .headers
+            .contains_key(axum::http::header::AUTHORIZATION)
+            && let Some(token) = offered_token(&parts.headers)
+        {
+            return Ok(SocketCaller(Principal::from_token(state, &token).await?));
+        }
+        Principal::from_request_parts(parts, state)
+            .await
+            .map(SocketCaller)
+    }
+}
+
+/// The token a browser offered as a subprotocol, when it did.
+fn offered_token(headers: &axum::http::HeaderMap) -> Option<String> {
+    headers
+        .get_all(axum::http::header::SEC_WEBSOCKET_PROTOCOL)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .find_map(|p| p.trim().strip_prefix(BEARER_SUBPROTOCOL).map(str::to_owned))
+        .filter(|t| !t.is_empty())
 }
 
 /// Refuses a `Sec-WebSocket-Key` that is not what RFC 6455 §4.1 makes it,
@@ -319,7 +373,7 @@ fn tool_executes() -> utoipa::openapi::Array {
 /// delivered under, even after a later attachment.
 #[utoipa::path(post, path = "/v1/executors/{clientExecutorId}/finish", operation_id = "finishClientToolCall", tag = "executors",
     params(("clientExecutorId" = String, Path, description = "The endpoint: the `clientExecutorId` of the body, when it names one", example = "desktop-worker-123")),
-    request_body(content = ref("#/components/schemas/control.client.tool.finish"), description = "`client.tool.finish` {executionToken, outcome, response, code?, message?, leaseId, toolCallId?}; `leaseId` is required over HTTP"),
+    request_body(content = ref("#/components/schemas/HttpToolFinish"), description = "`client.tool.finish` {executionToken, outcome, response, code?, message?, leaseId, toolCallId?}; `leaseId` is required over HTTP"),
     responses(
         (status = 200, description = "Recorded as tool.call.finished (`duplicate: true` when the same finish was recorded before)", body = FinishAccepted),
         (status = 400, description = "NRD-0003: not a client.tool.finish, or no leaseId"),

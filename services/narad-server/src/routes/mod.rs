@@ -13,6 +13,7 @@ pub mod sessions;
 pub mod sse;
 pub mod stream;
 pub mod tenant_stream;
+pub mod tickets;
 
 use axum::routing::post;
 use narad_protocol::commands::Command;
@@ -55,6 +56,16 @@ impl Modify for BearerScheme {
             )),
         );
         components.add_security_scheme(
+            "streamTicket",
+            SecurityScheme::ApiKey(utoipa::openapi::security::ApiKey::Query(
+                utoipa::openapi::security::ApiKeyValue::with_description(
+                    "ticket",
+                    "A stream ticket (POST /v1/stream-tickets): opens the one stream it names for \
+                     a minute, for a browser's EventSource, which cannot send Authorization.",
+                ),
+            )),
+        );
+        components.add_security_scheme(
             "bearer",
             SecurityScheme::Http(
                 HttpBuilder::new()
@@ -90,6 +101,7 @@ pub fn router() -> OpenApiRouter<AppState> {
         .routes(routes!(events::append, events::history))
         .routes(routes!(stream::stream))
         .routes(routes!(tenant_stream::events))
+        .routes(routes!(tickets::issue))
         .routes(routes!(extensions::register, extensions::list))
         .routes(routes!(extensions::update))
         .routes(routes!(meta::capabilities))

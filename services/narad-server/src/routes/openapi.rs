@@ -433,6 +433,14 @@ pub fn composite_components() -> BTreeMap<String, Value> {
         ),
     );
     out.insert(
+        "HttpToolFinish".to_owned(),
+        json!({
+            "description": "`client.tool.finish` as sent over HTTP: it names the lease its execution token was delivered under (on the socket, the socket's lease is implied).",
+            "allOf": [{ "$ref": format!("{COMPONENTS}control.client.tool.finish") }],
+            "required": ["leaseId"],
+        }),
+    );
+    out.insert(
         "ActiveExecution".to_owned(),
         json!({
             "description": "A session's active top-level execution (§3.1): an independent run or a workflow.",
@@ -561,13 +569,13 @@ pub fn composite_components() -> BTreeMap<String, Value> {
 pub const PROPOSED: &str = "proposed";
 
 /// The fields the journal assigns: a proposal leaves them out.
-const ASSIGNED: [&str; 3] = ["sessionSequence", "sequence", "workflowSequence"];
+pub const ASSIGNED: [&str; 3] = ["sessionSequence", "sequence", "workflowSequence"];
 
 /// The fields the journal fills in when a proposal leaves them out.
-const FILLED: [&str; 2] = ["sessionId", "timestamp"];
+pub const FILLED: [&str; 2] = ["sessionId", "timestamp"];
 
 /// The envelopes that require an assigned or filled field.
-const ENVELOPES_WITH_POSITIONS: [&str; 3] = ["authority", "runTree", "workflow"];
+pub const ENVELOPES_WITH_POSITIONS: [&str; 3] = ["authority", "runTree", "workflow"];
 
 /// The proposed forms of the events, made from the wire components rather
 /// than written again: each envelope of [`ENVELOPES_WITH_POSITIONS`] with

@@ -80,25 +80,7 @@ fn optional_body<T: Default + serde::de::DeserializeOwned>(body: Option<Value>) 
         )
         .with_field(pointer, "null is not a value of this member; leave it out"));
     }
-    serde_path_to_error::deserialize(body).map_err(|e| {
-        let pointer: String = e
-            .path()
-            .iter()
-            .map(|segment| match segment {
-                serde_path_to_error::Segment::Seq { index } => format!("/{index}"),
-                serde_path_to_error::Segment::Map { key } => {
-                    format!("/{}", key.replace('~', "~0").replace('/', "~1"))
-                }
-                _ => String::new(),
-            })
-            .collect();
-        let problem = e.inner().to_string();
-        ApiError::new(
-            ErrorCode::InvalidObject,
-            format!("the body at {pointer:?}: {problem}"),
-        )
-        .with_field(pointer, problem)
-    })
+    crate::body::typed(body)
 }
 
 /// A runtime serves runs of any session of its tenant: a token limited to

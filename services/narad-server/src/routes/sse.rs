@@ -39,16 +39,23 @@ pub fn negotiated(query: &mut Query) -> ProfileSet {
     }
 }
 
-/// The `Last-Event-ID` header, when it holds something.
-pub fn last_event_id(headers: &HeaderMap) -> Option<String> {
+/// Where a stream resumes: the `Last-Event-ID` header, or else the
+/// `lastEventId` query parameter (for a page that opens a new
+/// `EventSource`, which cannot set the header, with a new ticket).
+pub fn last_event_id(headers: &HeaderMap, query: &mut Query) -> Option<String> {
     // UTF-8, not only visible ASCII: eventIds are any strings (the
     // `input::headers` layer refused what is not text before this).
+    let from_query = query.text("lastEventId");
+    // The stream's ticket was read by the caller's extractor; it is a
+    // known parameter of the streams, not an unknown one.
+    let _ = query.text("ticket");
     headers
         .get("last-event-id")
         .and_then(|v| std::str::from_utf8(v.as_bytes()).ok())
         .map(str::trim)
         .filter(|v| !v.is_empty())
         .map(str::to_owned)
+        .or(from_query.filter(|v| !v.is_empty()))
 }
 
 /// The `capabilities` frame (control class, no id).

@@ -43,6 +43,8 @@ use narad_protocol::profile::Profile;
         ("afterSessionSequence" = Option<u64>, Query, maximum = 9007199254740991.0, description = "Start after this sessionSequence (default: the beginning)"),
         ("profiles" = Option<String>, Query, description = "The profiles the client negotiates, comma-separated (default: every profile); frames of other profiles are not sent"),
         ("Last-Event-ID" = Option<String>, Header, description = "Resume after this eventId, of an authority or a watch event (wins over afterSessionSequence)"),
+        ("lastEventId" = Option<String>, Query, description = "As Last-Event-ID, for a client that cannot send the header (a new EventSource); the header wins"),
+        ("ticket" = Option<String>, Query, description = "A stream ticket (POST /v1/stream-tickets) instead of Authorization, for a browser's EventSource"),
         super::openapi::SignatureHeaders,
     ),
     responses(
@@ -52,7 +54,7 @@ use narad_protocol::profile::Profile;
         (status = 404, description = "NRD-0007: no such session"),
         (status = 409, description = "NRD-0302: a cursor past the session's last event (the store was replaced); NRD-0303: a Last-Event-ID of no event of this session; reconnect without it"),
     ),
-    security(("bearer" = []), ("extensionSignature" = [])))]
+    security(("bearer" = []), ("streamTicket" = []), ("extensionSignature" = [])))]
 pub async fn stream(
     State(state): State<AppState>,
     StreamCaller(principal): StreamCaller,
@@ -64,10 +66,10 @@ pub async fn stream(
     principal.require_session(&session_id)?;
     let after = query.number("afterSessionSequence")?;
     let profiles = sse::negotiated(&mut query);
+    let last_event_id = sse::last_event_id(&headers, &mut query);
     query.finish()?;
     let tenant = principal.tenant.clone();
     let session = state.journal.session(&tenant, &session_id).await?;
-    let last_event_id = sse::last_event_id(&headers);
     // A client that names no position is hydrated: the transcript as one
     // messages.snapshot first, then the authority from the start.
     let hydrate = last_event_id.is_none()

@@ -71,6 +71,8 @@ const CLOCK_SLACK_MS: i64 = 1_000;
         ("sessionId" = Option<String>, Query, description = "Only this session's events"),
         ("profiles" = Option<String>, Query, description = "The profiles the client negotiates, comma-separated (default: every profile)"),
         ("Last-Event-ID" = Option<String>, Header, description = "Resume after this eventId (default: live from now)"),
+        ("lastEventId" = Option<String>, Query, description = "As Last-Event-ID, for a client that cannot send the header (a new EventSource); the header wins"),
+        ("ticket" = Option<String>, Query, description = "A stream ticket (POST /v1/stream-tickets) instead of Authorization, for a browser's EventSource"),
         super::openapi::SignatureHeaders,
     ),
     responses(
@@ -80,7 +82,7 @@ const CLOCK_SLACK_MS: i64 = 1_000;
         (status = 404, description = "NRD-0007: no such session"),
         (status = 409, description = "NRD-0302: a Last-Event-ID past anything this store holds; NRD-0303: one this store never held for you; reconnect without it"),
     ),
-    security(("bearer" = []), ("extensionSignature" = [])))]
+    security(("bearer" = []), ("streamTicket" = []), ("extensionSignature" = [])))]
 pub async fn events(
     State(state): State<AppState>,
     StreamCaller(principal): StreamCaller,
@@ -90,13 +92,14 @@ pub async fn events(
     principal.require(Permission::Read)?;
     let session_id = query.text("sessionId");
     let profiles = sse::negotiated(&mut query);
+    let last_event_id = sse::last_event_id(&headers, &mut query);
     query.finish()?;
     let tenant = principal.tenant.clone();
     if let Some(s) = &session_id {
         principal.require_session(s)?;
         state.journal.session(&tenant, s).await?;
     }
-    let start = match sse::last_event_id(&headers) {
+    let start = match last_event_id {
         Some(id) => Start::After(position_of(&state, &tenant, &id).await?),
         None => Start::Live,
     };

@@ -1,0 +1,242 @@
+//! Stream tickets: `POST /v1/stream-tickets` gives a browser page a
+//! credential it can put in a stream's URL, because its `EventSource`
+//! cannot send an `Authorization` header.
+//!
+//! A ticket is good for [`TICKET_LIFETIME`] to open the one stream it
+//! names and to reconnect to it (an `EventSource` reconnects by itself,
+//! with `Last-Event-ID`); a stream opened with it ends when the token that
+//! asked for it would be refused. It carries that token's tenant, subject,
+//! roles and `sessions` limit, is accepted by no other route, and is kept
+//! only as a SHA-256. URLs end up in browser history and proxy logs, so a
+//! ticket is short-lived and narrow by design; narad logs paths without
+//! their query.
+
+use std::time::Duration;
+
+use axum::Json;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::http::request::Parts;
+use narad_journal::tickets::TicketGrant;
+use narad_protocol::ErrorCode;
+use narad_protocol::primitives::SessionId;
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+use crate::AppState;
+use crate::auth::{Permission, Principal, Role};
+use crate::body::JsonBody;
+use crate::error::{ApiError, ApiResult};
+
+/// How long a ticket opens (and reopens) its stream.
+pub const TICKET_LIFETIME: Duration = Duration::from_secs(60);
+
+/// The query parameter that carries a ticket.
+pub const PARAMETER: &str = "ticket";
+
+/// Which stream a ticket opens.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum TicketStream {
+    /// `GET /v1/sessions/{sessionId}/stream`.
+    Session,
+    /// `GET /v1/events`, the tenant stream.
+    Events,
+}
+
+/// A ticket request.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct TicketRequest {
+    /// The stream the ticket opens.
+    stream: TicketStream,
+    /// With `session`: the session whose stream it opens.
+    #[schema(schema_with = narad_journal::openapi::id)]
+    session_id: Option<SessionId>,
+}
+
+/// A ticket, and where to use it.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct StreamTicket {
+    /// The ticket: pass it as `?ticket=` on the stream's URL. Keep it out
+    /// of logs; it opens the stream for anyone until it expires.
+    pub ticket: String,
+    /// Until when it opens (and reopens) the stream.
+    #[schema(schema_with = narad_journal::openapi::timestamp)]
+    pub expires_at: String,
+    /// The stream's path with the ticket, relative to the server's URL
+    /// (add `&profiles=…` or `&lastEventId=…` as needed).
+    pub url: String,
+}
+
+/// Issues a ticket that opens one stream from a browser's `EventSource`
+/// (which cannot send `Authorization`): for a minute, bound to this
+/// token's tenant, subject, roles and sessions, accepted on that stream
+/// only. Reconnects within the minute reuse it; later ones need a new one
+/// (resume with `lastEventId`).
+#[utoipa::path(post, path = "/v1/stream-tickets", operation_id = "createStreamTicket", tag = "events",
+    request_body(content = TicketRequest, description = "`{stream: session, sessionId}` or `{stream: events}`"),
+    responses(
+        (status = 201, description = "The ticket and the stream's URL with it", body = StreamTicket),
+        (status = 403, description = "NRD-0102: no `reader` role, or the token does not reach the session"),
+    ),
+    security(("bearer" = [])))]
+pub async fn issue(
+    State(state): State<AppState>,
+    principal: Principal,
+    JsonBody(body): JsonBody,
+) -> ApiResult<(StatusCode, Json<StreamTicket>)> {
+    principal.require(Permission::Read)?;
+    let request: TicketRequest = crate::body::typed(body)?;
+    let (stream, url) = match (request.stream, &request.session_id) {
+        (TicketStream::Session, Some(session)) => {
+            principal.require_session(session.as_str())?;
+            (
+                format!("session:{}", session.as_str()),
+                format!("/v1/sessions/{}/stream", path_segment(session.as_str())),
+            )
+        }
+        (TicketStream::Session, None) => {
+            return Err(ApiError::new(
+                ErrorCode::InvalidObject,
+                "a session stream's ticket names its session: add sessionId",
+            )
+            .with_field("/sessionId", "required with stream session"));
+        }
+        (TicketStream::Events, None) => ("events".to_owned(), "/v1/events".to_owned()),
+        (TicketStream::Events, Some(_)) => {
+            return Err(ApiError::new(
+                ErrorCode::InvalidObject,
+                "the tenant stream's ticket names no session (filter with ?sessionId= on the \
+                 stream itself)",
+            )
+            .with_field("/sessionId", "not with stream events"));
+        }
+    };
+    let grant = TicketGrant {
+        tenant: principal.tenant.clone(),
+        subject: principal.subject.clone(),
+        roles: principal
+            .roles
+            .iter()
+            .map(|r| r.name().to_owned())
+            .collect(),
+        sessions: principal.sessions.clone(),
+        stream,
+        valid_until: principal.valid_until,
+    };
+    let (ticket, expires_at) = state
+        .journal
+        .issue_stream_ticket(&grant, TICKET_LIFETIME)
+        .await?;
+    let url = format!("{url}?{PARAMETER}={ticket}");
+    Ok((
+        StatusCode::CREATED,
+        Json(StreamTicket {
+            ticket,
+            expires_at,
+            url,
+        }),
+    ))
+}
+
+/// `id` as one path segment: percent-encoded but for RFC 3986's
+/// unreserved characters.
+fn path_segment(id: &str) -> String {
+    id.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+/// The stream a request's path opens, as tickets name it; `None` on every
+/// other route.
+fn stream_of(path: &str) -> Option<String> {
+    let segments: Vec<&str> = path.split('/').collect();
+    match segments[..] {
+        ["", "v1", "events"] => Some("events".to_owned()),
+        ["", "v1", "sessions", id, "stream"] if !id.is_empty() => {
+            let id = String::from_utf8(crate::body::percent_decode(id.as_bytes())).ok()?;
+            Some(format!("session:{id}"))
+        }
+        _ => None,
+    }
+}
+
+/// The ticket of a request's query, when it has one.
+pub fn ticket_of(parts: &Parts) -> Option<String> {
+    let query = parts.uri.query()?;
+    query.split('&').find_map(|pair| {
+        let (name, value) = pair.split_once('=')?;
+        (name == PARAMETER).then(|| {
+            String::from_utf8_lossy(&crate::body::percent_decode(value.as_bytes())).into_owned()
+        })
+    })
+}
+
+/// The principal a ticket stands for, on the stream it names. Every cause
+/// of refusal (unknown, expired, another stream, another route) answers
+/// the same 401.
+pub async fn verify(parts: &Parts, state: &AppState, ticket: &str) -> ApiResult<Principal> {
+    let refused = || {
+        ApiError::new(
+            ErrorCode::Unauthenticated,
+            "the stream ticket is unknown, expired or for another stream; ask for a new one \
+             (POST /v1/stream-tickets) and resume with lastEventId",
+        )
+    };
+    let Some(stream) = stream_of(parts.uri.path()) else {
+        return Err(refused());
+    };
+    let Some(grant) = state.journal.stream_ticket(ticket).await? else {
+        return Err(refused());
+    };
+    if grant.stream != stream {
+        return Err(refused());
+    }
+    Ok(Principal {
+        tenant: grant.tenant,
+        subject: grant.subject,
+        roles: grant
+            .roles
+            .iter()
+            .filter_map(|r| Role::from_name(r))
+            .collect(),
+        executors: None,
+        sessions: grant.sessions,
+        valid_until: grant.valid_until,
+        extension: None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tickets_name_the_two_streams_only() {
+        assert_eq!(stream_of("/v1/events").as_deref(), Some("events"));
+        assert_eq!(
+            stream_of("/v1/sessions/a%20b/stream").as_deref(),
+            Some("session:a b")
+        );
+        for other in [
+            "/v1/sessions/s1/events",
+            "/v1/sessions//stream",
+            "/v1/sessions",
+            "/healthz",
+        ] {
+            assert_eq!(stream_of(other), None, "{other}");
+        }
+        assert_eq!(path_segment("a b/ü"), "a%20b%2F%C3%BC");
+        assert_eq!(
+            stream_of(&format!("/v1/sessions/{}/stream", path_segment("a b/ü"))).as_deref(),
+            Some("session:a b/ü")
+        );
+    }
+}
