@@ -295,15 +295,21 @@ async fn tickets_keep_the_tokens_limits_and_expire() {
 
     // Bad requests: a session stream without its session, a tenant stream
     // with one, an unknown stream.
-    for body in [
-        json!({"stream": "session"}),
-        json!({"stream": "events", "sessionId": "s1"}),
-        json!({"stream": "graph"}),
+    for (body, pointer) in [
+        (json!({"stream": "session"}), "/sessionId"),
+        (json!({"stream": "events", "sessionId": "s1"}), "/sessionId"),
+        (json!({"stream": "events", "sessionId": null}), "/sessionId"),
+        (json!({"stream": "graph"}), "/stream"),
     ] {
         let a = s.post("/v1/stream-tickets", &t, &body).await;
         assert_eq!(
             (a.status, a.code()),
             (400, "NRD-0003"),
+            "{body}: {:#}",
+            a.body
+        );
+        assert!(
+            a.body["fields"].get(pointer).is_some(),
             "{body}: {:#}",
             a.body
         );

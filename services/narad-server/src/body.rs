@@ -127,8 +127,21 @@ pub fn integral_numbers_as_integers(value: &mut Value) {
 }
 
 /// Reads a JSON body as `T`: a member of the wrong type, a missing one or
-/// an unknown one is 400 (`NRD-0003`) with its JSON pointer.
+/// an unknown one is 400 (`NRD-0003`) with its JSON pointer. A member is
+/// left out rather than `null`, as everywhere in the protocol (serde alone
+/// would read `null` as absent where the document says a value).
 pub fn typed<T: serde::de::DeserializeOwned>(body: Value) -> Result<T, ApiError> {
+    if let Some((name, _)) = body
+        .as_object()
+        .and_then(|o| o.iter().find(|(_, v)| v.is_null()))
+    {
+        let pointer = format!("/{}", name.replace('~', "~0").replace('/', "~1"));
+        return Err(ApiError::new(
+            ErrorCode::InvalidObject,
+            format!("the body at {pointer:?} is null: leave the member out instead"),
+        )
+        .with_field(pointer, "null is not a value of this member; leave it out"));
+    }
     serde_path_to_error::deserialize(body).map_err(|e| {
         let pointer: String = e
             .path()
@@ -142,6 +155,15 @@ pub fn typed<T: serde::de::DeserializeOwned>(body: Value) -> Result<T, ApiError>
             })
             .collect();
         let problem = e.inner().to_string();
+        // serde names an unknown or missing member in its message, at the
+        // object's own path: point at the member.
+        let member = ["unknown field `", "missing field `"]
+            .iter()
+            .find_map(|p| problem.strip_prefix(p)?.split('`').next());
+        let pointer = match member {
+            Some(name) => format!("{pointer}/{}", name.replace('~', "~0").replace('/', "~1")),
+            None => pointer,
+        };
         ApiError::new(
             ErrorCode::InvalidObject,
             format!("the body at {pointer:?}: {problem}"),

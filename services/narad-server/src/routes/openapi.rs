@@ -432,6 +432,7 @@ pub fn composite_components() -> BTreeMap<String, Value> {
             "A proposed authority event: any type of schema/events/ without `sessionSequence`, `sequence` and `workflowSequence`, which the journal assigns; `sessionId` (the path's) and `timestamp` (now) are filled in when absent. Its eventId makes a retry of the same body idempotent.",
         ),
     );
+    out.insert("TicketRequest".to_owned(), super::tickets::request_schema());
     out.insert(
         "HttpToolFinish".to_owned(),
         json!({

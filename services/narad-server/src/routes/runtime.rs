@@ -63,23 +63,11 @@ struct ReleaseRequest {
 
 /// Reads an optional JSON object body (empty means `{}`); the body was
 /// read as JSON by [`OptionalJsonBody`], so only its structure is left to
-/// refuse here. A member is left out rather than `null`, as everywhere in
-/// the protocol (serde would read `null` as absent).
+/// refuse here.
 fn optional_body<T: Default + serde::de::DeserializeOwned>(body: Option<Value>) -> ApiResult<T> {
     let Some(body) = body else {
         return Ok(T::default());
     };
-    if let Some((name, _)) = body
-        .as_object()
-        .and_then(|o| o.iter().find(|(_, v)| v.is_null()))
-    {
-        let pointer = format!("/{}", name.replace('~', "~0").replace('/', "~1"));
-        return Err(ApiError::new(
-            ErrorCode::InvalidObject,
-            format!("the body at {pointer:?} is null: leave the member out instead"),
-        )
-        .with_field(pointer, "null is not a value of this member; leave it out"));
-    }
     crate::body::typed(body)
 }
 

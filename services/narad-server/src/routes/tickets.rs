@@ -34,25 +34,21 @@ pub const TICKET_LIFETIME: Duration = Duration::from_secs(60);
 /// The query parameter that carries a ticket.
 pub const PARAMETER: &str = "ticket";
 
-/// Which stream a ticket opens.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, ToSchema)]
-#[serde(rename_all = "lowercase")]
-pub enum TicketStream {
+/// A ticket request: the stream it opens. Its schema in the OpenAPI
+/// document is [`request_schema`] (utoipa leaves the variants of a tagged
+/// enum open; this one refuses unknown members).
+#[derive(Debug, Deserialize)]
+#[serde(tag = "stream", rename_all = "lowercase", deny_unknown_fields)]
+pub enum TicketRequest {
     /// `GET /v1/sessions/{sessionId}/stream`.
-    Session,
-    /// `GET /v1/events`, the tenant stream.
-    Events,
-}
-
-/// A ticket request.
-#[derive(Debug, Deserialize, ToSchema)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct TicketRequest {
-    /// The stream the ticket opens.
-    stream: TicketStream,
-    /// With `session`: the session whose stream it opens.
-    #[schema(schema_with = narad_journal::openapi::id)]
-    session_id: Option<SessionId>,
+    Session {
+        /// The session whose stream it opens.
+        #[serde(rename = "sessionId")]
+        session_id: SessionId,
+    },
+    /// `GET /v1/events`, the tenant stream (filter it with `?sessionId=`
+    /// on the stream itself).
+    Events {},
 }
 
 /// A ticket, and where to use it.
@@ -76,7 +72,7 @@ pub struct StreamTicket {
 /// only. Reconnects within the minute reuse it; later ones need a new one
 /// (resume with `lastEventId`).
 #[utoipa::path(post, path = "/v1/stream-tickets", operation_id = "createStreamTicket", tag = "events",
-    request_body(content = TicketRequest, description = "`{stream: session, sessionId}` or `{stream: events}`"),
+    request_body(content = ref("#/components/schemas/TicketRequest"), description = "`{stream: session, sessionId}` or `{stream: events}`"),
     responses(
         (status = 201, description = "The ticket and the stream's URL with it", body = StreamTicket),
         (status = 403, description = "NRD-0102: no `reader` role, or the token does not reach the session"),
@@ -89,30 +85,15 @@ pub async fn issue(
 ) -> ApiResult<(StatusCode, Json<StreamTicket>)> {
     principal.require(Permission::Read)?;
     let request: TicketRequest = crate::body::typed(body)?;
-    let (stream, url) = match (request.stream, &request.session_id) {
-        (TicketStream::Session, Some(session)) => {
-            principal.require_session(session.as_str())?;
+    let (stream, url) = match &request {
+        TicketRequest::Session { session_id } => {
+            principal.require_session(session_id.as_str())?;
             (
-                format!("session:{}", session.as_str()),
-                format!("/v1/sessions/{}/stream", path_segment(session.as_str())),
+                format!("session:{}", session_id.as_str()),
+                format!("/v1/sessions/{}/stream", path_segment(session_id.as_str())),
             )
         }
-        (TicketStream::Session, None) => {
-            return Err(ApiError::new(
-                ErrorCode::InvalidObject,
-                "a session stream's ticket names its session: add sessionId",
-            )
-            .with_field("/sessionId", "required with stream session"));
-        }
-        (TicketStream::Events, None) => ("events".to_owned(), "/v1/events".to_owned()),
-        (TicketStream::Events, Some(_)) => {
-            return Err(ApiError::new(
-                ErrorCode::InvalidObject,
-                "the tenant stream's ticket names no session (filter with ?sessionId= on the \
-                 stream itself)",
-            )
-            .with_field("/sessionId", "not with stream events"));
-        }
+        TicketRequest::Events {} => ("events".to_owned(), "/v1/events".to_owned()),
     };
     let grant = TicketGrant {
         tenant: principal.tenant.clone(),
@@ -139,6 +120,30 @@ pub async fn issue(
             url,
         }),
     ))
+}
+
+/// The OpenAPI schema of [`TicketRequest`], component `TicketRequest`.
+pub fn request_schema() -> serde_json::Value {
+    serde_json::json!({
+        "description": "The stream a ticket opens: a session's, or the tenant's (filter that one with `?sessionId=` on the stream itself).",
+        "oneOf": [
+            {
+                "type": "object",
+                "required": ["stream", "sessionId"],
+                "properties": {
+                    "stream": { "const": "session" },
+                    "sessionId": { "$ref": "#/components/schemas/defs.id" },
+                },
+                "additionalProperties": false,
+            },
+            {
+                "type": "object",
+                "required": ["stream"],
+                "properties": { "stream": { "const": "events" } },
+                "additionalProperties": false,
+            },
+        ],
+    })
 }
 
 /// `id` as one path segment: percent-encoded but for RFC 3986's
@@ -217,6 +222,28 @@ pub async fn verify(parts: &Parts, state: &AppState, ticket: &str) -> ApiResult<
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The hand-written schema and the type read the same bodies.
+    #[test]
+    fn the_request_schema_is_the_type() {
+        let doc = crate::routes::openapi::document();
+        let mut root = doc.clone();
+        root["$ref"] = serde_json::json!("#/components/schemas/TicketRequest");
+        let schema = jsonschema::draft202012::new(&root).unwrap();
+        for body in [
+            serde_json::json!({"stream": "session", "sessionId": "s1"}),
+            serde_json::json!({"stream": "events"}),
+            serde_json::json!({"stream": "events", "sessionId": "s1"}),
+            serde_json::json!({"stream": "session"}),
+            serde_json::json!({"stream": "session", "sessionId": "s1", "x": 1}),
+            serde_json::json!({"stream": "graph"}),
+            serde_json::json!({"sessionId": "s1"}),
+            serde_json::json!({"stream": "session", "sessionId": ""}),
+        ] {
+            let typed = serde_json::from_value::<TicketRequest>(body.clone()).is_ok();
+            assert_eq!(schema.is_valid(&body), typed, "{body}");
+        }
+    }
 
     #[test]
     fn tickets_name_the_two_streams_only() {
