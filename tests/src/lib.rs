@@ -334,6 +334,17 @@ impl Server {
         Answer::of(req.send().await.expect("the server answers")).await
     }
 
+    /// Appends `events` to `session` as one batch; it must be accepted.
+    pub async fn append(&self, token: &str, session: &str, events: &[Value]) {
+        self.post(
+            &format!("/v1/sessions/{session}/events"),
+            token,
+            &serde_json::json!({ "events": events }),
+        )
+        .await
+        .expect(201);
+    }
+
     /// POST of a JSON value with a token.
     pub async fn post(&self, path: &str, token: &str, body: &Value) -> Answer {
         self.call(

@@ -194,13 +194,7 @@ async fn a_ticket_opens_its_stream_and_its_reconnects_and_nothing_else() {
     open_session(&s, &t, "s1").await;
     open_session(&s, &t, "s2").await;
     for id in ["d1", "d2"] {
-        s.post(
-            "/v1/sessions/s1/events",
-            &t,
-            &json!({"events": [delta(id)]}),
-        )
-        .await
-        .expect(201);
+        s.append(&t, "s1", &[delta(id)]).await;
     }
 
     let issued = ticket(&s, &reader, json!({"stream": "session", "sessionId": "s1"})).await;
@@ -221,13 +215,7 @@ async fn a_ticket_opens_its_stream_and_its_reconnects_and_nothing_else() {
 
     // The browser's own reconnect: the same URL with Last-Event-ID.
     let mut again = SseStream::of(bare(&s, url, &[("last-event-id", "d1")]).await);
-    s.post(
-        "/v1/sessions/s1/events",
-        &t,
-        &json!({"events": [delta("d3")]}),
-    )
-    .await
-    .expect(201);
+    s.append(&t, "s1", &[delta("d3")]).await;
     let resumed = again.events_until(5, 10).await;
     let ids: Vec<&str> = resumed
         .iter()
@@ -277,13 +265,7 @@ async fn tickets_keep_the_tokens_limits_and_expire() {
     let tenant = ticket(&s, &limited, json!({"stream": "events"})).await;
     let mut stream = SseStream::of(bare(&s, tenant["url"].as_str().unwrap(), &[]).await);
     for (session, id) in [("s2", "hidden"), ("s1", "shown")] {
-        s.post(
-            &format!("/v1/sessions/{session}/events"),
-            &t,
-            &json!({"events": [delta(id)]}),
-        )
-        .await
-        .expect(201);
+        s.append(&t, session, &[delta(id)]).await;
     }
     let frame = loop {
         let f = stream.next().await.expect("a frame");
@@ -332,13 +314,7 @@ async fn tickets_keep_the_tokens_limits_and_expire() {
     assert_eq!(expired.status, 401, "{:#}", expired.body);
     let new = ticket(&s, &t, json!({"stream": "session", "sessionId": "s1"})).await;
     let url = format!("{}&lastEventId=shown", new["url"].as_str().unwrap());
-    s.post(
-        "/v1/sessions/s1/events",
-        &t,
-        &json!({"events": [delta("after")]}),
-    )
-    .await
-    .expect(201);
+    s.append(&t, "s1", &[delta("after")]).await;
     let mut resumed = SseStream::of(bare(&s, &url, &[]).await);
     let got = resumed.events_until(4, 10).await;
     let ids: Vec<&str> = got.iter().filter_map(|e| e["eventId"].as_str()).collect();
