@@ -1,7 +1,7 @@
 # Sourced by the CI scripts that need a running narad: a fresh database on
 # the test Postgres, `narad serve` on a port the kernel picks, and cleanup
 # on exit. After `test_server_start NAME`:
-#   NARAD   the binary (a debug build, unless $NARAD_BIN names one)
+#   NARAD   the binary, an absolute path (a debug build, unless $NARAD_BIN names one)
 #   BASE    the server's URL
 #   WORK    a scratch directory, removed on exit
 #   test_server_token ROLES...  prints a token of the test tenant
@@ -43,6 +43,7 @@ test_server_start() {
     cargo build --quiet --workspace --tests
     NARAD=target/debug/narad
   fi
+  NARAD=$(realpath "$NARAD")
   TEST_SERVER_DB="narad_${name}_$$_$(date +%s)"
   test_server_psql "create database $TEST_SERVER_DB"
   export NARAD_JWT_HS256_SECRET="$TEST_SERVER_SECRET"

@@ -1,0 +1,229 @@
+import { errorOf, NaradError } from "./errors.js";
+import type {
+  Appended,
+  CommandAnswer,
+  CommandBody,
+  CommandName,
+  HistoryPage,
+  HistoryQuery,
+  ProposedEvent,
+  SessionRecord,
+  Schemas,
+  StreamTicket,
+  TicketRequest,
+} from "./types.js";
+
+/** A bearer token, or a function that gives the current one. */
+export type TokenSource = string | (() => string | Promise<string>);
+
+/** How to reach narad. */
+export interface ClientOptions {
+  /** The server's URL, or several replicas' (tried in turn when one fails). */
+  servers: string | string[];
+  /** The credential of every request. */
+  token: TokenSource;
+  /** The `fetch` to use (default: the global one). */
+  fetch?: typeof fetch;
+}
+
+/** A request's parts beyond its method and path. */
+export interface RequestOptions {
+  body?: unknown;
+  query?: Record<string, string | number | boolean | undefined>;
+  headers?: Record<string, string>;
+  signal?: AbortSignal;
+}
+
+/**
+ * narad's HTTP API: commands, sessions, appends and history, with errors
+ * as {@link NaradError}. Requests go to the first server that answers; a
+ * server that cannot be reached or answers 502–504 is left for the next.
+ */
+export class NaradClient {
+  readonly servers: readonly string[];
+  private readonly token: TokenSource;
+  /** The `fetch` requests and streams go through. */
+  readonly fetchImpl: typeof fetch;
+  private preferred = 0;
+
+  constructor(options: ClientOptions) {
+    const servers = Array.isArray(options.servers) ? options.servers : [options.servers];
+    if (servers.length === 0) {
+      throw new Error("give at least one server URL");
+    }
+    this.servers = servers.map((s) => s.replace(/\/+$/, ""));
+    this.token = options.token;
+    this.fetchImpl = options.fetch ?? globalThis.fetch.bind(globalThis);
+  }
+
+  /** The current bearer token. */
+  async bearer(): Promise<string> {
+    return typeof this.token === "string" ? this.token : await this.token();
+  }
+
+  /** The servers, starting with the one that answered last. */
+  serversInTurn(): string[] {
+    const n = this.servers.length;
+    return Array.from({ length: n }, (_, i) => this.servers[(this.preferred + i) % n] as string);
+  }
+
+  /** Marks `server` as the one to try first. */
+  prefer(server: string): void {
+    const i = this.servers.indexOf(server);
+    if (i >= 0) {
+      this.preferred = i;
+    }
+  }
+
+  /** Sends a request and answers its JSON (undefined for 204). */
+  async request<T>(method: string, path: string, options: RequestOptions = {}): Promise<T> {
+    const response = await this.send(method, path, options);
+    if (response.status === 204) {
+      return undefined as T;
+    }
+    return (await response.json()) as T;
+  }
+
+  /** Sends a request and answers the response of the first server that answers. */
+  async send(method: string, path: string, options: RequestOptions = {}): Promise<Response> {
+    const headers: Record<string, string> = {
+      Authorization: `Bearer ${await this.bearer()}`,
+      ...options.headers,
+    };
+    let body: string | undefined;
+    if (options.body !== undefined) {
+      headers["Content-Type"] = "application/json";
+      body = JSON.stringify(options.body);
+    }
+    let last: NaradError | undefined;
+    for (const server of this.serversInTurn()) {
+      let response: Response;
+      try {
+        const init: RequestInit = { method, headers };
+        if (body !== undefined) {
+          init.body = body;
+        }
+        if (options.signal) {
+          init.signal = options.signal;
+        }
+        response = await this.fetchImpl(server + path + queryString(options.query), init);
+      } catch (e) {
+        if (options.signal?.aborted) {
+          throw e;
+        }
+        last = new NaradError(0, `${server} cannot be reached: ${String(e)}`);
+        continue;
+      }
+      if ([502, 503, 504].includes(response.status)) {
+        last = await errorOf(response);
+        continue;
+      }
+      this.prefer(server);
+      if (!response.ok) {
+        throw await errorOf(response);
+      }
+      return response;
+    }
+    throw last ?? new NaradError(0, "no server answered");
+  }
+
+  /** Creates a session. */
+  createSession(body: Schemas["commands.create-session"] = {}): Promise<SessionRecord> {
+    return this.request("POST", "/v1/sessions", { body });
+  }
+
+  /** Reads a session. */
+  getSession(sessionId: string): Promise<SessionRecord> {
+    return this.request("GET", `/v1/sessions/${encodeURIComponent(sessionId)}`);
+  }
+
+  /**
+   * Appends a batch atomically (role backend). A retry of the same batch
+   * (same eventIds and bodies) answers `duplicate: true`. `lease` is the
+   * runtime lease of a claimed run.
+   */
+  appendEvents(
+    sessionId: string,
+    events: ProposedEvent[],
+    options: { expectedSessionSequence?: number; lease?: string } = {},
+  ): Promise<Appended> {
+    const body: Schemas["AppendRequest"] = { events };
+    if (options.expectedSessionSequence !== undefined) {
+      body.expectedSessionSequence = options.expectedSessionSequence;
+    }
+    const headers: Record<string, string> = {};
+    if (options.lease !== undefined) {
+      headers["Narad-Runtime-Lease"] = options.lease;
+    }
+    return this.request("POST", `/v1/sessions/${encodeURIComponent(sessionId)}/events`, {
+      body,
+      headers,
+    });
+  }
+
+  /** Reads one page of a session's history. */
+  history(sessionId: string, query: HistoryQuery = {}): Promise<HistoryPage> {
+    return this.request("GET", `/v1/sessions/${encodeURIComponent(sessionId)}/events`, {
+      query: { ...query },
+    });
+  }
+
+  /**
+   * Every event of a session's history from `query`'s cursor on, page by
+   * page, with whichever cursor form the query uses.
+   */
+  async *allHistory(sessionId: string, query: HistoryQuery = {}): AsyncGenerator<Schemas["AuthorityEvent"]> {
+    let cursor: HistoryQuery = { ...query };
+    for (;;) {
+      const page = await this.history(sessionId, cursor);
+      yield* page.events;
+      const next = nextCursor(cursor, page);
+      if (next === undefined || page.events.length === 0) {
+        return;
+      }
+      cursor = next;
+    }
+  }
+
+  /** Sends command `name` (`start-run`, `resolve-interrupt`, …). */
+  command<N extends CommandName>(name: N, body: CommandBody<N>): Promise<CommandAnswer<N>> {
+    return this.request("POST", `/v1/commands/${name}`, { body });
+  }
+
+  /**
+   * A stream ticket, for a browser's `EventSource` (which cannot send
+   * `Authorization`): its `url` opens the stream for a minute.
+   */
+  streamTicket(request: TicketRequest): Promise<StreamTicket> {
+    return this.request("POST", "/v1/stream-tickets", { body: request });
+  }
+}
+
+/** The cursor of the page after `page`, in the form `query` used. */
+function nextCursor(query: HistoryQuery, page: HistoryPage): HistoryQuery | undefined {
+  if (query.rootRunId !== undefined) {
+    return page.nextSequence === undefined ? undefined : { ...query, afterSequence: page.nextSequence };
+  }
+  if (query.workflowId !== undefined) {
+    return page.nextWorkflowSequence === undefined
+      ? undefined
+      : { ...query, afterWorkflowSequence: page.nextWorkflowSequence };
+  }
+  return page.nextSessionSequence === undefined
+    ? undefined
+    : { ...query, afterSessionSequence: page.nextSessionSequence };
+}
+
+function queryString(query: RequestOptions["query"]): string {
+  if (!query) {
+    return "";
+  }
+  const params = new URLSearchParams();
+  for (const [name, value] of Object.entries(query)) {
+    if (value !== undefined) {
+      params.set(name, String(value));
+    }
+  }
+  const text = params.toString();
+  return text ? `?${text}` : "";
+}

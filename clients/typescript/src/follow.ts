@@ -1,0 +1,184 @@
+import type { NaradClient } from "./client.js";
+import { errorOf, NaradError } from "./errors.js";
+import { parseSse } from "./sse.js";
+import type { AuthorityEvent, Capabilities, HydrateRecord, ReplayGap, WatchEvent } from "./types.js";
+
+/** One frame of a stream, decoded. */
+export type Frame =
+  | { kind: "capabilities"; capabilities: Capabilities }
+  | { kind: "authority"; id: string; event: AuthorityEvent }
+  | { kind: "watch"; id: string; event: WatchEvent }
+  | { kind: "hydrate"; record: HydrateRecord }
+  | { kind: "replay-gap"; gap: ReplayGap };
+
+/** What to follow, and from where. */
+export interface FollowOptions {
+  /** A session's stream; without it, the tenant stream (`GET /v1/events`). */
+  sessionId?: string;
+  /** On the tenant stream: only this session's events. */
+  onlySession?: string;
+  /** Resume after this frame id (what `Frame.id` gave). */
+  lastEventId?: string;
+  /** On a session stream, with no `lastEventId`: start after this sessionSequence. */
+  afterSessionSequence?: number;
+  /** The profiles to negotiate (default: every profile). */
+  profiles?: string[];
+  /** Stops the stream. */
+  signal?: AbortSignal;
+  /** The first wait before reconnecting, in ms (default 250); it doubles up to `maxBackoffMs`. */
+  initialBackoffMs?: number;
+  /** The longest wait between reconnects, in ms (default 10,000). */
+  maxBackoffMs?: number;
+}
+
+/**
+ * Follows a session's stream, or the tenant's, for as long as the caller
+ * reads (or until `signal` aborts): it reconnects when a connection ends
+ * (a replay block, a restart, a network fault) with `Last-Event-ID`, tries
+ * the client's servers in turn with exponential backoff, and never yields
+ * an authority event twice (a session's sessionSequence only grows). A
+ * refusal that no retry can mend (401, 403, 404, or a cursor the store
+ * does not know: 409 NRD-0302/0303) is thrown as {@link NaradError}.
+ */
+export async function* follow(client: NaradClient, options: FollowOptions = {}): AsyncGenerator<Frame> {
+  let lastEventId = options.lastEventId;
+  const initial = options.initialBackoffMs ?? 250;
+  const maxBackoff = options.maxBackoffMs ?? 10_000;
+  let backoff = initial;
+  const seen = new Map<string, number>();
+  const path = options.sessionId
+    ? `/v1/sessions/${encodeURIComponent(options.sessionId)}/stream`
+    : "/v1/events";
+  while (!options.signal?.aborted) {
+    let progressed = false;
+    for (const server of client.serversInTurn()) {
+      const response = await open(client, server, path, options, lastEventId);
+      if (response === undefined) {
+        continue;
+      }
+      client.prefer(server);
+      try {
+        for await (const sse of parseSse(response.body as ReadableStream<Uint8Array>, lastEventId ?? "")) {
+          const frame = decode(sse.event, sse.data, sse.ownId ? sse.id : undefined);
+          if (frame === undefined) {
+            continue;
+          }
+          if (sse.ownId) {
+            lastEventId = sse.id;
+          }
+          progressed = true;
+          backoff = initial;
+          if (frame.kind === "authority") {
+            const session = frame.event.sessionId;
+            const sequence = frame.event.sessionSequence;
+            if (sequence <= (seen.get(session) ?? 0)) {
+              continue;
+            }
+            seen.set(session, sequence);
+          }
+          yield frame;
+        }
+      } catch (e) {
+        if (options.signal?.aborted) {
+          return;
+        }
+        // A connection cut mid-frame: resume from the last whole frame.
+      }
+      break;
+    }
+    if (options.signal?.aborted) {
+      return;
+    }
+    if (!progressed) {
+      await sleep(backoff, options.signal);
+      backoff = Math.min(backoff * 2, maxBackoff);
+    }
+  }
+}
+
+/** Opens the stream on one server: its response, or undefined to try another. */
+async function open(
+  client: NaradClient,
+  server: string,
+  path: string,
+  options: FollowOptions,
+  lastEventId: string | undefined,
+): Promise<Response | undefined> {
+  const query = new URLSearchParams();
+  if (options.profiles) {
+    query.set("profiles", options.profiles.join(","));
+  }
+  if (options.onlySession !== undefined) {
+    query.set("sessionId", options.onlySession);
+  }
+  if (lastEventId === undefined && options.afterSessionSequence !== undefined) {
+    query.set("afterSessionSequence", String(options.afterSessionSequence));
+  }
+  const headers: Record<string, string> = {
+    Authorization: `Bearer ${await client.bearer()}`,
+    Accept: "text/event-stream",
+  };
+  if (lastEventId !== undefined) {
+    headers["Last-Event-ID"] = lastEventId;
+  }
+  const text = query.toString();
+  let response: Response;
+  try {
+    const init: RequestInit = { headers };
+    if (options.signal) {
+      init.signal = options.signal;
+    }
+    response = await client.fetchImpl(server + path + (text ? `?${text}` : ""), init);
+  } catch {
+    return undefined;
+  }
+  if (response.ok && response.body) {
+    return response;
+  }
+  const error = await errorOf(response);
+  if (error.retryable) {
+    return undefined;
+  }
+  throw error;
+}
+
+/** A frame from an SSE event's name, data and own id. */
+export function decode(event: string, data: string, id: string | undefined): Frame | undefined {
+  let value: unknown;
+  try {
+    value = JSON.parse(data);
+  } catch {
+    return undefined;
+  }
+  switch (event) {
+    case "capabilities":
+      return { kind: "capabilities", capabilities: value as Capabilities };
+    case "hydrate":
+      return { kind: "hydrate", record: value as HydrateRecord };
+    case "replay-gap":
+      return { kind: "replay-gap", gap: value as ReplayGap };
+    case "message": {
+      if (id === undefined) {
+        return undefined;
+      }
+      const object = value as { sessionSequence?: unknown };
+      return typeof object.sessionSequence === "number"
+        ? { kind: "authority", id, event: value as AuthorityEvent }
+        : { kind: "watch", id, event: value as WatchEvent };
+    }
+    default:
+      return undefined;
+  }
+}
+
+function sleep(ms: number, signal?: AbortSignal): Promise<void> {
+  return new Promise((resolve) => {
+    const timer = setTimeout(resolve, ms);
+    signal?.addEventListener("abort", () => {
+      clearTimeout(timer);
+      resolve();
+    });
+  });
+}
+
+export { NaradError };

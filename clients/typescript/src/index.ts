@@ -1,0 +1,15 @@
+/**
+ * narad's TypeScript client: commands, sessions, appends and history
+ * ({@link NaradClient}), resumable streams ({@link follow}), and the types
+ * of every wire object, generated from narad's OpenAPI document.
+ */
+export { NaradClient } from "./client.js";
+export type { ClientOptions, RequestOptions, TokenSource } from "./client.js";
+export { NaradError } from "./errors.js";
+export type { ErrorBody, ErrorCode } from "./errors.js";
+export { follow, decode } from "./follow.js";
+export type { FollowOptions, Frame } from "./follow.js";
+export { parseSse } from "./sse.js";
+export type { SseEvent } from "./sse.js";
+export type * from "./types.js";
+export type { components, paths, operations } from "./generated/api.js";

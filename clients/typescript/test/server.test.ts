@@ -1,0 +1,129 @@
+// Against a running narad: NARAD_URL and NARAD_TOKEN (a token with the
+// roles reader, writer and backend) must be set; .ci/typescript-sdk sets
+// them. Without them the tests fail: they are never skipped.
+import assert from "node:assert/strict";
+import { test } from "node:test";
+
+import { follow, NaradClient, NaradError, parseSse } from "../src/index.js";
+import type { Frame, ProposedEvent } from "../src/index.js";
+
+const url = process.env["NARAD_URL"];
+const token = process.env["NARAD_TOKEN"];
+if (!url || !token) {
+  throw new Error("set NARAD_URL and NARAD_TOKEN: these tests run against a narad server");
+}
+
+function note(eventId: string, n: number): ProposedEvent {
+  return { protocolVersion: "narad/v1", type: "session.custom", eventId, name: "sdk.note", value: { n } };
+}
+
+test("sessions, appends, history and commands, with errors as values", async () => {
+  const narad = new NaradClient({ servers: url, token });
+  const session = await narad.createSession({ title: "sdk" });
+  const appended = await narad.appendEvents(session.sessionId, [note(`${session.sessionId}-1`, 1)], {
+    expectedSessionSequence: session.sessionSequence,
+  });
+  assert.equal(appended.duplicate, false);
+  // The same batch again is a duplicate, not a second event.
+  const again = await narad.appendEvents(session.sessionId, [note(`${session.sessionId}-1`, 1)]);
+  assert.equal(again.duplicate, true);
+
+  const said = await narad.command("record-user-message", {
+    sessionId: session.sessionId,
+    messageScope: "session",
+    content: "hello",
+  });
+  assert.ok(said);
+
+  // Paged with a small limit: every event once, in order.
+  for (let i = 2; i <= 5; i++) {
+    await narad.appendEvents(session.sessionId, [note(`${session.sessionId}-${i}`, i)]);
+  }
+  const all = [];
+  for await (const event of narad.allHistory(session.sessionId, { limit: 2 })) {
+    all.push(event);
+  }
+  const sequences = all.map((e) => e.sessionSequence);
+  assert.deepEqual(sequences, Array.from({ length: sequences.length }, (_, i) => i + 1));
+  assert.equal(all.filter((e) => e.type === "session.custom").length, 5);
+
+  await assert.rejects(narad.getSession(`${session.sessionId}-missing`), (e: unknown) => {
+    assert.ok(e instanceof NaradError);
+    assert.equal(e.status, 404);
+    assert.equal(e.code, "NRD-0007");
+    return true;
+  });
+  await assert.rejects(
+    narad.appendEvents(session.sessionId, [note(`${session.sessionId}-x`, 0)], { expectedSessionSequence: 1 }),
+    (e: unknown) => e instanceof NaradError && e.code === "NRD-0203",
+  );
+});
+
+test("follow resumes after a cut connection and across servers, never repeating", async () => {
+  // The first stream connection is cut after its first few frames, as a
+  // restarting server or a proxy would; the first server is not there.
+  let streams = 0;
+  const cutting: typeof fetch = async (input, init) => {
+    const response = await fetch(input, init);
+    const isStream = String(input).includes("/stream");
+    if (!isStream || streams++ > 0 || !response.body) {
+      return response;
+    }
+    const reader = response.body.getReader();
+    let sent = 0;
+    const cut = new ReadableStream<Uint8Array>({
+      async pull(controller) {
+        const { done, value } = await reader.read();
+        if (done || sent > 2) {
+          await reader.cancel();
+          controller.close();
+          return;
+        }
+        sent += 1;
+        controller.enqueue(value);
+      },
+    });
+    return new Response(cut, { status: response.status, headers: response.headers });
+  };
+  const narad = new NaradClient({ servers: ["http://127.0.0.1:9", url], token, fetch: cutting });
+  const session = await narad.createSession({});
+  const total = 30;
+  const writer = (async () => {
+    for (let i = 1; i <= total; i++) {
+      await narad.appendEvents(session.sessionId, [note(`${session.sessionId}-${i}`, i)]);
+    }
+  })();
+  const stop = new AbortController();
+  const got: number[] = [];
+  const frames: Frame[] = [];
+  for await (const frame of follow(narad, { sessionId: session.sessionId, signal: stop.signal, initialBackoffMs: 20 })) {
+    frames.push(frame);
+    if (frame.kind === "authority" && frame.event.type === "session.custom") {
+      got.push((frame.event.value as { n: number }).n);
+      if (got.length === total) {
+        stop.abort();
+      }
+    }
+  }
+  await writer;
+  assert.deepEqual(got, Array.from({ length: total }, (_, i) => i + 1));
+  assert.ok(streams >= 2, `the stream was reopened (${streams} connections)`);
+  assert.equal(frames[0]?.kind, "capabilities");
+});
+
+test("a stream ticket opens its stream without Authorization", async () => {
+  const narad = new NaradClient({ servers: url, token });
+  const session = await narad.createSession({});
+  const ticket = await narad.streamTicket({ stream: "session", sessionId: session.sessionId });
+  assert.ok(ticket.ticket.startsWith("nst_"));
+  const stop = new AbortController();
+  const response = await fetch(url + ticket.url, { signal: stop.signal });
+  assert.equal(response.status, 200);
+  for await (const event of parseSse(response.body as ReadableStream<Uint8Array>)) {
+    assert.equal(event.event, "capabilities");
+    break;
+  }
+  stop.abort();
+  const refused = await fetch(`${url}/v1/sessions/${session.sessionId}/events?ticket=${ticket.ticket}`);
+  assert.equal(refused.status, 401);
+});
