@@ -9,6 +9,8 @@ export { NaradError } from "./errors.js";
 export type { ErrorBody, ErrorCode } from "./errors.js";
 export { follow, decode } from "./follow.js";
 export type { FollowOptions, Frame } from "./follow.js";
+export { Executor, IndexedDbTokenStore, MemoryTokenStore } from "./executor.js";
+export type { ExecutorOptions, TokenEntry, TokenStore, Tool, ToolContext, ToolResult } from "./executor.js";
 export { parseSse } from "./sse.js";
 export type { SseEvent } from "./sse.js";
 export type * from "./types.js";
