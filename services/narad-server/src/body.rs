@@ -16,6 +16,7 @@ use axum::http::StatusCode;
 use axum::http::request::Parts;
 use narad_protocol::ErrorCode;
 use narad_protocol::primitives::MAX_SAFE_INTEGER;
+use narad_protocol::wire::escape_pointer_token;
 use serde_json::Value;
 
 use crate::error::ApiError;
@@ -135,7 +136,7 @@ pub fn typed<T: serde::de::DeserializeOwned>(body: Value) -> Result<T, ApiError>
         .as_object()
         .and_then(|o| o.iter().find(|(_, v)| v.is_null()))
     {
-        let pointer = format!("/{}", name.replace('~', "~0").replace('/', "~1"));
+        let pointer = format!("/{}", escape_pointer_token(name));
         return Err(ApiError::new(
             ErrorCode::InvalidObject,
             format!("the body at {pointer:?} is null: leave the member out instead"),
@@ -149,7 +150,7 @@ pub fn typed<T: serde::de::DeserializeOwned>(body: Value) -> Result<T, ApiError>
             .map(|segment| match segment {
                 serde_path_to_error::Segment::Seq { index } => format!("/{index}"),
                 serde_path_to_error::Segment::Map { key } => {
-                    format!("/{}", key.replace('~', "~0").replace('/', "~1"))
+                    format!("/{}", escape_pointer_token(key))
                 }
                 _ => String::new(),
             })
@@ -161,7 +162,7 @@ pub fn typed<T: serde::de::DeserializeOwned>(body: Value) -> Result<T, ApiError>
             .iter()
             .find_map(|p| problem.strip_prefix(p)?.split('`').next());
         let pointer = match member {
-            Some(name) => format!("{pointer}/{}", name.replace('~', "~0").replace('/', "~1")),
+            Some(name) => format!("{pointer}/{}", escape_pointer_token(name)),
             None => pointer,
         };
         ApiError::new(
@@ -175,9 +176,6 @@ pub fn typed<T: serde::de::DeserializeOwned>(body: Value) -> Result<T, ApiError>
 /// The JSON pointer (RFC 6901) of the first string or object key of
 /// `value` that holds U+0000: of the key itself when a key does.
 pub fn nul_pointer(value: &Value) -> Option<String> {
-    fn escape(key: &str) -> String {
-        key.replace('~', "~0").replace('/', "~1")
-    }
     match value {
         Value::String(s) => s.contains('\0').then(String::new),
         Value::Array(items) => items
@@ -186,9 +184,9 @@ pub fn nul_pointer(value: &Value) -> Option<String> {
             .find_map(|(i, v)| nul_pointer(v).map(|rest| format!("/{i}{rest}"))),
         Value::Object(map) => map.iter().find_map(|(k, v)| {
             if k.contains('\0') {
-                Some(format!("/{}", escape(k)))
+                Some(format!("/{}", escape_pointer_token(k)))
             } else {
-                nul_pointer(v).map(|rest| format!("/{}{rest}", escape(k)))
+                nul_pointer(v).map(|rest| format!("/{}{rest}", escape_pointer_token(k)))
             }
         }),
         _ => None,

@@ -173,15 +173,12 @@ fn stream_of(path: &str) -> Option<String> {
     }
 }
 
-/// The ticket of a request's query, when it has one.
+/// The ticket of a request's query, when it has one (read as every query
+/// is, by [`crate::body::Query`]).
 pub fn ticket_of(parts: &Parts) -> Option<String> {
-    let query = parts.uri.query()?;
-    query.split('&').find_map(|pair| {
-        let (name, value) = pair.split_once('=')?;
-        (name == PARAMETER).then(|| {
-            String::from_utf8_lossy(&crate::body::percent_decode(value.as_bytes())).into_owned()
-        })
-    })
+    crate::body::Query::parse(parts.uri.query()?)
+        .ok()?
+        .text(PARAMETER)
 }
 
 /// The principal a ticket stands for, on the stream it names. Every cause
