@@ -6,7 +6,13 @@ import type { AuthorityEvent, Capabilities, HydrateRecord, ReplayGap, WatchEvent
 /** One frame of a stream, decoded. */
 export type Frame =
   | { kind: "capabilities"; capabilities: Capabilities }
-  | { kind: "authority"; id: string; event: AuthorityEvent }
+  | {
+      kind: "authority";
+      id: string;
+      event: AuthorityEvent;
+      /** Read from history to fill a gap in the stream, not from the stream itself. */
+      fromHistory?: true;
+    }
   | { kind: "watch"; id: string; event: WatchEvent }
   | { kind: "hydrate"; record: HydrateRecord }
   | { kind: "replay-gap"; gap: ReplayGap };
@@ -36,7 +42,12 @@ export interface FollowOptions {
  * reads (or until `signal` aborts): it reconnects when a connection ends
  * (a replay block, a restart, a network fault) with `Last-Event-ID`, tries
  * the client's servers in turn with exponential backoff, and never yields
- * an authority event twice (a session's sessionSequence only grows). A
+ * an authority event twice (a session's sessionSequence only grows) nor
+ * past a gap: when a session's next event skips sequences (retention
+ * forgot rows before a slow reader got them, announced by a `replay-gap`
+ * frame, which is yielded too), the missing events are read from history
+ * and yielded first, marked `fromHistory`; a `replay-gap` that names its
+ * session fills that session at once. A
  * refusal that no retry can mend (401, 403, 404, or a cursor the store
  * does not know: 409 NRD-0302/0303) is thrown as {@link NaradError}.
  */
@@ -71,12 +82,22 @@ export async function* follow(client: NaradClient, options: FollowOptions = {}):
           if (frame.kind === "authority") {
             const session = frame.event.sessionId;
             const sequence = frame.event.sessionSequence;
-            if (sequence <= (seen.get(session) ?? 0)) {
+            const last = seen.get(session);
+            if (sequence <= (last ?? 0)) {
               continue;
+            }
+            if (last !== undefined && sequence > last + 1) {
+              yield* fill(client, session, last, sequence, seen);
             }
             seen.set(session, sequence);
           }
           yield frame;
+          if (frame.kind === "replay-gap" && frame.gap.sessionId !== undefined) {
+            const last = seen.get(frame.gap.sessionId);
+            if (last !== undefined) {
+              yield* fill(client, frame.gap.sessionId, last, undefined, seen);
+            }
+          }
         }
       } catch (e) {
         if (options.signal?.aborted) {
@@ -93,6 +114,26 @@ export async function* follow(client: NaradClient, options: FollowOptions = {}):
       await sleep(backoff, options.signal);
       backoff = Math.min(backoff * 2, maxBackoff);
     }
+  }
+}
+
+/**
+ * A session's authority after `after` (and before `before`, when given),
+ * read from history; `seen` follows what is yielded.
+ */
+async function* fill(
+  client: NaradClient,
+  sessionId: string,
+  after: number,
+  before: number | undefined,
+  seen: Map<string, number>,
+): AsyncGenerator<Frame> {
+  for await (const event of client.allHistory(sessionId, { afterSessionSequence: after })) {
+    if (before !== undefined && event.sessionSequence >= before) {
+      return;
+    }
+    seen.set(sessionId, event.sessionSequence);
+    yield { kind: "authority", id: event.eventId, event, fromHistory: true };
   }
 }
 

@@ -14,6 +14,14 @@ export type { ExecutorOptions, TokenEntry, TokenStore, Tool, ToolContext, ToolRe
 export { Runtime } from "./runtime.js";
 export type { Claim, LeaseStanding, RunContext, RunHandler, RuntimeOptions } from "./runtime.js";
 export { parseSse } from "./sse.js";
+export { SessionReducer } from "./reducer.js";
+export type { Delivered, ReducedState, ReducerOptions, TranscriptItem, TranscriptMessage, TranscriptReasoning } from "./reducer.js";
+export { SessionState, foldMembers } from "./engine.js";
+export type { AuthorityEvent, Slot, Status } from "./engine.js";
+export { ALL_PROFILES, PROFILE_NAMESPACES, PROTOCOL_VERSION, WIRE_TYPE_INFO, Violation, classify, profileSet } from "./wire.js";
+export type { Classified, ProfileId, WireKind, WireObject, WireTypeInfo } from "./wire.js";
+export { applyPatch, PatchError } from "./jsonpatch.js";
+export type { Json, PatchOperation } from "./jsonpatch.js";
 export type { SseEvent } from "./sse.js";
 export type * from "./types.js";
 export type { components, paths, operations } from "./generated/api.js";

@@ -494,6 +494,12 @@ fn schema_readme_lists_every_file_with_its_profile_and_placement() {
             .trim_start_matches("narad.")
             .trim_end_matches("/v1");
         assert_eq!(row[0], profile, "{}: profile column", s.path);
+        assert_eq!(
+            s.raw["x-narad-profile"],
+            t.profile().id(),
+            "{}: x-narad-profile names the profile that owns the type",
+            s.path
+        );
         let placement = match t.placement() {
             None => "",
             Some(p) if p == Placement::RUN_TREE => "run-tree",

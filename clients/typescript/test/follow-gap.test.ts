@@ -1,0 +1,108 @@
+// follow() fills a gap from history: retention forgot rows of the tenant
+// stream before this reader got them (a `replay-gap` frame), so a session's
+// next event skips sequences; the events in between come from history,
+// before it, and the reduced state equals what history holds. Served by a
+// scripted fetch: a real server forgets rows only under retention pressure
+// (narad's own test of that is tests/tests/resume.rs).
+import assert from "node:assert/strict";
+import { test } from "node:test";
+
+import { follow, NaradClient, SessionReducer, type Frame } from "../src/index.js";
+
+function event(session: string, seq: number, type: string, extra: Record<string, unknown> = {}) {
+  return {
+    protocolVersion: "narad/v1",
+    type,
+    eventId: `${session}-e${seq}`,
+    timestamp: "2026-12-01T00:00:00Z",
+    sessionId: session,
+    sessionSequence: seq,
+    ...extra,
+  };
+}
+
+const said = (session: string, seq: number) =>
+  event(session, seq, "message.user.recorded", { messageId: `m${seq}`, messageScope: "session", content: `line ${seq}` });
+
+const history = [1, 2, 3, 4, 5].map((n) => said("ses-a", n));
+
+function sse(frames: { event?: string; id?: string; data: unknown }[]): string {
+  return frames
+    .map((f) => `${f.event ? `event: ${f.event}\n` : ""}${f.id ? `id: ${f.id}\n` : ""}data: ${JSON.stringify(f.data)}\n\n`)
+    .join("");
+}
+
+function scripted(stream: string): { fetch: typeof fetch; historyReads: string[] } {
+  const historyReads: string[] = [];
+  const impl = async (input: string | URL | Request): Promise<Response> => {
+    const url = new URL(String(input));
+    if (url.pathname === "/v1/events") {
+      return new Response(stream, { headers: { "content-type": "text/event-stream" } });
+    }
+    const m = /^\/v1\/sessions\/([^/]+)\/events$/.exec(url.pathname);
+    if (m) {
+      historyReads.push(url.search);
+      const after = Number(url.searchParams.get("afterSessionSequence") ?? 0);
+      const events = history.filter((e) => e.sessionId === m[1] && e.sessionSequence > after).slice(0, 2);
+      const last = events.at(-1);
+      const body = last === undefined ? { events } : { events, nextSessionSequence: last.sessionSequence };
+      return Response.json(body);
+    }
+    return new Response("{}", { status: 404 });
+  };
+  return { fetch: impl as typeof fetch, historyReads };
+}
+
+async function take(frames: AsyncGenerator<Frame>, n: number): Promise<Frame[]> {
+  const out: Frame[] = [];
+  for await (const f of frames) {
+    out.push(f);
+    if (out.length === n) break;
+  }
+  return out;
+}
+
+test("a gap announced by replay-gap is filled from history, in order, once", async () => {
+  const stream = sse([
+    { event: "capabilities", data: { protocolVersion: "narad/v1", type: "capabilities" } },
+    { id: "ses-a-e1", data: history[0] },
+    { event: "replay-gap", data: { protocolVersion: "narad/v1", type: "replay-gap", forgottenThrough: "ses-a-e3", message: "forgotten" } },
+    { id: "ses-a-e5", data: history[4] },
+  ]);
+  const { fetch, historyReads } = scripted(stream);
+  const client = new NaradClient({ servers: "http://narad.test", token: "t", fetch });
+  const frames = await take(follow(client), 7);
+  const authority = frames.flatMap((f) => (f.kind === "authority" ? [f] : []));
+  assert.deepEqual(
+    authority.map((f) => [f.event.sessionSequence, f.fromHistory === true]),
+    [
+      [1, false],
+      [2, true],
+      [3, true],
+      [4, true],
+      [5, false],
+    ],
+  );
+  assert.ok(frames.some((f) => f.kind === "replay-gap"), "the replay-gap frame is yielded to the caller");
+  assert.deepEqual(historyReads, ["?afterSessionSequence=1", "?afterSessionSequence=3"], "history is read page by page up to the stream's event");
+  const reducer = new SessionReducer();
+  for (const f of authority) reducer.deliver(f.event);
+  const replayed = new SessionReducer();
+  for (const e of history) replayed.deliver(e);
+  assert.deepEqual(reducer.state(), replayed.state());
+});
+
+test("a replay-gap naming its session fills that session at once", async () => {
+  const stream = sse([
+    { id: "ses-a-e1", data: history[0] },
+    { id: "ses-a-e2", data: history[1] },
+    { event: "replay-gap", data: { protocolVersion: "narad/v1", type: "replay-gap", forgottenThrough: null, sessionId: "ses-a", message: "forgotten" } },
+  ]);
+  const { fetch } = scripted(stream);
+  const client = new NaradClient({ servers: "http://narad.test", token: "t", fetch });
+  const frames = await take(follow(client, { onlySession: "ses-a" }), 6);
+  assert.deepEqual(
+    frames.flatMap((f) => (f.kind === "authority" ? [f.event.sessionSequence] : [])),
+    [1, 2, 3, 4, 5],
+  );
+});
