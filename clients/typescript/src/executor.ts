@@ -122,7 +122,9 @@ type Execute = Schemas["control.client.tool.execute"];
  * earlier page or process that never got a result is finished
  * `error`/`client_restarted`), sends heartbeats, finishes over HTTP under
  * the delivering lease until the server has the finish, and reattaches
- * with backoff when the socket closes.
+ * with backoff when the socket closes, trying the client's servers in
+ * turn. In Node 20 pass `WebSocket` (or run with
+ * `--experimental-websocket`); Node 22 and browsers have one.
  */
 export class Executor {
   private readonly store: TokenStore;
@@ -183,7 +185,8 @@ export class Executor {
 
   /** One socket, until it closes; whether it got attached. */
   private async attachOnce(): Promise<boolean> {
-    const server = this.client.serversInTurn()[0] as string;
+    const servers = this.client.serversInTurn();
+    const server = servers[0] as string;
     const url = `${server.replace(/^http/, "ws")}/v1/executors/${encodeURIComponent(this.options.id)}/connect`;
     const token = await this.client.bearer();
     return new Promise((resolve) => {
@@ -212,13 +215,33 @@ export class Executor {
           void this.handle(control as Execute);
         }
       };
-      socket.onclose = () => {
+      let ended = false;
+      const end = () => {
+        if (ended) {
+          return;
+        }
+        ended = true;
         if (heartbeat) {
           clearInterval(heartbeat);
         }
+        // Not attached here: the next attempt tries the next server.
+        const next = servers[1];
+        if (!attached && next !== undefined) {
+          this.client.prefer(next);
+        }
         resolve(attached);
       };
-      socket.onerror = () => socket.close();
+      socket.onclose = end;
+      // An open socket's error is followed by close. A socket that never
+      // opened may get no close event at all (Node's undici), and closing it
+      // again would only raise another error: it ends here.
+      socket.onerror = () => {
+        if (socket.readyState === 1) {
+          socket.close();
+        } else {
+          end();
+        }
+      };
     });
   }
 
