@@ -53,6 +53,15 @@ for (const [name, page] of [
         "every event exactly once, in history's order",
       );
       assert.ok(connections >= 2, `the stream was opened again after the kill (${connections})`);
+      if (page === "sdk-follow.html") {
+        // The page's reducer ends where history reduced in Node ends.
+        const { SessionReducer } = await import("../../clients/typescript/dist/index.js");
+        const replayed = new SessionReducer();
+        for (const e of history.events) replayed.deliver(e);
+        assert.deepEqual(await tab.evaluate(() => window.violations), []);
+        assert.deepEqual(await tab.evaluate(() => window.state), replayed.state());
+        assert.equal(replayed.state().sessionSequence, 30, "every note reduced");
+      }
       assert.deepEqual(errors, []);
     } finally {
       await browser.close();
