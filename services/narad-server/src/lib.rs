@@ -21,6 +21,7 @@ pub mod auth;
 pub mod body;
 pub mod coalesce;
 pub mod config;
+pub mod console;
 pub mod cors;
 pub mod error;
 pub mod executors;
@@ -99,6 +100,7 @@ pub fn app(state: AppState, http: &HttpSettings) -> Router {
         .set(serde_json::to_string_pretty(&document).expect("the OpenAPI document serialises"));
     router
         .route_layer(from_fn(input::path_params))
+        .merge(console::router())
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .with_state(state)

@@ -97,13 +97,18 @@ async fn serve_with(config: &Config, url: &Secret, embedded: bool) -> anyhow::Re
         .with_context(|| format!("cannot listen on {}", config.listen))?;
     let addr = listener.local_addr()?;
     tracing::info!(%addr, database = %url, "narad is serving");
-    if let Some(token) = dev_token {
+    let console = format!("http://{addr}{}", narad_server::console::PATH);
+    if let Some(token) = &dev_token {
         println!(
             "\ndevelopment token (org dev, every role, 12 hours; `narad token` mints more):\n\n  \
              export NARAD_TOKEN={token}\n\ntry:\n\n  \
              curl -s -X POST http://{addr}/v1/sessions -H \"Authorization: Bearer $NARAD_TOKEN\" \
-             -d '{{\"title\": \"first\"}}'\n"
+             -d '{{\"title\": \"first\"}}'\n\n\
+             the console, signed in as the developer (the token travels in the fragment, which \
+             no server sees):\n\n  {console}#token={token}\n"
         );
+    } else {
+        println!("the console: {console}");
     }
     // Last: this line says the server is ready.
     println!("narad is serving on http://{addr}");

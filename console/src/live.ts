@@ -1,0 +1,298 @@
+/**
+ * Live models the views render: one session followed and reduced with the
+ * SDK (`follow` + `SessionReducer`), and the tenant's session list kept
+ * current from the tenant stream. Each notifies its subscribers at most
+ * once per animation frame, however fast events arrive.
+ */
+import { follow, type NaradClient, NaradError, SessionReducer, type Frame } from "../../clients/typescript/src/index.js";
+
+type Listener = () => void;
+
+/** Something views subscribe to. */
+export class Observable {
+  private readonly listeners = new Set<Listener>();
+  private scheduled = false;
+  /** Bumped on every change: views compare it to re-render. */
+  version = 0;
+
+  subscribe(listener: Listener): () => void {
+    this.listeners.add(listener);
+    return () => this.listeners.delete(listener);
+  }
+
+  protected changed(): void {
+    this.version += 1;
+    if (this.scheduled) return;
+    this.scheduled = true;
+    const run = () => {
+      this.scheduled = false;
+      for (const l of this.listeners) l();
+    };
+    if (typeof requestAnimationFrame === "function" && document.visibilityState === "visible") requestAnimationFrame(run);
+    else setTimeout(run, 50);
+  }
+}
+
+/** An authority event as the console reads it. */
+export type Event = Record<string, unknown> & {
+  type: string;
+  eventId: string;
+  sessionSequence: number;
+  runId?: string;
+  rootRunId?: string;
+  sequence?: number;
+  timestamp: string;
+};
+
+/** What happened to a stream: `failed` is a refusal no retry mends (401, 403, 404). */
+export type Connection = "connecting" | "live" | "failed";
+
+/**
+ * Whether the server answers: a network failure of any request marks it
+ * unreachable, the next answer reachable again. The SDK retries streams by
+ * itself; this is what the banner shows meanwhile.
+ */
+export class Reachability extends Observable {
+  reachable = true;
+
+  /** `fetch`, reporting to this. */
+  wrap(inner: typeof fetch): typeof fetch {
+    return async (...args) => {
+      try {
+        const response = await inner(...args);
+        this.set(true);
+        return response;
+      } catch (e) {
+        if (!(e instanceof DOMException && e.name === "AbortError")) this.set(false);
+        throw e;
+      }
+    };
+  }
+
+  private set(reachable: boolean): void {
+    if (this.reachable !== reachable) {
+      this.reachable = reachable;
+      this.changed();
+    }
+  }
+}
+
+/** One session, followed live and reduced. */
+export class LiveSession extends Observable {
+  readonly reducer = new SessionReducer();
+  /** Every authority event, in sessionSequence order (the event inspector's list). */
+  readonly events: Event[] = [];
+  /** The first sessionSequence of each message, reasoning stream, tool call and interrupt. */
+  readonly firstSeen = new Map<string, number>();
+  /** interrupt.requested by interruptId. */
+  readonly interruptRequests = new Map<string, Event>();
+  /** interrupt.resolved by interruptId. */
+  readonly interruptResolutions = new Map<string, Event>();
+  /** tool.call.started and tool.call.finished by toolCallId. */
+  readonly toolCalls = new Map<string, { started: Event; finished?: Event }>();
+  /** run.stop.requested by the run it targets. */
+  readonly stops = new Map<string, Event>();
+  /** Terminals by runId. */
+  readonly terminals = new Map<string, Event>();
+  connection: Connection = "connecting";
+  problem: string | undefined;
+  private readonly abort = new AbortController();
+
+  constructor(
+    private readonly client: NaradClient,
+    readonly sessionId: string,
+  ) {
+    super();
+    void this.run();
+  }
+
+  /** Stops following. */
+  close(): void {
+    this.abort.abort();
+  }
+
+  private async run(): Promise<void> {
+    const connect = (frame: Frame) => {
+      if (frame.kind === "capabilities") {
+        this.connection = "live";
+        this.changed();
+      }
+    };
+    try {
+      for await (const frame of follow(this.client, { sessionId: this.sessionId, signal: this.abort.signal, initialBackoffMs: 200, maxBackoffMs: 3000 })) {
+        connect(frame);
+        if (frame.kind === "authority") this.apply(frame.event as unknown as Event);
+        else if (frame.kind === "watch") this.deliver(frame.event);
+        else if (frame.kind === "hydrate") this.deliver(frame.record);
+      }
+    } catch (e) {
+      if (this.abort.signal.aborted) return;
+      this.connection = "failed";
+      this.problem = e instanceof NaradError ? `${e.code ?? e.status}: ${e.message}` : String(e);
+      this.changed();
+    }
+  }
+
+  private deliver(object: unknown): void {
+    try {
+      this.reducer.deliver(object);
+    } catch (e) {
+      this.problem = e instanceof Error ? e.message : String(e);
+    }
+    this.changed();
+  }
+
+  private apply(e: Event): void {
+    const before = this.reducer.sessionSequence;
+    this.deliver(e);
+    if (this.reducer.sessionSequence === before) return; // a duplicate, or refused
+    this.events.push(e);
+    const first = (id: unknown) => {
+      if (typeof id === "string" && !this.firstSeen.has(id)) this.firstSeen.set(id, e.sessionSequence);
+    };
+    switch (e.type) {
+      case "message.user.recorded":
+      case "message.text.started":
+        first(e.messageId);
+        break;
+      case "reasoning.started":
+        first(e.reasoningId);
+        break;
+      case "tool.call.started":
+        first(e.toolCallId);
+        this.toolCalls.set(e.toolCallId as string, { started: e });
+        break;
+      case "tool.call.finished": {
+        const call = this.toolCalls.get(e.toolCallId as string);
+        if (call !== undefined) call.finished = e;
+        break;
+      }
+      case "interrupt.requested":
+        first(e.interruptId);
+        this.interruptRequests.set(e.interruptId as string, e);
+        break;
+      case "interrupt.resolved":
+        this.interruptResolutions.set(e.interruptId as string, e);
+        break;
+      case "run.stop.requested":
+        this.stops.set(e.targetRunId as string, e);
+        break;
+      case "run.finished":
+      case "run.error":
+      case "run.cancelled":
+        if (e.runId !== undefined) this.terminals.set(e.runId, e);
+        break;
+      default:
+        break;
+    }
+  }
+}
+
+/** A session as the list shows it. */
+export interface SessionSummary {
+  sessionId: string;
+  title?: string;
+  createdAt: string;
+  archivedAt?: string;
+  sessionSequence: number;
+  activeExecution?: { kind: string; runId?: string; workflowId?: string };
+  /** When the list last heard of it (ms since the epoch). */
+  lastActivity?: number;
+  /** Interrupts requested and not resolved, as seen on the tenant stream since the list opened. */
+  pending: Set<string>;
+}
+
+/** The tenant's sessions: read page by page, then kept current from the tenant stream. */
+export class LiveSessionList extends Observable {
+  readonly sessions = new Map<string, SessionSummary>();
+  connection: Connection = "connecting";
+  problem: string | undefined;
+  loaded = false;
+  private readonly abort = new AbortController();
+  private readonly refreshing = new Map<string, ReturnType<typeof setTimeout>>();
+
+  constructor(private readonly client: NaradClient) {
+    super();
+    void this.run();
+  }
+
+  close(): void {
+    this.abort.abort();
+    for (const t of this.refreshing.values()) clearTimeout(t);
+  }
+
+  private async run(): Promise<void> {
+    // The stream first, so that nothing changed while the list is read is missed.
+    const stream = this.follow();
+    try {
+      let after: string | undefined;
+      do {
+        const query = new URLSearchParams({ limit: "500" });
+        if (after !== undefined) query.set("after", after);
+        const page = await this.client.request<{ sessions: SessionSummary[]; nextAfter?: string }>("GET", `/v1/sessions?${query}`);
+        for (const s of page.sessions) this.put(s);
+        after = page.nextAfter;
+      } while (after !== undefined && !this.abort.signal.aborted);
+      this.loaded = true;
+      this.changed();
+    } catch (e) {
+      this.problem = e instanceof NaradError ? `${e.code ?? e.status}: ${e.message}` : String(e);
+      this.changed();
+    }
+    await stream;
+  }
+
+  private put(s: Omit<SessionSummary, "pending">): void {
+    const had = this.sessions.get(s.sessionId);
+    this.sessions.set(s.sessionId, { ...had, ...s, pending: had?.pending ?? new Set() });
+    this.changed();
+  }
+
+  private async follow(): Promise<void> {
+    try {
+      for await (const frame of follow(this.client, { signal: this.abort.signal, initialBackoffMs: 200, maxBackoffMs: 3000 })) {
+        if (frame.kind === "capabilities") {
+          this.connection = "live";
+          this.changed();
+          continue;
+        }
+        if (frame.kind !== "authority" && frame.kind !== "watch") continue;
+        const e = frame.event as unknown as Record<string, unknown>;
+        const sessionId = typeof e.sessionId === "string" ? e.sessionId : undefined;
+        if (sessionId === undefined) continue;
+        const known = this.sessions.get(sessionId);
+        if (known !== undefined) {
+          known.lastActivity = Date.now();
+          if (e.type === "interrupt.requested") known.pending.add(e.interruptId as string);
+          if (e.type === "interrupt.resolved") known.pending.delete(e.interruptId as string);
+          if (typeof e.sessionSequence === "number" && e.sessionSequence > known.sessionSequence) known.sessionSequence = e.sessionSequence;
+          this.changed();
+        }
+        this.refresh(sessionId);
+      }
+    } catch (e) {
+      if (this.abort.signal.aborted) return;
+      this.connection = "failed";
+      this.problem = e instanceof NaradError ? `${e.code ?? e.status}: ${e.message}` : String(e);
+      this.changed();
+    }
+  }
+
+  /** Reads one session again, at most every 300 ms however busy it is. */
+  private refresh(sessionId: string): void {
+    if (this.refreshing.has(sessionId)) return;
+    this.refreshing.set(
+      sessionId,
+      setTimeout(async () => {
+        this.refreshing.delete(sessionId);
+        try {
+          const s = await this.client.request<SessionSummary>("GET", `/v1/sessions/${encodeURIComponent(sessionId)}`);
+          const lastActivity = this.sessions.get(sessionId)?.lastActivity ?? Date.now();
+          this.put({ ...s, lastActivity });
+        } catch {
+          // Gone or not readable: the next event tries again.
+        }
+      }, 300),
+    );
+  }
+}

@@ -1,0 +1,382 @@
+/**
+ * One session, live: the conversation as it streams (reasoning folded,
+ * tool calls with arguments and results, interrupts with their actions),
+ * the run tree, and the controls the signed-in roles allow: say something,
+ * approve or deny, stop the active run.
+ */
+import type { ComponentChildren } from "preact";
+import { useEffect, useLayoutEffect, useMemo, useRef, useState } from "preact/hooks";
+
+import { type NaradClient, NaradError, type TranscriptItem } from "../../clients/typescript/src/index.js";
+import { type Identity, may } from "./auth.js";
+import { useObservable } from "./hooks.js";
+import { type Event, LiveSession } from "./live.js";
+
+type Entry = { key: string; seq: number; node: ComponentChildren };
+
+function messageOf(e: unknown): string {
+  if (e instanceof NaradError) return `${e.code ?? e.status}: ${e.message}`;
+  return e instanceof Error ? e.message : String(e);
+}
+
+function text(content: unknown): string {
+  if (typeof content === "string") return content;
+  if (Array.isArray(content)) {
+    return content
+      .map((p) => (typeof p === "object" && p !== null && typeof (p as { text?: unknown }).text === "string" ? (p as { text: string }).text : ""))
+      .join("");
+  }
+  return JSON.stringify(content);
+}
+
+function Json({ value }: { value: unknown }) {
+  return <pre class="json">{JSON.stringify(value, null, 2)}</pre>;
+}
+
+function Actor({ event }: { event: Event | undefined }) {
+  const actor = event?.actor as { kind: string; sub: string; extension?: string } | undefined;
+  if (actor === undefined) return null;
+  return (
+    <span class="actor">
+      by {actor.sub}
+      {actor.extension ? ` (${actor.extension})` : ""}
+    </span>
+  );
+}
+
+function TranscriptEntry({ item }: { item: TranscriptItem }) {
+  if (item.item === "reasoning") {
+    return (
+      <details class="reasoning">
+        <summary>Reasoning{item.completed ? "" : "…"}</summary>
+        <p>{item.text}</p>
+      </details>
+    );
+  }
+  const shown = item.redaction ? text(item.redaction.displayReplacement ?? "[redacted]") : text(item.content);
+  return (
+    <article class={`message ${item.role}`} data-message={item.messageId} aria-label={`${item.role} message`}>
+      <header>{item.role}</header>
+      <p>
+        {shown}
+        {!item.completed && <span class="cursor" aria-hidden="true" />}
+      </p>
+      {item.redaction && <footer class="quiet">redacted: {item.redaction.reason}</footer>}
+    </article>
+  );
+}
+
+function ToolCall({ started, finished, executorId }: { started: Event; finished: Event | undefined; executorId: string | undefined }) {
+  const client = started.executor === "client";
+  return (
+    <article class="tool" data-tool-call={started.toolCallId as string} aria-label={`tool call ${started.toolName as string}`}>
+      <header>
+        tool <code>{started.toolName as string}</code> · {client ? `client executor ${executorId ?? "?"}` : "backend"}
+        {finished ? <span class={`badge ${finished.outcome as string}`}>{finished.outcome as string}</span> : <span class="badge running">running</span>}
+      </header>
+      <details>
+        <summary>arguments</summary>
+        <Json value={started.args} />
+      </details>
+      {finished && (
+        <details open={finished.outcome !== "success"}>
+          <summary>result{finished.code ? ` (${finished.code as string})` : ""}</summary>
+          {finished.message ? <p>{finished.message as string}</p> : null}
+          <Json value={finished.response} />
+        </details>
+      )}
+    </article>
+  );
+}
+
+function Interrupt({
+  live,
+  request,
+  client,
+  identity,
+}: {
+  live: LiveSession;
+  request: Event;
+  client: NaradClient;
+  identity: Identity;
+}) {
+  const id = request.interruptId as string;
+  const resolution = live.interruptResolutions.get(id);
+  const [reason, setReason] = useState("");
+  const [busy, setBusy] = useState(false);
+  const [note, setNote] = useState<string>();
+  const actions = (request.actions as string[]) ?? [];
+  const resolve = async (decision: string) => {
+    setBusy(true);
+    setNote(undefined);
+    try {
+      const body: { interruptId: string; sessionId: string; decision: string; reason?: string } = { interruptId: id, sessionId: live.sessionId, decision };
+      if (reason.trim() !== "") body.reason = reason.trim();
+      await client.command("resolve-interrupt", body);
+    } catch (e) {
+      // Someone else resolved it first: what happened shows from the stream.
+      if (e instanceof NaradError && e.status === 409) setNote("Already resolved by someone else; their decision stands.");
+      else setNote(messageOf(e));
+    } finally {
+      setBusy(false);
+    }
+  };
+  return (
+    <article class={`interrupt ${resolution ? "resolved" : "open"}`} data-interrupt={id} aria-label="interrupt">
+      <header>
+        {(request.title as string | undefined) ?? (request.kind as string)}
+        {resolution ? (
+          <span class={`badge ${resolution.decision as string}`}>{resolution.decision as string}</span>
+        ) : (
+          <span class="badge waiting">waiting</span>
+        )}
+      </header>
+      {typeof request.message === "string" && <p>{request.message}</p>}
+      {request.input !== undefined && (
+        <details>
+          <summary>details</summary>
+          <Json value={request.input} />
+        </details>
+      )}
+      {resolution && (
+        <p class="resolution">
+          {resolution.decision as string} <Actor event={resolution} />
+          {typeof resolution.reason === "string" ? `: ${resolution.reason}` : ""}
+        </p>
+      )}
+      {!resolution && may(identity, "approve") && (
+        <div class="actions">
+          <input
+            type="text"
+            placeholder="Reason (optional)"
+            aria-label={`reason for interrupt ${id}`}
+            value={reason}
+            onInput={(e) => setReason(e.currentTarget.value)}
+          />
+          {actions.map((a) => (
+            <button key={a} type="button" class={a === "approve" ? "primary" : ""} disabled={busy} onClick={() => resolve(a)}>
+              {a[0]?.toUpperCase()}
+              {a.slice(1)}
+            </button>
+          ))}
+        </div>
+      )}
+      {note && (
+        <p role="status" class="quiet">
+          {note}
+        </p>
+      )}
+    </article>
+  );
+}
+
+function RunMarker({ live, runId, started }: { live: LiveSession; runId: string; started: Event }) {
+  const terminal = live.terminals.get(runId);
+  const stop = live.stops.get(runId);
+  return (
+    <div class="run-marker" data-run={runId}>
+      run <code>{runId}</code> {started.parentRunId ? `(in ${started.parentRunId as string}) ` : ""}started
+      {stop && (
+        <>
+          {" "}
+          · stop requested <Actor event={stop} />
+        </>
+      )}
+      {terminal && (
+        <>
+          {" "}
+          · <span class={`badge ${terminal.type.slice(4)}`}>{terminal.type.slice(4)}</span>
+        </>
+      )}
+    </div>
+  );
+}
+
+function Composer({ live, client }: { live: LiveSession; client: NaradClient }) {
+  const [draft, setDraft] = useState("");
+  const [problem, setProblem] = useState<string>();
+  const [busy, setBusy] = useState(false);
+  const send = async () => {
+    const content = draft.trim();
+    if (content === "") return;
+    setBusy(true);
+    try {
+      await client.command("record-user-message", { sessionId: live.sessionId, messageScope: "session", content });
+      setDraft("");
+      setProblem(undefined);
+    } catch (e) {
+      setProblem(messageOf(e));
+    } finally {
+      setBusy(false);
+    }
+  };
+  return (
+    <form
+      class="composer"
+      onSubmit={(e) => {
+        e.preventDefault();
+        void send();
+      }}
+    >
+      <label for="say" class="visually-hidden">
+        Say something
+      </label>
+      <textarea
+        id="say"
+        rows={2}
+        placeholder="Say something (Enter sends, Shift+Enter for a new line)"
+        value={draft}
+        onInput={(e) => setDraft(e.currentTarget.value)}
+        onKeyDown={(e) => {
+          if (e.key === "Enter" && !e.shiftKey) {
+            e.preventDefault();
+            void send();
+          }
+        }}
+      />
+      <button type="submit" class="primary" disabled={busy || draft.trim() === ""}>
+        Send
+      </button>
+      {problem && (
+        <p role="alert" class="problem">
+          {problem}
+        </p>
+      )}
+    </form>
+  );
+}
+
+export function SessionPage({ client, identity, sessionId }: { client: NaradClient; identity: Identity; sessionId: string }) {
+  const live = useMemo(() => new LiveSession(client, sessionId), [client, sessionId]);
+  useEffect(() => () => live.close(), [live]);
+  useObservable(live);
+  const [record, setRecord] = useState<{ title?: string }>();
+  const [problem, setProblem] = useState<string>();
+  const [opened, setOpened] = useState<string[]>([]);
+  useEffect(() => {
+    client.getSession(sessionId).then(setRecord, (e: unknown) => setProblem(messageOf(e)));
+  }, [client, sessionId]);
+
+  // Keeps the newest entry in view while the reader is at the bottom:
+  // measured while rendering, before the new entries reach the page.
+  const timeline = useRef<HTMLElement>(null);
+  const el = timeline.current;
+  const stick = el === null || el.scrollHeight - el.scrollTop - el.clientHeight < 80;
+  useLayoutEffect(() => {
+    const t = timeline.current;
+    if (t !== null && stick) t.scrollTop = t.scrollHeight;
+  });
+
+  const state = live.reducer.state();
+  const slot = state.slot;
+  const activeRun = slot?.kind === "run" ? slot.runId : undefined;
+  const stop = async () => {
+    if (activeRun === undefined) return;
+    try {
+      await client.command("stop-run", { sessionId, runId: activeRun, reason: "stopped from the console" });
+    } catch (e) {
+      setProblem(messageOf(e));
+    }
+  };
+
+  const entries: Entry[] = [];
+  // Every top-level run's messages (the protocol's default transcript shows
+  // the latest run's only; an operator reads the whole conversation), and
+  // those of the nested runs opened.
+  const topLevel = Object.entries(state.runs).flatMap(([runId, r]) => (r.parentRunId === undefined ? [runId] : []));
+  const transcript = live.reducer.transcript([...topLevel, ...opened]);
+  transcript.forEach((item, i) => {
+    const id = item.item === "message" ? item.messageId : item.reasoningId;
+    entries.push({ key: `t-${id}-${i}`, seq: live.firstSeen.get(id) ?? 0, node: <TranscriptEntry item={item} /> });
+  });
+  for (const [toolCallId, call] of live.toolCalls) {
+    const runId = call.started.runId;
+    entries.push({
+      key: `c-${toolCallId}`,
+      seq: call.started.sessionSequence,
+      node: <ToolCall started={call.started} finished={call.finished} executorId={runId ? state.runs[runId]?.clientExecutorId : undefined} />,
+    });
+  }
+  for (const request of live.interruptRequests.values()) {
+    entries.push({
+      key: `i-${request.interruptId as string}`,
+      seq: request.sessionSequence,
+      node: <Interrupt live={live} request={request} client={client} identity={identity} />,
+    });
+  }
+  for (const e of live.events) {
+    if (e.type === "run.started" && e.runId !== undefined) {
+      entries.push({ key: `r-${e.runId}`, seq: e.sessionSequence, node: <RunMarker live={live} runId={e.runId} started={e} /> });
+    }
+  }
+  entries.sort((a, b) => a.seq - b.seq);
+  const nested = Object.entries(state.runs).filter(([, r]) => r.parentRunId !== undefined);
+
+  return (
+    <main class="session">
+      <div class="toolbar">
+        <a href="#/sessions" class="quiet">
+          ← Sessions
+        </a>
+        <h1>{record?.title ?? sessionId}</h1>
+        <span class="id">{sessionId}</span>
+        <span class={`dot ${live.connection}`} role="status" aria-label={`session stream ${live.connection}`} title={`stream: ${live.connection}`} />
+        {activeRun !== undefined && (
+          <span class="badge running" data-active-run={activeRun}>
+            {activeRun}: {state.runs[activeRun]?.state}
+          </span>
+        )}
+        {activeRun !== undefined && may(identity, "command") && (
+          <button type="button" class="danger" onClick={stop} disabled={state.runs[activeRun]?.stopRequested === true}>
+            {state.runs[activeRun]?.stopRequested ? "Stopping…" : "Stop run"}
+          </button>
+        )}
+      </div>
+      {(problem ?? live.problem) && (
+        <p role="alert" class="problem">
+          {problem ?? live.problem}
+        </p>
+      )}
+      <div class="columns">
+        <section class="timeline" aria-label="Conversation" aria-live="polite" ref={timeline}>
+          {entries.length === 0 && <p class="quiet">Nothing here yet.</p>}
+          {entries.map((e) => (
+            <div class="entry" key={e.key}>
+              {e.node}
+            </div>
+          ))}
+        </section>
+        <aside aria-label="Runs">
+          <h2>Runs</h2>
+          <ul class="runs">
+            {Object.entries(state.runs).map(([runId, r]) => (
+              <li key={runId} style={{ marginLeft: r.parentRunId ? "1em" : 0 }}>
+                <code>{runId}</code> <span class={`badge ${r.state}`}>{r.state}</span>
+                {r.stopRequested && r.state !== "cancelled" ? " (stop requested)" : ""}
+              </li>
+            ))}
+          </ul>
+          {nested.length > 0 && (
+            <fieldset>
+              <legend>Show nested runs in the conversation</legend>
+              {nested.map(([runId]) => (
+                <label class="check" key={runId}>
+                  <input
+                    type="checkbox"
+                    checked={opened.includes(runId)}
+                    onChange={(e) => setOpened(e.currentTarget.checked ? [...opened, runId] : opened.filter((r) => r !== runId))}
+                  />{" "}
+                  {runId}
+                </label>
+              ))}
+            </fieldset>
+          )}
+          <p class="quiet">
+            {state.sessionSequence} events · <span data-session-sequence={state.sessionSequence}>through {state.sessionSequence}</span>
+          </p>
+        </aside>
+      </div>
+      {may(identity, "command") && <Composer live={live} client={client} />}
+    </main>
+  );
+}

@@ -1,0 +1,94 @@
+/** The sessions list: live, filterable, archived sessions on request. */
+import { useEffect, useMemo, useState } from "preact/hooks";
+
+import { type NaradClient, NaradError } from "../../clients/typescript/src/index.js";
+import { type Identity, may } from "./auth.js";
+import { ago, useObservable, useTick } from "./hooks.js";
+import { LiveSessionList, type SessionSummary } from "./live.js";
+
+function activity(s: SessionSummary): number {
+  return s.lastActivity ?? Date.parse(s.createdAt);
+}
+
+export function SessionsPage({ client, identity }: { client: NaradClient; identity: Identity }) {
+  const list = useMemo(() => new LiveSessionList(client), [client]);
+  useEffect(() => () => list.close(), [list]);
+  useObservable(list);
+  const now = useTick(5000);
+  const [filter, setFilter] = useState("");
+  const [archived, setArchived] = useState(false);
+  const [problem, setProblem] = useState<string>();
+  const needle = filter.trim().toLowerCase();
+  const rows = [...list.sessions.values()]
+    .filter((s) => archived || s.archivedAt === undefined)
+    .filter((s) => needle === "" || s.sessionId.toLowerCase().includes(needle) || (s.title ?? "").toLowerCase().includes(needle))
+    .sort((a, b) => activity(b) - activity(a));
+
+  const create = async () => {
+    try {
+      const s = await client.createSession({ title: `Session ${new Date().toLocaleString()}` });
+      location.hash = `#/sessions/${encodeURIComponent(s.sessionId)}`;
+    } catch (e) {
+      setProblem(e instanceof NaradError ? `${e.code ?? e.status}: ${e.message}` : String(e));
+    }
+  };
+
+  return (
+    <main class="sessions">
+      <div class="toolbar">
+        <h1>Sessions</h1>
+        <input
+          type="search"
+          placeholder="Filter by title or id"
+          aria-label="Filter sessions by title or id"
+          value={filter}
+          onInput={(e) => setFilter(e.currentTarget.value)}
+        />
+        <label class="check">
+          <input type="checkbox" checked={archived} onChange={(e) => setArchived(e.currentTarget.checked)} /> Show archived
+        </label>
+        {may(identity, "command") && (
+          <button type="button" onClick={create}>
+            New session
+          </button>
+        )}
+        <span class={`dot ${list.connection}`} role="status" aria-label={`tenant stream ${list.connection}`} title={`tenant stream: ${list.connection}`} />
+      </div>
+      {(problem ?? list.problem) && (
+        <p role="alert" class="problem">
+          {problem ?? list.problem}
+        </p>
+      )}
+      {!list.loaded && <p class="quiet">Loading sessions…</p>}
+      {list.loaded && rows.length === 0 && <p class="quiet">No sessions{needle ? " match" : " yet"}.</p>}
+      {rows.length > 0 && (
+        <table>
+          <thead>
+            <tr>
+              <th scope="col">Session</th>
+              <th scope="col">Active</th>
+              <th scope="col">Approvals</th>
+              <th scope="col">Events</th>
+              <th scope="col">Last activity</th>
+            </tr>
+          </thead>
+          <tbody>
+            {rows.map((s) => (
+              <tr key={s.sessionId} data-session={s.sessionId}>
+                <td>
+                  <a href={`#/sessions/${encodeURIComponent(s.sessionId)}`}>{s.title ?? s.sessionId}</a>
+                  <div class="id">{s.sessionId}</div>
+                  {s.archivedAt !== undefined && <span class="badge">archived</span>}
+                </td>
+                <td>{s.activeExecution ? <span class="badge running">{s.activeExecution.runId ?? s.activeExecution.workflowId}</span> : "—"}</td>
+                <td>{s.pending.size > 0 ? <span class="badge waiting">{s.pending.size} waiting</span> : "—"}</td>
+                <td class="num">{s.sessionSequence}</td>
+                <td>{ago(activity(s), now)}</td>
+              </tr>
+            ))}
+          </tbody>
+        </table>
+      )}
+    </main>
+  );
+}

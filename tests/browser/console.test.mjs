@@ -1,0 +1,129 @@
+// The console (served by narad at /console) in Chromium, against a real
+// server with `narad demo-agent` and `narad executor` running: signed in
+// by its link, a session a script creates appears in the list; "hello" is
+// answered word by word; a destructive request waits for an approval that
+// a click gives (and the resolution names the signed-in person); a long
+// answer is stopped half-way; a SIGKILL of the server mid-page is
+// recovered from with nothing shown twice. Pictures go to SCREENSHOTS.
+import assert from "node:assert/strict";
+import { spawn } from "node:child_process";
+import { mkdtempSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { test } from "node:test";
+import { setTimeout as sleep } from "node:timers/promises";
+
+import { call, freePort, kill, launch, picture, required, startNarad, token } from "./harness.mjs";
+
+/** Starts `narad <args>` with `jwt` as its token; the process. */
+function helper(api, jwt, args) {
+  return spawn(required("NARAD_BIN"), [...args, "--server", api], {
+    env: { ...process.env, NARAD_TOKEN: jwt, RUST_LOG: "warn" },
+    stdio: ["ignore", "ignore", "inherit"],
+  });
+}
+
+/** The transcript as the page shows it: [role, text] per message. */
+function shown(page) {
+  return page.$$eval("article.message", (els) =>
+    els.map((el) => [el.getAttribute("aria-label"), el.querySelector("p")?.textContent ?? ""]),
+  );
+}
+
+test("the console: sign in, watch, say, approve, stop, survive a SIGKILL", { timeout: 240_000 }, async () => {
+  const apiPort = await freePort();
+  const api = `http://127.0.0.1:${apiPort}`;
+  let narad = await startNarad(apiPort, "http://127.0.0.1:1");
+  const person = token("reader,writer,approver");
+  const agent = helper(api, token("reader,writer,backend"), ["demo-agent", "--executor", "desk-1", "--word-delay-ms", "40"]);
+  const store = join(mkdtempSync(join(tmpdir(), "narad-console-")), "desk-1.tokens");
+  const executor = helper(api, token("executor"), ["executor", "--id", "desk-1", "--store", store]);
+  const browser = await launch();
+  try {
+    const page = await browser.newPage({ viewport: { width: 1100, height: 900 } });
+    const errors = [];
+    page.on("pageerror", (e) => errors.push(String(e)));
+
+    // 1. The link signs in; the token leaves the address bar at once.
+    await page.goto(`${api}/console/#token=${person}`);
+    await page.getByRole("heading", { name: "Sessions" }).waitFor();
+    assert.ok(!page.url().includes(person), "the token is gone from the address");
+    await page.locator(".top .who").getByText("tester").waitFor();
+    const session = await call(api, person, "POST", "/v1/sessions", { title: "made by a script" });
+    const row = page.locator(`tr[data-session="${session.sessionId}"]`);
+    await row.waitFor({ timeout: 15_000 });
+    assert.match(await row.textContent(), /made by a script/);
+    await picture(page, "console-sessions");
+
+    // 2. "hello": the answer streams in word by word.
+    await row.getByRole("link").click();
+    await page.getByRole("heading", { name: "made by a script" }).waitFor();
+    const say = async (text) => {
+      await page.getByLabel("Say something").fill(text);
+      await page.getByRole("button", { name: "Send" }).click();
+    };
+    await say("hello there console friend");
+    const partials = new Set();
+    const deadline = Date.now() + 30_000;
+    for (;;) {
+      const messages = await shown(page);
+      const answer = messages.find(([role]) => role === "assistant message");
+      if (answer) partials.add(answer[1]);
+      if (answer && (await page.locator("article.message.assistant .cursor").count()) === 0 && answer[1].length > 0) break;
+      assert.ok(Date.now() < deadline, "no whole answer within 30 s");
+      await sleep(20);
+    }
+    assert.ok(partials.size >= 3, `the answer grew word by word (${[...partials].join(" | ")})`);
+
+    // 3. Something destructive: an approval, given by a click.
+    await say("please delete the old logs");
+    const interrupt = page.locator("article.interrupt.open");
+    await interrupt.waitFor({ timeout: 30_000 });
+    await interrupt.getByRole("button", { name: "Approve" }).click();
+    const resolved = page.locator("article.interrupt.resolved");
+    await resolved.waitFor({ timeout: 15_000 });
+    assert.match(await resolved.textContent(), /approve\s+by tester/);
+    await page.locator(".run-marker .badge.finished").nth(1).waitFor({ timeout: 30_000 });
+
+    // 4. A long answer, stopped half-way.
+    const long = Array.from({ length: 120 }, (_, i) => `word${i}`).join(" ");
+    await say(long);
+    await page.getByRole("button", { name: "Stop run" }).waitFor({ timeout: 30_000 });
+    await page.waitForFunction(() => [...document.querySelectorAll("article.message.assistant p")].some((p) => p.textContent.includes("word10")), null, {
+      timeout: 30_000,
+    });
+    await page.getByRole("button", { name: "Stop run" }).click();
+    await page.locator(".run-marker .badge.cancelled").waitFor({ timeout: 30_000 });
+    const cut = (await shown(page)).filter(([role]) => role === "assistant message").at(-1)[1];
+    assert.ok(!cut.includes("word119"), "the answer stopped before its end");
+
+    // 5. The server is killed and started again under the open page.
+    const before = await shown(page);
+    await kill(narad);
+    await page.getByRole("status").getByText("reconnecting").waitFor({ timeout: 20_000 });
+    narad = await startNarad(apiPort, "http://127.0.0.1:1");
+    await say("hello again");
+    await page.waitForFunction((n) => document.querySelectorAll("article.message").length >= n + 2, before.length, { timeout: 60_000 });
+    await page.locator(".banner").waitFor({ state: "detached", timeout: 20_000 });
+    await sleep(1500); // an answer still streaming, or anything shown twice, shows by now
+    const after = await shown(page);
+    const ids = await page.$$eval("article.message", (els) => els.map((el) => el.dataset.message));
+    assert.equal(new Set(ids).size, ids.length, "no message shown twice");
+    assert.deepEqual(after.slice(0, before.length), before, "what was shown stays as it was");
+    const history = await call(api, person, "GET", `/v1/sessions/${session.sessionId}/events?limit=1000`);
+    const last = history.events.at(-1).sessionSequence;
+    await page.locator(`[data-session-sequence="${last}"]`).waitFor({ timeout: 20_000 });
+
+    // 6. A picture of the session at the end.
+    await picture(page, "console-session");
+    assert.deepEqual(errors, []);
+  } catch (e) {
+    for (const [i, p] of browser.contexts().flatMap((c) => c.pages()).entries()) await picture(p, `console-failed-${i}`);
+    throw e;
+  } finally {
+    await browser.close();
+    agent.kill("SIGKILL");
+    executor.kill("SIGKILL");
+    await kill(narad);
+  }
+});
