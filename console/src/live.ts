@@ -296,3 +296,74 @@ export class LiveSessionList extends Observable {
     );
   }
 }
+
+/** An open interrupt as the inbox shows it. */
+export interface Waiting {
+  sessionId: string;
+  sessionTitle?: string;
+  interruptId: string;
+  requestedAt: string;
+  request: Record<string, unknown>;
+}
+
+/**
+ * The tenant's open interrupts (the approvals inbox): read from
+ * `GET /v1/interrupts`, and read again whenever the tenant stream carries
+ * an interrupt being requested or resolved.
+ */
+export class LiveInbox extends Observable {
+  waiting: Waiting[] = [];
+  loaded = false;
+  problem: string | undefined;
+  connection: Connection = "connecting";
+  private readonly abort = new AbortController();
+  private timer: ReturnType<typeof setTimeout> | undefined;
+
+  constructor(private readonly client: NaradClient) {
+    super();
+    void this.follow();
+    this.reload();
+  }
+
+  close(): void {
+    this.abort.abort();
+    clearTimeout(this.timer);
+  }
+
+  /** Reads the inbox again soon (once however many events ask for it). */
+  reload(): void {
+    if (this.timer !== undefined) return;
+    this.timer = setTimeout(async () => {
+      this.timer = undefined;
+      try {
+        const all: Waiting[] = [];
+        for await (const i of this.client.openInterrupts()) all.push(i as unknown as Waiting);
+        this.waiting = all;
+        this.loaded = true;
+        this.problem = undefined;
+      } catch (e) {
+        this.problem = e instanceof NaradError ? `${e.code ?? e.status}: ${e.message}` : String(e);
+      }
+      this.changed();
+    }, 150);
+  }
+
+  private async follow(): Promise<void> {
+    try {
+      for await (const frame of follow(this.client, { signal: this.abort.signal, initialBackoffMs: 200, maxBackoffMs: 3000 })) {
+        if (frame.kind === "capabilities") {
+          this.connection = "live";
+          this.reload(); // a reconnect may have missed changes
+          this.changed();
+        } else if (frame.kind === "authority" && (frame.event.type === "interrupt.requested" || frame.event.type === "interrupt.resolved")) {
+          this.reload();
+        }
+      }
+    } catch (e) {
+      if (this.abort.signal.aborted) return;
+      this.connection = "failed";
+      this.problem = e instanceof NaradError ? `${e.code ?? e.status}: ${e.message}` : String(e);
+      this.changed();
+    }
+  }
+}

@@ -7,6 +7,7 @@ import { render } from "preact";
 import { useEffect, useMemo, useState } from "preact/hooks";
 
 import { NaradClient } from "../../clients/typescript/src/index.js";
+import { ApprovalsPage } from "./approvals.js";
 import { current, type Identity, signIn, signOut, takeTokenFromAddress } from "./auth.js";
 import { Reachability } from "./live.js";
 import { SessionPage } from "./session.js";
@@ -14,11 +15,12 @@ import { SessionsPage } from "./sessions.js";
 import { useObservable } from "./hooks.js";
 
 /** The route the fragment names. */
-type Route = { page: "sessions" } | { page: "session"; sessionId: string };
+type Route = { page: "sessions" } | { page: "approvals" } | { page: "session"; sessionId: string };
 
 function route(): Route {
   const m = /^#\/sessions\/(.+)$/.exec(location.hash);
   if (m?.[1] !== undefined) return { page: "session", sessionId: decodeURIComponent(m[1]) };
+  if (location.hash === "#/approvals") return { page: "approvals" };
   return { page: "sessions" };
 }
 
@@ -88,6 +90,9 @@ function App() {
           <a href="#/sessions" aria-current={r.page === "sessions" ? "page" : undefined}>
             Sessions
           </a>
+          <a href="#/approvals" aria-current={r.page === "approvals" ? "page" : undefined}>
+            Approvals
+          </a>
         </nav>
         <span class="who" title={`roles: ${identity.roles.join(", ")}`}>
           {identity.sub} · {identity.org}
@@ -108,11 +113,9 @@ function App() {
           The server does not answer; reconnecting…
         </div>
       )}
-      {r.page === "session" ? (
-        <SessionPage key={r.sessionId} client={client} identity={identity} sessionId={r.sessionId} />
-      ) : (
-        <SessionsPage client={client} identity={identity} />
-      )}
+      {r.page === "session" && <SessionPage key={r.sessionId} client={client} identity={identity} sessionId={r.sessionId} />}
+      {r.page === "approvals" && <ApprovalsPage client={client} identity={identity} />}
+      {r.page === "sessions" && <SessionsPage client={client} identity={identity} />}
     </>
   );
 }

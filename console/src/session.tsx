@@ -8,16 +8,12 @@ import type { ComponentChildren } from "preact";
 import { useEffect, useLayoutEffect, useMemo, useRef, useState } from "preact/hooks";
 
 import { type NaradClient, NaradError, type TranscriptItem } from "../../clients/typescript/src/index.js";
+import { InterruptActions, messageOf } from "./actions.js";
 import { type Identity, may } from "./auth.js";
 import { useObservable } from "./hooks.js";
 import { type Event, LiveSession } from "./live.js";
 
 type Entry = { key: string; seq: number; node: ComponentChildren };
-
-function messageOf(e: unknown): string {
-  if (e instanceof NaradError) return `${e.code ?? e.status}: ${e.message}`;
-  return e instanceof Error ? e.message : String(e);
-}
 
 function text(content: unknown): string {
   if (typeof content === "string") return content;
@@ -102,25 +98,6 @@ function Interrupt({
 }) {
   const id = request.interruptId as string;
   const resolution = live.interruptResolutions.get(id);
-  const [reason, setReason] = useState("");
-  const [busy, setBusy] = useState(false);
-  const [note, setNote] = useState<string>();
-  const actions = (request.actions as string[]) ?? [];
-  const resolve = async (decision: string) => {
-    setBusy(true);
-    setNote(undefined);
-    try {
-      const body: { interruptId: string; sessionId: string; decision: string; reason?: string } = { interruptId: id, sessionId: live.sessionId, decision };
-      if (reason.trim() !== "") body.reason = reason.trim();
-      await client.command("resolve-interrupt", body);
-    } catch (e) {
-      // Someone else resolved it first: what happened shows from the stream.
-      if (e instanceof NaradError && e.status === 409) setNote("Already resolved by someone else; their decision stands.");
-      else setNote(messageOf(e));
-    } finally {
-      setBusy(false);
-    }
-  };
   return (
     <article class={`interrupt ${resolution ? "resolved" : "open"}`} data-interrupt={id} aria-label="interrupt">
       <header>
@@ -145,26 +122,7 @@ function Interrupt({
         </p>
       )}
       {!resolution && may(identity, "approve") && (
-        <div class="actions">
-          <input
-            type="text"
-            placeholder="Reason (optional)"
-            aria-label={`reason for interrupt ${id}`}
-            value={reason}
-            onInput={(e) => setReason(e.currentTarget.value)}
-          />
-          {actions.map((a) => (
-            <button key={a} type="button" class={a === "approve" ? "primary" : ""} disabled={busy} onClick={() => resolve(a)}>
-              {a[0]?.toUpperCase()}
-              {a.slice(1)}
-            </button>
-          ))}
-        </div>
-      )}
-      {note && (
-        <p role="status" class="quiet">
-          {note}
-        </p>
+        <InterruptActions client={client} sessionId={live.sessionId} interruptId={id} actions={(request.actions as string[]) ?? []} />
       )}
     </article>
   );

@@ -75,11 +75,24 @@ test("the console: sign in, watch, say, approve, stop, survive a SIGKILL", { tim
     }
     assert.ok(partials.size >= 3, `the answer grew word by word (${[...partials].join(" | ")})`);
 
-    // 3. Something destructive: an approval, given by a click.
+    // 3. Something destructive: the approval shows in the session and in
+    // the inbox (another tab), and a click there gives it.
+    const inbox = await browser.newPage({ viewport: { width: 900, height: 700 } });
+    inbox.on("pageerror", (e) => errors.push(String(e)));
+    await inbox.goto(`${api}/console/#token=${person}`);
+    await inbox.getByRole("link", { name: "Approvals" }).click();
+    await inbox.getByText("Nothing is waiting for a decision.").waitFor({ timeout: 15_000 });
     await say("please delete the old logs");
     const interrupt = page.locator("article.interrupt.open");
     await interrupt.waitFor({ timeout: 30_000 });
-    await interrupt.getByRole("button", { name: "Approve" }).click();
+    const waiting = inbox.locator("li.interrupt");
+    await waiting.waitFor({ timeout: 15_000 });
+    assert.match(await waiting.textContent(), /waiting \d+ s/);
+    assert.match(await waiting.textContent(), /in made by a script/);
+    await picture(inbox, "console-approvals");
+    await waiting.getByRole("button", { name: "Approve" }).click();
+    await inbox.getByText("Nothing is waiting for a decision.").waitFor({ timeout: 15_000 });
+    await inbox.close();
     const resolved = page.locator("article.interrupt.resolved");
     await resolved.waitFor({ timeout: 15_000 });
     assert.match(await resolved.textContent(), /approve\s+by tester/);

@@ -6,6 +6,9 @@ import type {
   CommandName,
   HistoryPage,
   HistoryQuery,
+  InterruptPage,
+  OpenInterrupt,
+  SessionPage,
   ProposedEvent,
   SessionRecord,
   Schemas,
@@ -130,6 +133,26 @@ export class NaradClient {
   /** Creates a session. */
   createSession(body: Schemas["commands.create-session"] = {}): Promise<SessionRecord> {
     return this.request("POST", "/v1/sessions", { body });
+  }
+
+  /** One page of the tenant's sessions, oldest first (`after`: the previous page's `nextAfter`). */
+  listSessions(query: { after?: string; limit?: number } = {}): Promise<SessionPage> {
+    return this.request("GET", "/v1/sessions", { query: { ...query } });
+  }
+
+  /**
+   * The tenant's open interrupts (requested, not yet resolved) across its
+   * sessions, the longest waiting first: an approvals inbox, page by page.
+   */
+  async *openInterrupts(query: { limit?: number } = {}): AsyncGenerator<OpenInterrupt> {
+    let after: string | undefined;
+    do {
+      const page: InterruptPage = await this.request("GET", "/v1/interrupts", {
+        query: after === undefined ? { ...query } : { ...query, after },
+      });
+      yield* page.interrupts;
+      after = page.nextAfter;
+    } while (after !== undefined);
   }
 
   /** Reads a session. */

@@ -17,6 +17,12 @@ export type Capabilities = Schemas["control.capabilities"];
 export type ReplayGap = Schemas["ReplayGap"];
 /** A session as stored. */
 export type SessionRecord = Schemas["SessionRecord"];
+/** One page of the tenant's sessions. */
+export type SessionPage = Schemas["SessionPage"];
+/** An interrupt waiting for a decision, with its request. */
+export type OpenInterrupt = Schemas["OpenInterrupt"];
+/** One page of the tenant's open interrupts. */
+export type InterruptPage = Schemas["InterruptPage"];
 /** One page of history. */
 export type HistoryPage = Schemas["HistoryPage"];
 /** What an append answers. */

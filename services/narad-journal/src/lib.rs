@@ -29,6 +29,7 @@ pub mod executors;
 pub mod extensions;
 mod group;
 pub mod history;
+pub mod interrupts;
 pub mod openapi;
 pub mod rebuild;
 pub mod relay;
@@ -51,6 +52,7 @@ pub use error::JournalError;
 pub use executors::{Delivery, FinishAccepted, Lease, SweepItem, SweepKind};
 pub use extensions::{ExtensionRecord, SigningKey};
 pub use history::{HistoryPage, HistoryQuery};
+pub use interrupts::{InterruptCursor, OpenInterrupt};
 pub use relay::{AttachSnapshot, RelayCursor, Relayed};
 pub use runtime::{
     Claim, LeaseStanding, Released, Repair, RuntimeDue, RuntimeLease, WorkDefaults, WorkOrder,

@@ -26,6 +26,11 @@ pub fn id() -> Ref {
     component("defs.id")
 }
 
+/// An `interrupt.requested` event.
+pub fn interrupt_requested() -> Ref {
+    component("events.interrupt.requested")
+}
+
 /// An RFC 3339 date-time.
 pub fn timestamp() -> Ref {
     component("defs.timestamp")

@@ -454,6 +454,27 @@ export interface paths {
         patch: operations["updateExtension"];
         trace?: never;
     };
+    "/v1/interrupts": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Lists the tenant's open interrupts (requested, not yet resolved) across
+         *     its sessions, the longest waiting first: an approvals inbox. A token
+         *     limited to sessions sees only theirs.
+         */
+        get: operations["listOpenInterrupts"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/runtime/claims": {
         parameters: {
             query?: never;
@@ -863,6 +884,13 @@ export interface components {
         HttpToolFinish: WithRequired<components["schemas"]["control.client.tool.finish"], "leaseId">;
         /** @description A hydrate record (§9.7), any type of schema/hydrate/. */
         HydrateRecord: components["schemas"]["hydrate.graph.delta"] | components["schemas"]["hydrate.graph.snapshot"] | components["schemas"]["hydrate.messages.snapshot"];
+        /** @description A page of open interrupts. */
+        InterruptPage: {
+            /** @description Open interrupts, the longest waiting first. */
+            interrupts: components["schemas"]["OpenInterrupt"][];
+            /** @description The `after` of the next page, when more remain. */
+            nextAfter?: string;
+        };
         /** @description A renewed client executor lease. */
         LeaseRenewal: {
             leaseExpiresAt: components["schemas"]["defs.timestamp"];
@@ -890,6 +918,15 @@ export interface components {
             paths: {
                 [key: string]: unknown;
             };
+        };
+        /** @description An interrupt waiting for a decision. */
+        OpenInterrupt: {
+            interruptId: components["schemas"]["defs.id"];
+            request: components["schemas"]["events.interrupt.requested"];
+            requestedAt: components["schemas"]["defs.timestamp"];
+            sessionId: components["schemas"]["defs.id"];
+            /** @description The session's title, when it has one. */
+            sessionTitle?: string;
         };
         /** @description A proposed authority event: any type of schema/events/ without `sessionSequence`, `sequence` and `workflowSequence`, which the journal assigns; `sessionId` (the path's) and `timestamp` (now) are filled in when absent. Its eventId makes a retry of the same body idempotent. */
         ProposedEvent: components["schemas"]["proposed.artifact.added"] | components["schemas"]["proposed.artifact.failed"] | components["schemas"]["proposed.artifact.ready"] | components["schemas"]["proposed.attachment.added"] | components["schemas"]["proposed.attachment.failed"] | components["schemas"]["proposed.attachment.ready"] | components["schemas"]["proposed.attachment.removed"] | components["schemas"]["proposed.interrupt.requested"] | components["schemas"]["proposed.interrupt.resolved"] | components["schemas"]["proposed.message.redacted"] | components["schemas"]["proposed.message.text.completed"] | components["schemas"]["proposed.message.text.delta"] | components["schemas"]["proposed.message.text.started"] | components["schemas"]["proposed.message.user.recorded"] | components["schemas"]["proposed.node.custom"] | components["schemas"]["proposed.node.raw"] | components["schemas"]["proposed.progress.recorded"] | components["schemas"]["proposed.reasoning.completed"] | components["schemas"]["proposed.reasoning.delta"] | components["schemas"]["proposed.reasoning.started"] | components["schemas"]["proposed.run.cancelled"] | components["schemas"]["proposed.run.custom"] | components["schemas"]["proposed.run.error"] | components["schemas"]["proposed.run.finished"] | components["schemas"]["proposed.run.paused"] | components["schemas"]["proposed.run.raw"] | components["schemas"]["proposed.run.resumed"] | components["schemas"]["proposed.run.started"] | components["schemas"]["proposed.run.stop.requested"] | components["schemas"]["proposed.session.custom"] | components["schemas"]["proposed.session.raw"] | components["schemas"]["proposed.state.compacted"] | components["schemas"]["proposed.state.delta"] | components["schemas"]["proposed.state.snapshot"] | components["schemas"]["proposed.tool.call.finished"] | components["schemas"]["proposed.tool.call.started"] | components["schemas"]["proposed.ui.state.delta"] | components["schemas"]["proposed.ui.state.snapshot"] | components["schemas"]["proposed.view.closed"] | components["schemas"]["proposed.view.opened"] | components["schemas"]["proposed.view.updated"] | components["schemas"]["proposed.workflow.cancelled"] | components["schemas"]["proposed.workflow.custom"] | components["schemas"]["proposed.workflow.edge.taken"] | components["schemas"]["proposed.workflow.error"] | components["schemas"]["proposed.workflow.finished"] | components["schemas"]["proposed.workflow.paused"] | components["schemas"]["proposed.workflow.raw"] | components["schemas"]["proposed.workflow.resumed"] | components["schemas"]["proposed.workflow.started"] | components["schemas"]["proposed.workflow.step.started"];
@@ -7163,6 +7200,76 @@ export interface operations {
             };
             /** @description NRD-0006: the body exceeds the server's limit */
             413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description NRD-0001: the server failed; report the x-request-id */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description NRD-0901: the database cannot be reached; retry with backoff */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    listOpenInterrupts: {
+        parameters: {
+            query?: {
+                /** @description The `nextAfter` of the previous page (opaque) */
+                after?: string;
+                /** @description The page size (default 100) */
+                limit?: number;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description A page of open interrupts */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["InterruptPage"];
+                };
+            };
+            /** @description NRD-0008: `after` is not a cursor this route gave out, or `limit` is out of range */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description NRD-0101: no valid credential */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description NRD-0102: the credential's role lacks the permission */
+            403: {
                 headers: {
                     [name: string]: unknown;
                 };

@@ -6,6 +6,7 @@ pub mod events;
 pub mod executors;
 pub mod extensions;
 pub mod graph_feed;
+pub mod interrupts;
 pub mod meta;
 pub mod openapi;
 pub mod runtime;
@@ -82,6 +83,7 @@ pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::with_openapi(ApiDoc::openapi())
         .routes(routes!(sessions::create, sessions::list))
         .routes(routes!(sessions::read))
+        .routes(routes!(interrupts::open))
         .routes(routes!(sessions::documents))
         .routes(routes!(sessions::queued_starts))
         .routes(routes!(sessions::withdraw_start))
@@ -118,6 +120,20 @@ pub fn router() -> OpenApiRouter<AppState> {
         .routes(routes!(runtime::release))
         .routes(routes!(runtime::controls))
         .routes(routes!(meta::openapi))
+}
+
+/// A page size from the `limit` query parameter: `bounds.0` when absent,
+/// 1 to `bounds.1` when given.
+pub(crate) fn page_limit(limit: Option<u64>, bounds: (u32, u32)) -> Result<u32, ApiError> {
+    match limit {
+        None => Ok(bounds.0),
+        Some(n) if (1..=u64::from(bounds.1)).contains(&n) => Ok(n as u32),
+        Some(n) => Err(ApiError::new(
+            narad_protocol::ErrorCode::InvalidParameter,
+            format!("query parameter limit must be 1 to {}, got {n}", bounds.1),
+        )
+        .with_field("limit", "out of range")),
+    }
 }
 
 /// Parses the body of command `name`, with the API's errors.

@@ -8,11 +8,11 @@ use narad_protocol::commands::Command;
 use serde::Serialize;
 use utoipa::ToSchema;
 
-use super::parse_command;
+use super::{page_limit, parse_command};
 use crate::AppState;
 use crate::auth::{Permission, Principal};
 use crate::body::{JsonBody, Query};
-use crate::error::{ApiError, ApiResult};
+use crate::error::ApiResult;
 
 /// The default and largest page of `GET /v1/sessions`.
 pub const SESSION_PAGE: (u32, u32) = (50, 500);
@@ -69,22 +69,8 @@ pub async fn list(
 ) -> ApiResult<Json<SessionPage>> {
     principal.require(Permission::Read)?;
     let after = query.text("after");
-    let limit = query.number("limit")?;
+    let limit = page_limit(query.number("limit")?, SESSION_PAGE)?;
     query.finish()?;
-    let limit = match limit {
-        None => SESSION_PAGE.0,
-        Some(n) if (1..=u64::from(SESSION_PAGE.1)).contains(&n) => n as u32,
-        Some(n) => {
-            return Err(ApiError::new(
-                narad_protocol::ErrorCode::InvalidParameter,
-                format!(
-                    "query parameter limit must be 1 to {}, got {n}",
-                    SESSION_PAGE.1
-                ),
-            )
-            .with_field("limit", "out of range"));
-        }
-    };
     let mut sessions = state
         .journal
         .sessions(&principal.tenant, after.as_deref(), limit + 1)
