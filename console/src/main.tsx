@@ -15,11 +15,13 @@ import { SessionsPage } from "./sessions.js";
 import { useObservable } from "./hooks.js";
 
 /** The route the fragment names. */
-type Route = { page: "sessions" } | { page: "approvals" } | { page: "session"; sessionId: string };
+type Route = { page: "sessions" } | { page: "approvals" } | { page: "session"; sessionId: string; focus: string | undefined };
 
 function route(): Route {
-  const m = /^#\/sessions\/(.+)$/.exec(location.hash);
-  if (m?.[1] !== undefined) return { page: "session", sessionId: decodeURIComponent(m[1]) };
+  const m = /^#\/sessions\/([^/]+)(?:\/events\/([^/]+))?$/.exec(location.hash);
+  if (m?.[1] !== undefined) {
+    return { page: "session", sessionId: decodeURIComponent(m[1]), focus: m[2] === undefined ? undefined : decodeURIComponent(m[2]) };
+  }
   if (location.hash === "#/approvals") return { page: "approvals" };
   return { page: "sessions" };
 }
@@ -113,7 +115,7 @@ function App() {
           The server does not answer; reconnecting…
         </div>
       )}
-      {r.page === "session" && <SessionPage key={r.sessionId} client={client} identity={identity} sessionId={r.sessionId} />}
+      {r.page === "session" && <SessionPage key={r.sessionId} client={client} identity={identity} sessionId={r.sessionId} focus={r.focus} />}
       {r.page === "approvals" && <ApprovalsPage client={client} identity={identity} />}
       {r.page === "sessions" && <SessionsPage client={client} identity={identity} />}
     </>

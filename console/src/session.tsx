@@ -7,10 +7,11 @@
 import type { ComponentChildren } from "preact";
 import { useEffect, useLayoutEffect, useMemo, useRef, useState } from "preact/hooks";
 
-import { type NaradClient, NaradError, type TranscriptItem } from "../../clients/typescript/src/index.js";
+import type { NaradClient, ReducedState, TranscriptItem } from "../../clients/typescript/src/index.js";
 import { InterruptActions, messageOf } from "./actions.js";
 import { type Identity, may } from "./auth.js";
 import { useObservable } from "./hooks.js";
+import { EventInspector } from "./inspector.js";
 import { type Event, LiveSession } from "./live.js";
 
 type Entry = { key: string; seq: number; node: ComponentChildren };
@@ -26,7 +27,11 @@ function text(content: unknown): string {
 }
 
 function Json({ value }: { value: unknown }) {
-  return <pre class="json">{JSON.stringify(value, null, 2)}</pre>;
+  return (
+    <pre class="json" tabIndex={0}>
+      {JSON.stringify(value, null, 2)}
+    </pre>
+  );
 }
 
 function Actor({ event }: { event: Event | undefined }) {
@@ -204,11 +209,76 @@ function Composer({ live, client }: { live: LiveSession; client: NaradClient }) 
   );
 }
 
-export function SessionPage({ client, identity, sessionId }: { client: NaradClient; identity: Identity; sessionId: string }) {
+/** The state and UI documents and the views (§9.6), as the reducer holds them. */
+function Documents({ state }: { state: ReducedState }) {
+  const families = [
+    ["State documents", state.documents.state],
+    ["UI documents", state.documents.ui],
+  ] as const;
+  const views = Object.entries(state.views);
+  return (
+    <section class="documents" aria-label="State" tabIndex={0}>
+      {families.map(([title, docs]) => (
+        <div key={title}>
+          <h2>{title}</h2>
+          {docs === undefined || Object.keys(docs).length === 0 ? (
+            <p class="quiet">None.</p>
+          ) : (
+            Object.entries(docs).map(([scope, d]) => (
+              <details key={scope} open>
+                <summary>
+                  <code>{scope}</code> <span class="quiet">revision {d.revision}</span>
+                </summary>
+                <Json value={d.state} />
+              </details>
+            ))
+          )}
+        </div>
+      ))}
+      <h2>Views</h2>
+      {views.length === 0 ? (
+        <p class="quiet">None.</p>
+      ) : (
+        views.map(([viewId, v]) => (
+          <details key={viewId} open={v.open}>
+            <summary>
+              <code>{viewId}</code> <span class="quiet">{v.open ? "open" : "closed"}</span>
+            </summary>
+            <Json value={v.state} />
+          </details>
+        ))
+      )}
+    </section>
+  );
+}
+
+export function SessionPage({
+  client,
+  identity,
+  sessionId,
+  focus,
+}: {
+  client: NaradClient;
+  identity: Identity;
+  sessionId: string;
+  focus?: string | undefined;
+}) {
   const live = useMemo(() => new LiveSession(client, sessionId), [client, sessionId]);
   useEffect(() => () => live.close(), [live]);
   useObservable(live);
-  const [record, setRecord] = useState<{ title?: string }>();
+  const [record, setRecord] = useState<{ title?: string; archivedAt?: string }>();
+  const [tab, setTab] = useState<"conversation" | "events" | "state">(focus === undefined ? "conversation" : "events");
+  useEffect(() => {
+    if (focus !== undefined) setTab("events");
+  }, [focus]);
+  const act = async (f: () => Promise<unknown>) => {
+    try {
+      await f();
+      setProblem(undefined);
+    } catch (e) {
+      setProblem(messageOf(e));
+    }
+  };
   const [problem, setProblem] = useState<string>();
   const [opened, setOpened] = useState<string[]>([]);
   useEffect(() => {
@@ -289,14 +359,42 @@ export function SessionPage({ client, identity, sessionId }: { client: NaradClie
             {state.runs[activeRun]?.stopRequested ? "Stopping…" : "Stop run"}
           </button>
         )}
+        {slot === null && may(identity, "command") && (
+          <button type="button" onClick={() => act(() => client.command("start-run", { sessionId }))}>
+            Start run
+          </button>
+        )}
+        {may(identity, "command") && record !== undefined && record.archivedAt === undefined && (
+          <button
+            type="button"
+            class="quiet"
+            onClick={() => {
+              if (confirm("Archive this session? It stays readable; it leaves the list unless archived sessions are shown.")) {
+                void act(async () => setRecord(await client.command("archive-session", { sessionId })));
+              }
+            }}
+          >
+            Archive
+          </button>
+        )}
+        {record?.archivedAt !== undefined && <span class="badge">archived</span>}
       </div>
       {(problem ?? live.problem) && (
         <p role="alert" class="problem">
           {problem ?? live.problem}
         </p>
       )}
-      <div class="columns">
-        <section class="timeline" aria-label="Conversation" aria-live="polite" ref={timeline}>
+      <div class="tabs" role="tablist" aria-label="Views of the session">
+        {(["conversation", "events", "state"] as const).map((t) => (
+          <button key={t} type="button" role="tab" aria-selected={tab === t} class={tab === t ? "selected" : ""} onClick={() => setTab(t)}>
+            {t === "conversation" ? "Conversation" : t === "events" ? "Events" : "State"}
+          </button>
+        ))}
+      </div>
+      {tab === "events" && <EventInspector live={live} focus={focus} />}
+      {tab === "state" && <Documents state={state} />}
+      <div class="columns" hidden={tab !== "conversation"}>
+        <section class="timeline" aria-label="Conversation" aria-live="polite" ref={timeline} tabIndex={0}>
           {entries.length === 0 && <p class="quiet">Nothing here yet.</p>}
           {entries.map((e) => (
             <div class="entry" key={e.key}>
@@ -304,7 +402,7 @@ export function SessionPage({ client, identity, sessionId }: { client: NaradClie
             </div>
           ))}
         </section>
-        <aside aria-label="Runs">
+        <aside aria-label="Runs" tabIndex={0}>
           <h2>Runs</h2>
           <ul class="runs">
             {Object.entries(state.runs).map(([runId, r]) => (
@@ -334,7 +432,7 @@ export function SessionPage({ client, identity, sessionId }: { client: NaradClie
           </p>
         </aside>
       </div>
-      {may(identity, "command") && <Composer live={live} client={client} />}
+      {tab === "conversation" && may(identity, "command") && <Composer live={live} client={client} />}
     </main>
   );
 }

@@ -8,6 +8,7 @@
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
 import { mkdtempSync } from "node:fs";
+import { createRequire } from "node:module";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { test } from "node:test";
@@ -129,6 +130,36 @@ test("the console: sign in, watch, say, approve, stop, survive a SIGKILL", { tim
 
     // 6. A picture of the session at the end.
     await picture(page, "console-session");
+
+    // 7. Every view, keyboard and screen-reader usable (axe-core: no serious
+    // or critical violation), and whole in a narrow window. axe is injected
+    // past the console's Content-Security-Policy (bypassCSP, this context only).
+    const a11y = await browser.newContext({ bypassCSP: true, viewport: { width: 390, height: 800 } });
+    const narrow = await a11y.newPage();
+    narrow.on("pageerror", (e) => errors.push(String(e)));
+    await narrow.goto(`${api}/console/#token=${person}`);
+    const views = [
+      ["sessions", "#/sessions", () => narrow.getByRole("heading", { name: "Sessions" })],
+      ["session", `#/sessions/${encodeURIComponent(session.sessionId)}`, () => narrow.locator("article.message").first()],
+      ["events", `#/sessions/${encodeURIComponent(session.sessionId)}/events/${encodeURIComponent(history.events[0].eventId)}`, () => narrow.locator(".inspector .detail h3")],
+      ["approvals", "#/approvals", () => narrow.getByText("Nothing is waiting for a decision.")],
+    ];
+    for (const [name, hash, ready] of views) {
+      await narrow.evaluate((h) => (location.hash = h), hash);
+      await ready().waitFor({ timeout: 20_000 });
+      await narrow.addScriptTag({ path: createRequire(import.meta.url).resolve("axe-core/axe.min.js") });
+      const found = await narrow.evaluate(async () => (await window.axe.run(document)).violations);
+      const serious = found.filter((v) => v.impact === "serious" || v.impact === "critical");
+      assert.deepEqual(
+        serious.map((v) => `${v.id}: ${v.nodes.map((n) => n.target.join(" ")).join(", ")}`),
+        [],
+        `${name}: accessibility violations`,
+      );
+      const overflow = await narrow.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);
+      assert.ok(overflow <= 0, `${name}: ${overflow} px wider than a 390 px window`);
+      await picture(narrow, `console-narrow-${name}`);
+    }
+    await a11y.close();
     assert.deepEqual(errors, []);
   } catch (e) {
     for (const [i, p] of browser.contexts().flatMap((c) => c.pages()).entries()) await picture(p, `console-failed-${i}`);

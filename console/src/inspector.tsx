@@ -1,0 +1,99 @@
+/**
+ * The event inspector: every authority event of the session with its
+ * sequences, filterable by run and type, each linkable by its eventId
+ * (`#/sessions/<id>/events/<eventId>`). The list draws only the rows in
+ * view, so that tens of thousands of events scroll smoothly.
+ */
+import { useLayoutEffect, useRef, useState } from "preact/hooks";
+
+import type { Event, LiveSession } from "./live.js";
+
+const ROW = 28;
+
+export function EventInspector({ live, focus }: { live: LiveSession; focus: string | undefined }) {
+  const [run, setRun] = useState("");
+  const [type, setType] = useState("");
+  const [top, setTop] = useState(0);
+  const [height, setHeight] = useState(600);
+  const list = useRef<HTMLElement>(null);
+  const needle = type.trim();
+  const events = live.events.filter(
+    (e) => (run === "" || (run === "-" ? e.runId === undefined : e.runId === run)) && (needle === "" || e.type.includes(needle)),
+  );
+  const selected = focus === undefined ? undefined : live.events.find((e) => e.eventId === focus);
+
+  // Bring a linked event into view once it is there.
+  const shown = useRef<string | undefined>(undefined);
+  useLayoutEffect(() => {
+    const el = list.current;
+    if (el === null) return;
+    setHeight(el.clientHeight);
+    if (focus !== undefined && shown.current !== focus) {
+      const i = events.findIndex((e) => e.eventId === focus);
+      if (i >= 0) {
+        el.scrollTop = Math.max(0, i * ROW - el.clientHeight / 2);
+        shown.current = focus;
+      }
+    }
+  });
+
+  const first = Math.max(0, Math.floor(top / ROW) - 10);
+  const last = Math.min(events.length, Math.ceil((top + height) / ROW) + 10);
+  const link = (e: Event) => `#/sessions/${encodeURIComponent(live.sessionId)}/events/${encodeURIComponent(e.eventId)}`;
+
+  return (
+    <div class="inspector">
+      <div class="filters">
+        <label>
+          Run{" "}
+          <select value={run} onChange={(e) => setRun(e.currentTarget.value)}>
+            <option value="">every run</option>
+            <option value="-">session-level only</option>
+            {[...live.reducer.lifecycle.runs.keys()].map((r) => (
+              <option key={r} value={r}>
+                {r}
+              </option>
+            ))}
+          </select>
+        </label>
+        <input type="search" placeholder="Type contains…" aria-label="Filter events by type" value={type} onInput={(e) => setType(e.currentTarget.value)} />
+        <span class="quiet">
+          {events.length} of {live.events.length} events
+        </span>
+      </div>
+      <div class="panes">
+        <nav class="rows" ref={list} aria-label="Events" onScroll={(e) => setTop(e.currentTarget.scrollTop)}>
+          <div style={{ height: `${events.length * ROW}px`, position: "relative" }}>
+            {events.slice(first, last).map((e, i) => (
+              <a
+                key={e.eventId}
+                href={link(e)}
+                class={`row ${e.eventId === focus ? "selected" : ""}`}
+                style={{ top: `${(first + i) * ROW}px`, height: `${ROW}px` }}
+                data-event={e.eventId}
+              >
+                <span class="num">{e.sessionSequence}</span>
+                <span class="type">{e.type}</span>
+                <span class="quiet">{e.runId === undefined ? "session" : `${e.runId} #${e.sequence}`}</span>
+              </a>
+            ))}
+          </div>
+        </nav>
+        <section class="detail" aria-label="The selected event" tabIndex={0}>
+          {selected === undefined ? (
+            <p class="quiet">Pick an event to see it whole.</p>
+          ) : (
+            <>
+              <h3>
+                {selected.type} <span class="quiet">#{selected.sessionSequence}</span>
+              </h3>
+              <pre class="json" tabIndex={0}>
+                {JSON.stringify(selected, null, 2)}
+              </pre>
+            </>
+          )}
+        </section>
+      </div>
+    </div>
+  );
+}
