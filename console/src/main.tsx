@@ -10,6 +10,7 @@ import { NaradClient } from "../../clients/typescript/src/index.js";
 import { ApprovalsPage } from "./approvals.js";
 import { current, type Identity, signIn, signOut, takeTokenFromAddress } from "./auth.js";
 import { Reachability } from "./live.js";
+import { finishSignIn, type OidcConfig, startSignIn } from "./oidc.js";
 import { SessionPage } from "./session.js";
 import { SessionsPage } from "./sessions.js";
 import { useObservable } from "./hooks.js";
@@ -36,14 +37,35 @@ function useRoute(): Route {
   return r;
 }
 
-function SignIn({ onSignedIn }: { onSignedIn: (id: Identity) => void }) {
+function SignIn({ oidc, problem: given, onSignedIn }: { oidc: OidcConfig | null; problem: string | undefined; onSignedIn: (id: Identity) => void }) {
   const [token, setToken] = useState("");
-  const [problem, setProblem] = useState<string>();
+  const [problem, setProblem] = useState<string | undefined>(given);
+  const [busy, setBusy] = useState(false);
   return (
     <main class="sign-in">
       <h1>narad console</h1>
+      {oidc !== null && (
+        <p>
+          <button
+            type="button"
+            class="primary"
+            disabled={busy}
+            onClick={async () => {
+              setBusy(true);
+              try {
+                await startSignIn(oidc);
+              } catch (e) {
+                setProblem(`The identity provider did not answer: ${e instanceof Error ? e.message : String(e)}`);
+                setBusy(false);
+              }
+            }}
+          >
+            Sign in with {new URL(oidc.issuer).host}
+          </button>
+        </p>
+      )}
       <p>
-        Open the address <code>narad serve</code> printed at start to sign in with the development token, or paste a
+        {oidc !== null ? "Or paste" : "Open the address narad serve printed at start to sign in with the development token, or paste"} a
         bearer token (a JWT this server accepts, e.g. from <code>narad token</code>).
       </p>
       <form
@@ -67,7 +89,7 @@ function SignIn({ onSignedIn }: { onSignedIn: (id: Identity) => void }) {
   );
 }
 
-function App() {
+function App({ oidc, problem }: { oidc: OidcConfig | null; problem: string | undefined }) {
   const [identity, setIdentity] = useState<Identity | undefined>(() => {
     const fromAddress = takeTokenFromAddress();
     return fromAddress !== undefined ? signIn(fromAddress) : current();
@@ -81,7 +103,7 @@ function App() {
       new NaradClient({ servers: location.origin, token: identity.token, fetch: reachability.wrap(globalThis.fetch.bind(globalThis)) }),
     [identity, reachability],
   );
-  if (identity === undefined || client === undefined) return <SignIn onSignedIn={setIdentity} />;
+  if (identity === undefined || client === undefined) return <SignIn oidc={oidc} problem={problem} onSignedIn={setIdentity} />;
   return (
     <>
       <header class="top">
@@ -122,6 +144,25 @@ function App() {
   );
 }
 
-const root = document.getElementById("app") as HTMLElement;
-root.textContent = ""; // the "Loading" placeholder
-render(<App />, root);
+/** Reads how people sign in here, finishes a sign-in the provider sent back, and shows the console. */
+async function start(): Promise<void> {
+  let oidc: OidcConfig | null = null;
+  let problem: string | undefined;
+  try {
+    const config = (await (await fetch("config.json")).json()) as { oidc: OidcConfig | null };
+    oidc = config.oidc;
+  } catch {
+    problem = "The server's console settings could not be read.";
+  }
+  try {
+    const token = await finishSignIn(oidc);
+    if (token !== undefined && signIn(token) === undefined) problem = "The identity provider's access token is not a JWT narad can verify.";
+  } catch (e) {
+    problem = `Signing in did not finish: ${e instanceof Error ? e.message : String(e)}`;
+  }
+  const root = document.getElementById("app") as HTMLElement;
+  root.textContent = ""; // the "Loading" placeholder
+  render(<App oidc={oidc} problem={problem} />, root);
+}
+
+void start();

@@ -35,8 +35,8 @@ export async function freePort() {
   return port;
 }
 
-/** Starts narad on `port` for pages of `origin`; resolves once it serves. */
-export async function startNarad(port, origin) {
+/** Starts narad on `port` for pages of `origin` (and `env`); resolves once it serves. */
+export async function startNarad(port, origin, env = {}) {
   const child = spawn(required("NARAD_BIN"), ["serve"], {
     env: {
       ...process.env,
@@ -45,6 +45,7 @@ export async function startNarad(port, origin) {
       NARAD_JWT_HS256_SECRET: secret,
       NARAD_CORS_ORIGINS: origin,
       RUST_LOG: "warn",
+      ...env,
     },
     stdio: ["ignore", "pipe", "inherit"],
   });

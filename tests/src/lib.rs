@@ -30,6 +30,7 @@ fn http() -> HttpSettings {
     HttpSettings {
         max_body_bytes: MAX_BODY,
         cors_origins: Vec::new(),
+        console_oidc: None,
     }
 }
 
@@ -192,6 +193,24 @@ impl Server {
         executors: ExecutorSettings,
     ) -> Server {
         Server::start_full_with(db, auth, executors, RuntimeSettings::default(), http()).await
+    }
+
+    /// Starts a server on a fresh database whose console signs people in
+    /// with `oidc`.
+    pub async fn start_with_console_oidc(oidc: narad_server::console::Oidc) -> Server {
+        let db = Arc::new(TestDatabase::new(&MIGRATOR).await);
+        let http = HttpSettings {
+            console_oidc: Some(oidc),
+            ..http()
+        };
+        Server::start_full_with(
+            db,
+            test_auth(),
+            ExecutorSettings::default(),
+            RuntimeSettings::default(),
+            http,
+        )
+        .await
     }
 
     /// Starts a server on a fresh database that lets pages of `origins`

@@ -105,3 +105,77 @@ async fn console_files_revalidate_by_etag_and_travel_compressed() {
         "gzip sends {sent} bytes of {whole}: less than a quarter"
     );
 }
+
+#[tokio::test]
+async fn the_console_learns_how_people_sign_in() {
+    let s = Server::start().await;
+    let none: serde_json::Value = plain()
+        .get(format!("{}/console/config.json", s.base))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(none, serde_json::json!({"oidc": null}));
+
+    let oidc = narad_server::console::Oidc::from_settings(
+        Some("https://id.example.com/realms/acme/"),
+        Some("narad-console"),
+        " openid   narad ",
+        "https://narad.example.com/api",
+    )
+    .unwrap()
+    .unwrap();
+    let s = Server::start_with_console_oidc(oidc).await;
+    let answer = plain()
+        .get(format!("{}/console/config.json", s.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(answer.headers()["cache-control"], "no-store");
+    let config: serde_json::Value = answer.json().await.unwrap();
+    assert_eq!(
+        config["oidc"],
+        serde_json::json!({
+            "issuer": "https://id.example.com/realms/acme",
+            "clientId": "narad-console",
+            "scopes": "openid narad",
+            "audience": "https://narad.example.com/api",
+        })
+    );
+    // The page may talk to the issuer (discovery, the token exchange), and
+    // to nothing else.
+    let page = plain()
+        .get(format!("{}/console/", s.base))
+        .send()
+        .await
+        .unwrap();
+    let csp = page.headers()["content-security-policy"].to_str().unwrap();
+    assert!(
+        csp.contains("connect-src 'self' https://id.example.com;"),
+        "{csp}"
+    );
+}
+
+#[test]
+fn console_sign_in_settings_are_checked() {
+    use narad_server::console::Oidc;
+    assert_eq!(Oidc::from_settings(None, None, "openid", "narad"), Ok(None));
+    assert!(
+        Oidc::from_settings(Some("http://id.example.com"), Some("c"), "openid", "narad")
+            .unwrap_err()
+            .contains("https")
+    );
+    assert!(
+        Oidc::from_settings(Some("https://id.example.com"), None, "openid", "narad")
+            .unwrap_err()
+            .contains("NARAD_CONSOLE_CLIENT_ID")
+    );
+    assert!(
+        Oidc::from_settings(Some("http://127.0.0.1:9000"), Some("c"), "openid", "narad")
+            .unwrap()
+            .is_some(),
+        "http on the loopback is for development"
+    );
+}

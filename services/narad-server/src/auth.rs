@@ -274,25 +274,34 @@ pub const JWKS_REFRESH_INTERVAL: Duration = Duration::from_secs(300);
 /// looked at (one `stat`): a changed file is read again at once.
 pub const JWKS_FILE_CHECK: Duration = Duration::from_secs(1);
 
+/// Whether `url` may carry keys and tokens: an `https://` URL, or an
+/// `http://` URL of this machine's loopback (127.0.0.1, `[::1]`, localhost).
+pub fn https_or_loopback(url: &str) -> bool {
+    if url.starts_with("https://") {
+        return true;
+    }
+    let Some(rest) = url.strip_prefix("http://") else {
+        return false;
+    };
+    let host = rest.split(['/', '?', '#']).next().unwrap_or("");
+    let host = host.rsplit_once(':').map_or(host, |(h, port)| {
+        if port.bytes().all(|b| b.is_ascii_digit()) {
+            h
+        } else {
+            host
+        }
+    });
+    ["127.0.0.1", "[::1]", "localhost"].contains(&host)
+}
+
 impl JwksSource {
     /// Reads `NARAD_JWKS`: an `https://` URL, an `http://` URL of the
     /// loopback (127.0.0.1, `[::1]`, localhost), or a file path.
     pub fn parse(s: &str) -> Result<JwksSource, String> {
-        if s.starts_with("https://") {
+        if https_or_loopback(s) {
             return Ok(JwksSource::Url(s.to_owned()));
         }
-        if let Some(rest) = s.strip_prefix("http://") {
-            let host = rest.split(['/', '?']).next().unwrap_or("");
-            let host = host.rsplit_once(':').map_or(host, |(h, port)| {
-                if port.bytes().all(|b| b.is_ascii_digit()) {
-                    h
-                } else {
-                    host
-                }
-            });
-            if ["127.0.0.1", "[::1]", "localhost"].contains(&host) {
-                return Ok(JwksSource::Url(s.to_owned()));
-            }
+        if s.starts_with("http://") {
             return Err(format!(
                 "NARAD_JWKS={s}: a key set travels over https (http only to this machine's loopback)"
             ));

@@ -38,6 +38,22 @@ pub struct Config {
     #[arg(long, env = "NARAD_CORS_ORIGINS", value_delimiter = ',')]
     pub cors_origins: Vec<String>,
 
+    /// The OpenID Connect issuer the console signs people in with
+    /// (authorization code with PKCE); without it, the console takes a
+    /// pasted token. Its access tokens must be JWTs this server verifies
+    /// (`NARAD_JWKS`, `NARAD_JWT_ISSUER`, `NARAD_JWT_AUDIENCE`).
+    #[arg(long, env = "NARAD_CONSOLE_ISSUER")]
+    pub console_issuer: Option<String>,
+
+    /// The console's client id at `NARAD_CONSOLE_ISSUER` (a public client:
+    /// no secret; its redirect URI is this server's `/console/`).
+    #[arg(long, env = "NARAD_CONSOLE_CLIENT_ID")]
+    pub console_client_id: Option<String>,
+
+    /// The scopes the console asks the issuer for, separated by spaces.
+    #[arg(long, env = "NARAD_CONSOLE_SCOPES", default_value = "openid")]
+    pub console_scopes: String,
+
     /// JSON Web Key Set that verifies RS256, ES256 and EdDSA tokens: a file
     /// path, or an `https://` URL (`http://` only to the loopback), read at
     /// start, again when a token names an unknown key id (at most every
@@ -133,6 +149,12 @@ impl Config {
         Ok(crate::HttpSettings {
             max_body_bytes: self.max_body_bytes,
             cors_origins: crate::cors::parse_origins(&self.cors_origins)?,
+            console_oidc: crate::console::Oidc::from_settings(
+                self.console_issuer.as_deref(),
+                self.console_client_id.as_deref(),
+                &self.console_scopes,
+                &self.jwt_audience,
+            )?,
         })
     }
 

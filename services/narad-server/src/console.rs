@@ -4,15 +4,20 @@
 //! need no CORS; a strict Content-Security-Policy (scripts and styles from
 //! this origin only, no `eval`: the console's schema validators are
 //! compiled ahead of time); gzip when the browser takes it; `ETag`s, so a
-//! reload revalidates instead of downloading again.
+//! reload revalidates instead of downloading again. `config.json` tells
+//! the page how people sign in: with the OpenID Connect issuer of
+//! `NARAD_CONSOLE_*` (authorization code with PKCE, from the page itself),
+//! or with a pasted token.
 
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
-use axum::Router;
 use axum::extract::Path;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::get;
+use axum::{Json, Router};
+use serde::Serialize;
+use serde_json::json;
 use sha2::{Digest, Sha256};
 use tower_http::compression::CompressionLayer;
 
@@ -50,10 +55,71 @@ const ASSETS: &[Asset] = &[
     asset!("console.css", "text/css; charset=utf-8"),
 ];
 
+/// The identity provider the console signs people in with.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Oidc {
+    /// The issuer (its discovery document is `/.well-known/openid-configuration` under it).
+    pub issuer: String,
+    /// The console's client id there (a public client).
+    pub client_id: String,
+    /// The scopes asked for, separated by spaces.
+    pub scopes: String,
+    /// The audience narad's tokens must name: asked for as the `resource`
+    /// (RFC 8707) when it is a URL.
+    pub audience: String,
+}
+
+impl Oidc {
+    /// The settings `NARAD_CONSOLE_ISSUER`, `NARAD_CONSOLE_CLIENT_ID` and
+    /// `NARAD_CONSOLE_SCOPES` give, checked; none without an issuer.
+    pub fn from_settings(
+        issuer: Option<&str>,
+        client_id: Option<&str>,
+        scopes: &str,
+        audience: &str,
+    ) -> Result<Option<Oidc>, String> {
+        let Some(issuer) = issuer.map(str::trim).filter(|i| !i.is_empty()) else {
+            return Ok(None);
+        };
+        if !crate::auth::https_or_loopback(issuer) {
+            return Err(format!(
+                "NARAD_CONSOLE_ISSUER={issuer}: an issuer is an https URL (http only on this machine's loopback)"
+            ));
+        }
+        let client_id = client_id
+            .map(str::trim)
+            .filter(|c| !c.is_empty())
+            .ok_or("NARAD_CONSOLE_ISSUER needs NARAD_CONSOLE_CLIENT_ID: the console's client id at the issuer")?;
+        Ok(Some(Oidc {
+            issuer: issuer.trim_end_matches('/').to_owned(),
+            client_id: client_id.to_owned(),
+            scopes: scopes.split_whitespace().collect::<Vec<_>>().join(" "),
+            audience: audience.to_owned(),
+        }))
+    }
+
+    /// `scheme://host[:port]` of the issuer.
+    fn origin(&self) -> &str {
+        let start = self.issuer.find("://").map_or(0, |i| i + 3);
+        let end = self.issuer[start..]
+            .find(['/', '?', '#'])
+            .map_or(self.issuer.len(), |i| start + i);
+        &self.issuer[..end]
+    }
+}
+
 /// The policy of every console response: this origin's scripts, styles and
-/// connections only; no frames, no plugins, no base or form elsewhere.
-const CSP: &str = "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data: blob:; \
-                   connect-src 'self'; object-src 'none'; frame-ancestors 'none'; base-uri 'none'; form-action 'self'";
+/// connections only (and the identity provider's, for discovery and the
+/// token exchange); no frames, no plugins, no base or form elsewhere.
+fn csp(oidc: Option<&Oidc>) -> HeaderValue {
+    let connect = oidc.map_or_else(String::new, |o| format!(" {}", o.origin()));
+    HeaderValue::from_str(&format!(
+        "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data: blob:; \
+         connect-src 'self'{connect}; object-src 'none'; frame-ancestors 'none'; base-uri 'none'; form-action 'self'"
+    ))
+    .expect("the policy is a header value")
+}
 
 fn etag(asset: &Asset) -> &'static str {
     static TAGS: OnceLock<Vec<String>> = OnceLock::new();
@@ -70,7 +136,7 @@ fn etag(asset: &Asset) -> &'static str {
     &tags[i]
 }
 
-fn serve(name: &str, headers: &HeaderMap) -> Response {
+fn serve(name: &str, headers: &HeaderMap, csp: &HeaderValue) -> Response {
     let Some(asset) = ASSETS.iter().find(|a| a.name == name) else {
         return ApiError::new(
             ErrorCode::NotFound,
@@ -91,10 +157,7 @@ fn serve(name: &str, headers: &HeaderMap) -> Response {
     let h = response.headers_mut();
     h.insert(header::ETAG, HeaderValue::from_static(tag));
     h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
-    h.insert(
-        header::CONTENT_SECURITY_POLICY,
-        HeaderValue::from_static(CSP),
-    );
+    h.insert(header::CONTENT_SECURITY_POLICY, csp.clone());
     h.insert(
         header::X_CONTENT_TYPE_OPTIONS,
         HeaderValue::from_static("nosniff"),
@@ -107,19 +170,32 @@ fn serve(name: &str, headers: &HeaderMap) -> Response {
 }
 
 /// The console's routes: `/` and `/console` lead to it, `/console/` is its
-/// page, `/console/{file}` its files.
-pub fn router<S: Clone + Send + Sync + 'static>() -> Router<S> {
+/// page, `/console/config.json` how people sign in, `/console/{file}` its
+/// files.
+pub fn router<S: Clone + Send + Sync + 'static>(oidc: Option<Oidc>) -> Router<S> {
+    let policy = csp(oidc.as_ref());
+    let config = Arc::new(json!({ "oidc": oidc }));
+    let page_policy = policy.clone();
     Router::new()
         .route("/", get(|| async { Redirect::to(PATH) }))
         .route("/console", get(|| async { Redirect::permanent(PATH) }))
         .route(
             PATH,
-            get(|headers: HeaderMap| async move { serve("index.html", &headers) }),
+            get(move |headers: HeaderMap| async move { serve("index.html", &headers, &page_policy) }),
+        )
+        .route(
+            "/console/config.json",
+            get(move || async move {
+                (
+                    [(header::CACHE_CONTROL, "no-store")],
+                    Json(config.as_ref().clone()),
+                )
+            }),
         )
         .route(
             "/console/{file}",
-            get(|Path(file): Path<String>, headers: HeaderMap| async move {
-                serve(&file, &headers)
+            get(move |Path(file): Path<String>, headers: HeaderMap| async move {
+                serve(&file, &headers, &policy)
             }),
         )
         .layer(CompressionLayer::new())

@@ -77,6 +77,9 @@ pub struct HttpSettings {
     /// The origins whose pages may call the API (`NARAD_CORS_ORIGINS`,
     /// checked by [`cors::parse_origins`]); none by default.
     pub cors_origins: Vec<axum::http::HeaderValue>,
+    /// The identity provider the console signs people in with
+    /// (`NARAD_CONSOLE_*`); none by default.
+    pub console_oidc: Option<console::Oidc>,
 }
 
 impl Default for HttpSettings {
@@ -84,6 +87,7 @@ impl Default for HttpSettings {
         HttpSettings {
             max_body_bytes: config::DEFAULT_MAX_BODY_BYTES,
             cors_origins: Vec::new(),
+            console_oidc: None,
         }
     }
 }
@@ -100,7 +104,7 @@ pub fn app(state: AppState, http: &HttpSettings) -> Router {
         .set(serde_json::to_string_pretty(&document).expect("the OpenAPI document serialises"));
     router
         .route_layer(from_fn(input::path_params))
-        .merge(console::router())
+        .merge(console::router(http.console_oidc.clone()))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .with_state(state)
