@@ -10,13 +10,14 @@ import { NaradClient } from "../../clients/typescript/src/index.js";
 import { ApprovalsPage } from "./approvals.js";
 import { current, type Identity, signIn, signOut, takeTokenFromAddress } from "./auth.js";
 import { Reachability } from "./live.js";
+import { OperationsPage } from "./operations.js";
 import { finishSignIn, type OidcConfig, startSignIn } from "./oidc.js";
 import { SessionPage } from "./session.js";
 import { SessionsPage } from "./sessions.js";
 import { useObservable } from "./hooks.js";
 
 /** The route the fragment names. */
-type Route = { page: "sessions" } | { page: "approvals" } | { page: "session"; sessionId: string; focus: string | undefined };
+type Route = { page: "sessions" } | { page: "approvals" } | { page: "operations" } | { page: "session"; sessionId: string; focus: string | undefined };
 
 function route(): Route {
   const m = /^#\/sessions\/([^/]+)(?:\/events\/([^/]+))?$/.exec(location.hash);
@@ -24,6 +25,7 @@ function route(): Route {
     return { page: "session", sessionId: decodeURIComponent(m[1]), focus: m[2] === undefined ? undefined : decodeURIComponent(m[2]) };
   }
   if (location.hash === "#/approvals") return { page: "approvals" };
+  if (location.hash === "#/operations") return { page: "operations" };
   return { page: "sessions" };
 }
 
@@ -117,6 +119,11 @@ function App({ oidc, problem }: { oidc: OidcConfig | null; problem: string | und
           <a href="#/approvals" aria-current={r.page === "approvals" ? "page" : undefined}>
             Approvals
           </a>
+          {identity.roles.includes("admin") && (
+            <a href="#/operations" aria-current={r.page === "operations" ? "page" : undefined}>
+              Operations
+            </a>
+          )}
         </nav>
         <span class="who" title={`roles: ${identity.roles.join(", ")}`}>
           {identity.sub} · {identity.org}
@@ -140,6 +147,7 @@ function App({ oidc, problem }: { oidc: OidcConfig | null; problem: string | und
       {r.page === "session" && <SessionPage key={r.sessionId} client={client} identity={identity} sessionId={r.sessionId} focus={r.focus} />}
       {r.page === "approvals" && <ApprovalsPage client={client} identity={identity} />}
       {r.page === "sessions" && <SessionsPage client={client} identity={identity} />}
+      {r.page === "operations" && <OperationsPage client={client} />}
     </>
   );
 }

@@ -35,7 +35,7 @@ test("the console: sign in, watch, say, approve, stop, survive a SIGKILL", { tim
   const apiPort = await freePort();
   const api = `http://127.0.0.1:${apiPort}`;
   let narad = await startNarad(apiPort, "http://127.0.0.1:1");
-  const person = token("reader,writer,approver");
+  const person = token("reader,writer,approver,admin");
   const agent = helper(api, token("reader,writer,backend"), ["demo-agent", "--executor", "desk-1", "--word-delay-ms", "40"]);
   const store = join(mkdtempSync(join(tmpdir(), "narad-console-")), "desk-1.tokens");
   const executor = helper(api, token("executor"), ["executor", "--id", "desk-1", "--store", store]);
@@ -128,6 +128,17 @@ test("the console: sign in, watch, say, approve, stop, survive a SIGKILL", { tim
     const last = history.events.at(-1).sessionSequence;
     await page.locator(`[data-session-sequence="${last}"]`).waitFor({ timeout: 20_000 });
 
+    // Operations: the executor desk-1 with a live lease; every run done, so
+    // no queued work and no held run.
+    await page.getByRole("link", { name: "Operations" }).click();
+    await page.locator('tr[data-executor="desk-1"]').getByText("live").waitFor({ timeout: 20_000 });
+    await page.getByText("No queued work.").waitFor({ timeout: 20_000 });
+    await page.getByText("No runtime holds a run.").waitFor({ timeout: 20_000 });
+    await page.locator('[data-metric="narad_streams_open"]').waitFor({ timeout: 20_000 });
+    await picture(page, "console-operations");
+    await page.goBack();
+    await page.locator(`[data-session-sequence="${last}"]`).waitFor({ timeout: 20_000 });
+
     // 6. A picture of the session at the end.
     await picture(page, "console-session");
 
@@ -143,6 +154,7 @@ test("the console: sign in, watch, say, approve, stop, survive a SIGKILL", { tim
       ["session", `#/sessions/${encodeURIComponent(session.sessionId)}`, () => narrow.locator("article.message").first()],
       ["events", `#/sessions/${encodeURIComponent(session.sessionId)}/events/${encodeURIComponent(history.events[0].eventId)}`, () => narrow.locator(".inspector .detail h3")],
       ["approvals", "#/approvals", () => narrow.getByText("Nothing is waiting for a decision.")],
+      ["operations", "#/operations", () => narrow.locator('tr[data-executor="desk-1"]')],
     ];
     for (const [name, hash, ready] of views) {
       await narrow.evaluate((h) => (location.hash = h), hash);

@@ -406,6 +406,7 @@ const ROUTES: &[(&str, &str)] = &[
     ("get", "/v1/sessions/{sessionId}"),
     ("get", "/v1/sessions/{sessionId}/documents"),
     ("get", "/v1/interrupts"),
+    ("get", "/v1/operations"),
     ("get", "/v1/sessions/{sessionId}/queued-starts"),
     ("delete", "/v1/sessions/{sessionId}/queued-starts/{queueId}"),
     ("post", "/v1/commands/create-session"),

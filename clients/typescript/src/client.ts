@@ -8,6 +8,7 @@ import type {
   HistoryQuery,
   InterruptPage,
   OpenInterrupt,
+  Operations,
   SessionPage,
   ProposedEvent,
   SessionRecord,
@@ -153,6 +154,11 @@ export class NaradClient {
       yield* page.interrupts;
       after = page.nextAfter;
     } while (after !== undefined);
+  }
+
+  /** The tenant's client executors with their leases, runtime queues and held runs (role admin). */
+  operations(): Promise<Operations> {
+    return this.request("GET", "/v1/operations");
   }
 
   /** Reads a session. */

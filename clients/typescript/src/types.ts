@@ -23,6 +23,8 @@ export type SessionPage = Schemas["SessionPage"];
 export type OpenInterrupt = Schemas["OpenInterrupt"];
 /** One page of the tenant's open interrupts. */
 export type InterruptPage = Schemas["InterruptPage"];
+/** A tenant's client executors, runtime queues and held runs. */
+export type Operations = Schemas["Operations"];
 /** One page of history. */
 export type HistoryPage = Schemas["HistoryPage"];
 /** What an append answers. */

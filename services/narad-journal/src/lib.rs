@@ -31,6 +31,7 @@ mod group;
 pub mod history;
 pub mod interrupts;
 pub mod openapi;
+pub mod operations;
 pub mod rebuild;
 pub mod relay;
 pub mod runtime;
@@ -53,6 +54,7 @@ pub use executors::{Delivery, FinishAccepted, Lease, SweepItem, SweepKind};
 pub use extensions::{ExtensionRecord, SigningKey};
 pub use history::{HistoryPage, HistoryQuery};
 pub use interrupts::{InterruptCursor, OpenInterrupt};
+pub use operations::{ClaimStanding, ExecutorStanding, Operations, QueueStanding};
 pub use relay::{AttachSnapshot, RelayCursor, Relayed};
 pub use runtime::{
     Claim, LeaseStanding, Released, Repair, RuntimeDue, RuntimeLease, WorkDefaults, WorkOrder,

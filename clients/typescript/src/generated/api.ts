@@ -475,6 +475,26 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/operations": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * The tenant's client executors with their leases and calls, its runtime
+         *     work queues, and the runs runtimes hold now: what an operator watches.
+         */
+        get: operations["getOperations"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/runtime/claims": {
         parameters: {
             query?: never;
@@ -789,6 +809,24 @@ export interface components {
              */
             waitMs?: number;
         };
+        /** @description A run a runtime holds. */
+        ClaimStanding: {
+            /**
+             * Format: int32
+             * @description Which holder this is: 1 for the first, more after lost runtimes.
+             */
+            attempt: number;
+            claimedAt: components["schemas"]["defs.timestamp"];
+            leaseExpiresAt: components["schemas"]["defs.timestamp"];
+            /** @description Its queue. */
+            queue: string;
+            runId: components["schemas"]["defs.id"];
+            /** @description The runtime that holds it, when it named itself. */
+            runtimeId?: string;
+            sessionId: components["schemas"]["defs.id"];
+            /** @description Whether the run was asked to stop. */
+            stopRequested: boolean;
+        };
         /** @description The answer of a command that appended events to a session. */
         CommandAnswer: {
             /** @description The events it appended, with their sequences. */
@@ -816,6 +854,25 @@ export interface components {
         /** @description The calls a controls poll hands over. */
         ExecutorControls: {
             controls: components["schemas"]["control.client.tool.execute"][];
+        };
+        /** @description A client executor endpoint and its current lease. */
+        ExecutorStanding: {
+            attachedAt: components["schemas"]["defs.timestamp"];
+            clientExecutorId: components["schemas"]["defs.id"];
+            leaseExpiresAt: components["schemas"]["defs.timestamp"];
+            leaseId: components["schemas"]["defs.id"];
+            /** @description Whether the lease is live now. */
+            live: boolean;
+            /**
+             * Format: int64
+             * @description Client calls delivered to it (a token issued) and not closed.
+             */
+            runningCalls: number;
+            /**
+             * Format: int64
+             * @description Client calls bound to it and not closed: waiting for delivery.
+             */
+            waitingCalls: number;
         };
         /** @description The organisation's extensions. */
         ExtensionList: {
@@ -928,8 +985,47 @@ export interface components {
             /** @description The session's title, when it has one. */
             sessionTitle?: string;
         };
+        /** @description A tenant's executors, queues and held runs. */
+        Operations: {
+            /** @description The held runs, the longest held first (at most 500). */
+            claims: components["schemas"]["ClaimStanding"][];
+            /** @description Every client executor endpoint that ever attached, by id. */
+            executors: components["schemas"]["ExecutorStanding"][];
+            /** @description Every queue with unfinished work, by name. */
+            queues: components["schemas"]["QueueStanding"][];
+        };
         /** @description A proposed authority event: any type of schema/events/ without `sessionSequence`, `sequence` and `workflowSequence`, which the journal assigns; `sessionId` (the path's) and `timestamp` (now) are filled in when absent. Its eventId makes a retry of the same body idempotent. */
         ProposedEvent: components["schemas"]["proposed.artifact.added"] | components["schemas"]["proposed.artifact.failed"] | components["schemas"]["proposed.artifact.ready"] | components["schemas"]["proposed.attachment.added"] | components["schemas"]["proposed.attachment.failed"] | components["schemas"]["proposed.attachment.ready"] | components["schemas"]["proposed.attachment.removed"] | components["schemas"]["proposed.interrupt.requested"] | components["schemas"]["proposed.interrupt.resolved"] | components["schemas"]["proposed.message.redacted"] | components["schemas"]["proposed.message.text.completed"] | components["schemas"]["proposed.message.text.delta"] | components["schemas"]["proposed.message.text.started"] | components["schemas"]["proposed.message.user.recorded"] | components["schemas"]["proposed.node.custom"] | components["schemas"]["proposed.node.raw"] | components["schemas"]["proposed.progress.recorded"] | components["schemas"]["proposed.reasoning.completed"] | components["schemas"]["proposed.reasoning.delta"] | components["schemas"]["proposed.reasoning.started"] | components["schemas"]["proposed.run.cancelled"] | components["schemas"]["proposed.run.custom"] | components["schemas"]["proposed.run.error"] | components["schemas"]["proposed.run.finished"] | components["schemas"]["proposed.run.paused"] | components["schemas"]["proposed.run.raw"] | components["schemas"]["proposed.run.resumed"] | components["schemas"]["proposed.run.started"] | components["schemas"]["proposed.run.stop.requested"] | components["schemas"]["proposed.session.custom"] | components["schemas"]["proposed.session.raw"] | components["schemas"]["proposed.state.compacted"] | components["schemas"]["proposed.state.delta"] | components["schemas"]["proposed.state.snapshot"] | components["schemas"]["proposed.tool.call.finished"] | components["schemas"]["proposed.tool.call.started"] | components["schemas"]["proposed.ui.state.delta"] | components["schemas"]["proposed.ui.state.snapshot"] | components["schemas"]["proposed.view.closed"] | components["schemas"]["proposed.view.opened"] | components["schemas"]["proposed.view.updated"] | components["schemas"]["proposed.workflow.cancelled"] | components["schemas"]["proposed.workflow.custom"] | components["schemas"]["proposed.workflow.edge.taken"] | components["schemas"]["proposed.workflow.error"] | components["schemas"]["proposed.workflow.finished"] | components["schemas"]["proposed.workflow.paused"] | components["schemas"]["proposed.workflow.raw"] | components["schemas"]["proposed.workflow.resumed"] | components["schemas"]["proposed.workflow.started"] | components["schemas"]["proposed.workflow.step.started"];
+        /** @description One runtime work queue. */
+        QueueStanding: {
+            /**
+             * Format: int64
+             * @description Runs a runtime holds.
+             */
+            claimed: number;
+            /**
+             * Format: int64
+             * @description Runs being closed by the server (a lost runtime, a stop).
+             */
+            closing: number;
+            /**
+             * Format: int64
+             * @description Runs given back, waiting for something new (a resolution, a tool result).
+             */
+            idle: number;
+            /**
+             * Format: date-time
+             * @description When the longest-waiting ready run became ready (RFC 3339).
+             */
+            oldestReadyAt?: string;
+            /** @description The queue. */
+            queue: string;
+            /**
+             * Format: int64
+             * @description Runs ready for a runtime to claim.
+             */
+            ready: number;
+        };
         /** @description A start waiting for its session's slot. */
         QueuedStart: {
             /** @description `interrupt` starts go first, then `enqueue` ones, each in order. */
@@ -7257,6 +7353,62 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description NRD-0101: no valid credential */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description NRD-0102: the credential's role lacks the permission */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description NRD-0001: the server failed; report the x-request-id */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description NRD-0901: the database cannot be reached; retry with backoff */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    getOperations: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Executors, queues and held runs */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Operations"];
                 };
             };
             /** @description NRD-0101: no valid credential */

@@ -9,6 +9,7 @@ pub mod graph_feed;
 pub mod interrupts;
 pub mod meta;
 pub mod openapi;
+pub mod operations;
 pub mod runtime;
 pub mod sessions;
 pub mod sse;
@@ -84,6 +85,7 @@ pub fn router() -> OpenApiRouter<AppState> {
         .routes(routes!(sessions::create, sessions::list))
         .routes(routes!(sessions::read))
         .routes(routes!(interrupts::open))
+        .routes(routes!(operations::read))
         .routes(routes!(sessions::documents))
         .routes(routes!(sessions::queued_starts))
         .routes(routes!(sessions::withdraw_start))
