@@ -119,7 +119,15 @@ export class LiveSession extends Observable {
       }
     };
     try {
-      for await (const frame of follow(this.client, { sessionId: this.sessionId, signal: this.abort.signal, initialBackoffMs: 200, maxBackoffMs: 3000 })) {
+      // History first, page by page (the fastest way through a long
+      // session), drawn once per page; then the stream from where it ends.
+      for await (const e of pages(this.client, this.sessionId, this.abort.signal)) {
+        for (const event of e) this.apply(event);
+        this.changed();
+      }
+      if (this.abort.signal.aborted) return;
+      for await (const frame of follow(this.client, {
+        afterSessionSequence: this.reducer.sessionSequence, sessionId: this.sessionId, signal: this.abort.signal, initialBackoffMs: 200, maxBackoffMs: 3000 })) {
         connect(frame);
         if (frame.kind === "authority") this.apply(frame.event as unknown as Event);
         else if (frame.kind === "watch") this.deliver(frame.event);
@@ -185,6 +193,18 @@ export class LiveSession extends Observable {
       default:
         break;
     }
+  }
+}
+
+/** A session's history, a page of events at a time. */
+async function* pages(client: NaradClient, sessionId: string, signal: AbortSignal): AsyncGenerator<Event[]> {
+  let after = 0;
+  while (!signal.aborted) {
+    const page = await client.history(sessionId, { afterSessionSequence: after, limit: 1000 });
+    if (page.events.length === 0) return;
+    yield page.events as unknown as Event[];
+    after = page.nextSessionSequence ?? (page.events.at(-1) as unknown as Event).sessionSequence;
+    if (page.nextSessionSequence === undefined) return;
   }
 }
 

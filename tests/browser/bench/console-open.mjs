@@ -1,0 +1,86 @@
+// Benchmark: how long the console takes to open a long session (10,000
+// authority events: 100 turns, each a question and an answer streamed in
+// 96 deltas), from navigation to the whole conversation drawn, beside the
+// baseline of the same page reading the same history as plain JSON
+// (fetch, every page of GET /v1/sessions/{id}/events). Prints both and
+// their ratio, the median of RUNS runs; BENCHMARKS.md keeps the figures.
+//
+//   NARAD_BIN=target/release/narad NARAD_DATABASE_URL=postgres://…/fresh_db \
+//     node tests/browser/bench/console-open.mjs
+import { call, freePort, kill, launch, startNarad, token } from "../harness.mjs";
+
+const TURNS = 100;
+const DELTAS = 96;
+const RUNS = Number(process.env.RUNS ?? 5);
+
+function median(xs) {
+  const s = [...xs].sort((a, b) => a - b);
+  return s[Math.floor(s.length / 2)];
+}
+
+const port = await freePort();
+const api = `http://127.0.0.1:${port}`;
+const narad = await startNarad(port, "http://127.0.0.1:1");
+const browser = await launch();
+try {
+  const jwt = token("reader,writer,backend,approver");
+  const { sessionId } = await call(api, jwt, "POST", "/v1/sessions", { title: "a long session" });
+  let batch = [];
+  const flush = async () => {
+    if (batch.length > 0) await call(api, jwt, "POST", `/v1/sessions/${sessionId}/events`, { events: batch });
+    batch = [];
+  };
+  const e = (type, extra) => ({ protocolVersion: "narad/v1", type, eventId: crypto.randomUUID(), ...extra });
+  for (let t = 0; t < TURNS; t++) {
+    const run = { rootRunId: `r${t}`, runId: `r${t}` };
+    batch.push(e("message.user.recorded", { messageId: `u${t}`, messageScope: "session", content: `question ${t}` }));
+    batch.push(e("run.started", run));
+    batch.push(e("message.text.started", { ...run, messageId: `a${t}`, role: "assistant", messageScope: "run" }));
+    for (let d = 0; d < DELTAS; d++) batch.push(e("message.text.delta", { ...run, messageId: `a${t}`, delta: `word${d} ` }));
+    batch.push(e("message.text.completed", { ...run, messageId: `a${t}` }));
+    batch.push(e("run.finished", run));
+    if (batch.length >= 900) await flush();
+  }
+  await flush();
+  const total = TURNS * (DELTAS + 5);
+  const page = await browser.newPage({ viewport: { width: 1200, height: 900 } });
+  const open = [];
+  const plain = [];
+  for (let i = 0; i < RUNS; i++) {
+    await page.goto(`${api}/console/#token=${jwt}`);
+    await page.getByRole("heading", { name: "Sessions" }).waitFor();
+    // Baseline: the same history as JSON, read by the page.
+    plain.push(
+      await page.evaluate(
+        async ([sid, bearer]) => {
+          const t0 = performance.now();
+          let after = 0;
+          for (;;) {
+            const r = await fetch(`/v1/sessions/${sid}/events?afterSessionSequence=${after}&limit=1000`, {
+              headers: { Authorization: `Bearer ${bearer}` },
+            });
+            const body = await r.json();
+            if (body.events.length === 0) break;
+            after = body.events.at(-1).sessionSequence;
+          }
+          return performance.now() - t0;
+        },
+        [sessionId, jwt],
+      ),
+    );
+    const t0 = Date.now();
+    await page.evaluate((sid) => (location.hash = `#/sessions/${encodeURIComponent(sid)}`), sessionId);
+    await page.locator(`[data-session-sequence="${total}"]`).waitFor({ timeout: 120_000 });
+    await page.locator(`article[data-message="a${TURNS - 1}"]`).waitFor({ timeout: 120_000 });
+    open.push(Date.now() - t0);
+  }
+  const o = median(open);
+  const b = median(plain);
+  console.log(`events: ${total}`);
+  console.log(`console open (ms, median of ${RUNS}): ${o} [${open.join(", ")}]`);
+  console.log(`baseline, history as JSON (ms): ${Math.round(b)} [${plain.map(Math.round).join(", ")}]`);
+  console.log(`ratio: ${(o / b).toFixed(2)}`);
+} finally {
+  await browser.close();
+  await kill(narad);
+}
