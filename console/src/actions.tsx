@@ -2,12 +2,7 @@
 import { useState } from "preact/hooks";
 
 import { type NaradClient, NaradError } from "../../clients/typescript/src/index.js";
-
-/** What went wrong, for a person. */
-export function messageOf(e: unknown): string {
-  if (e instanceof NaradError) return `${e.code ?? e.status}: ${e.message}`;
-  return e instanceof Error ? e.message : String(e);
-}
+import { messageOf } from "./live.js";
 
 /**
  * A button per action the interrupt offers, with an optional reason. When

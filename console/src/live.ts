@@ -8,6 +8,12 @@ import { follow, type NaradClient, NaradError, SessionReducer, type Frame } from
 
 type Listener = () => void;
 
+/** What went wrong, for a person: the NRD code and message of an API error. */
+export function messageOf(e: unknown): string {
+  if (e instanceof NaradError) return `${e.code ?? e.status}: ${e.message}`;
+  return e instanceof Error ? e.message : String(e);
+}
+
 /** Something views subscribe to. */
 export class Observable {
   private readonly listeners = new Set<Listener>();
@@ -136,7 +142,7 @@ export class LiveSession extends Observable {
     } catch (e) {
       if (this.abort.signal.aborted) return;
       this.connection = "failed";
-      this.problem = e instanceof NaradError ? `${e.code ?? e.status}: ${e.message}` : String(e);
+      this.problem = messageOf(e);
       this.changed();
     }
   }
@@ -256,7 +262,7 @@ export class LiveSessionList extends Observable {
       this.loaded = true;
       this.changed();
     } catch (e) {
-      this.problem = e instanceof NaradError ? `${e.code ?? e.status}: ${e.message}` : String(e);
+      this.problem = messageOf(e);
       this.changed();
     }
     await stream;
@@ -293,7 +299,7 @@ export class LiveSessionList extends Observable {
     } catch (e) {
       if (this.abort.signal.aborted) return;
       this.connection = "failed";
-      this.problem = e instanceof NaradError ? `${e.code ?? e.status}: ${e.message}` : String(e);
+      this.problem = messageOf(e);
       this.changed();
     }
   }
@@ -362,7 +368,7 @@ export class LiveInbox extends Observable {
         this.loaded = true;
         this.problem = undefined;
       } catch (e) {
-        this.problem = e instanceof NaradError ? `${e.code ?? e.status}: ${e.message}` : String(e);
+        this.problem = messageOf(e);
       }
       this.changed();
     }, 150);
@@ -382,7 +388,7 @@ export class LiveInbox extends Observable {
     } catch (e) {
       if (this.abort.signal.aborted) return;
       this.connection = "failed";
-      this.problem = e instanceof NaradError ? `${e.code ?? e.status}: ${e.message}` : String(e);
+      this.problem = messageOf(e);
       this.changed();
     }
   }

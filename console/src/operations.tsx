@@ -7,8 +7,8 @@
 import { useEffect, useState } from "preact/hooks";
 
 import type { NaradClient, Operations } from "../../clients/typescript/src/index.js";
-import { messageOf } from "./actions.js";
 import { ago, useTick } from "./hooks.js";
+import { messageOf } from "./live.js";
 
 /** The figures of `/metrics` the page shows, by series name (labels summed). */
 const FIGURES: [string, string][] = [

@@ -8,11 +8,11 @@ import type { ComponentChildren } from "preact";
 import { useEffect, useLayoutEffect, useMemo, useRef, useState } from "preact/hooks";
 
 import type { NaradClient, ReducedState, TranscriptItem } from "../../clients/typescript/src/index.js";
-import { InterruptActions, messageOf } from "./actions.js";
+import { InterruptActions } from "./actions.js";
 import { type Identity, may } from "./auth.js";
 import { useObservable } from "./hooks.js";
 import { EventInspector } from "./inspector.js";
-import { type Event, LiveSession } from "./live.js";
+import { type Event, LiveSession, messageOf } from "./live.js";
 
 type Entry = { key: string; seq: number; node: ComponentChildren };
 

@@ -1,10 +1,10 @@
 /** The sessions list: live, filterable, archived sessions on request. */
 import { useEffect, useMemo, useState } from "preact/hooks";
 
-import { type NaradClient, NaradError } from "../../clients/typescript/src/index.js";
+import type { NaradClient } from "../../clients/typescript/src/index.js";
 import { type Identity, may } from "./auth.js";
 import { ago, useObservable, useTick } from "./hooks.js";
-import { LiveSessionList, type SessionSummary } from "./live.js";
+import { LiveSessionList, messageOf, type SessionSummary } from "./live.js";
 
 function activity(s: SessionSummary): number {
   return s.lastActivity ?? Date.parse(s.createdAt);
@@ -29,7 +29,7 @@ export function SessionsPage({ client, identity }: { client: NaradClient; identi
       const s = await client.createSession({ title: `Session ${new Date().toLocaleString()}` });
       location.hash = `#/sessions/${encodeURIComponent(s.sessionId)}`;
     } catch (e) {
-      setProblem(e instanceof NaradError ? `${e.code ?? e.status}: ${e.message}` : String(e));
+      setProblem(messageOf(e));
     }
   };
 

@@ -198,11 +198,16 @@ impl Server {
     /// Starts a server on a fresh database whose console signs people in
     /// with `oidc`.
     pub async fn start_with_console_oidc(oidc: narad_server::console::Oidc) -> Server {
-        let db = Arc::new(TestDatabase::new(&MIGRATOR).await);
-        let http = HttpSettings {
+        Server::start_with_http(HttpSettings {
             console_oidc: Some(oidc),
             ..http()
-        };
+        })
+        .await
+    }
+
+    /// Starts a server on a fresh database with HTTP settings of its own.
+    async fn start_with_http(http: HttpSettings) -> Server {
+        let db = Arc::new(TestDatabase::new(&MIGRATOR).await);
         Server::start_full_with(
             db,
             test_auth(),
@@ -216,19 +221,11 @@ impl Server {
     /// Starts a server on a fresh database that lets pages of `origins`
     /// call it (CORS).
     pub async fn start_with_cors(origins: &[&str]) -> Server {
-        let db = Arc::new(TestDatabase::new(&MIGRATOR).await);
         let origins: Vec<String> = origins.iter().map(|o| (*o).to_owned()).collect();
-        let http = HttpSettings {
+        Server::start_with_http(HttpSettings {
             cors_origins: narad_server::cors::parse_origins(&origins).expect("origins"),
             ..http()
-        };
-        Server::start_full_with(
-            db,
-            test_auth(),
-            ExecutorSettings::default(),
-            RuntimeSettings::default(),
-            http,
-        )
+        })
         .await
     }
 
@@ -457,6 +454,17 @@ pub fn hs256(claims: &Claims) -> String {
 /// Signs `claims` with `header` and `key`.
 pub fn sign(header: &Header, claims: &Claims, key: &EncodingKey) -> String {
     jsonwebtoken::encode(header, claims, key).expect("signs")
+}
+
+/// A proposed run-tree event of run `run` (its own root): `type`, `eventId`
+/// `id`, and the members of `extra`.
+pub fn run_event(id: &str, ty: &str, run: &str, extra: Value) -> Value {
+    let mut e = serde_json::json!({"protocolVersion": "narad/v1", "type": ty, "eventId": id,
+        "rootRunId": run, "runId": run});
+    for (k, v) in extra.as_object().expect("an object") {
+        e[k] = v.clone();
+    }
+    e
 }
 
 /// A token of tenant `org` with `roles`.

@@ -4,21 +4,13 @@
 use std::collections::BTreeSet;
 
 use narad_server::auth::Role;
+use narad_tests::run_event as event;
 use narad_tests::*;
 use reqwest::Method;
-use serde_json::{Value, json};
+use serde_json::json;
 
 fn all_roles(org: &str) -> String {
     token(org, &Role::ALL)
-}
-
-fn event(id: &str, ty: &str, run: &str, extra: Value) -> Value {
-    let mut e = json!({"protocolVersion": "narad/v1", "type": ty, "eventId": id,
-        "rootRunId": run, "runId": run});
-    for (k, v) in extra.as_object().unwrap() {
-        e[k] = v.clone();
-    }
-    e
 }
 
 #[tokio::test]

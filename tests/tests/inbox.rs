@@ -3,17 +3,9 @@
 //! limited to sessions sees only theirs; another tenant sees none.
 
 use narad_server::auth::Role;
+use narad_tests::run_event as event;
 use narad_tests::*;
 use serde_json::{Value, json};
-
-fn event(id: &str, ty: &str, run: &str, extra: Value) -> Value {
-    let mut e = json!({"protocolVersion": "narad/v1", "type": ty, "eventId": id,
-        "rootRunId": run, "runId": run});
-    for (k, v) in extra.as_object().unwrap() {
-        e[k] = v.clone();
-    }
-    e
-}
 
 /// A session whose run waits on interrupt `interrupt`.
 async fn waiting(s: &Server, t: &str, session: &str, interrupt: &str) {

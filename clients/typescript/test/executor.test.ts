@@ -14,24 +14,13 @@ import { test } from "node:test";
 import { Executor, NaradClient } from "../src/index.js";
 import type { AuthorityEvent } from "../src/index.js";
 import { FileTokenStore } from "../src/node.js";
+import { until } from "./support.js";
 
 const url = process.env["NARAD_URL"];
 const token = process.env["NARAD_TOKEN"];
 const executorToken = process.env["NARAD_EXECUTOR_TOKEN"];
 if (!url || !token || !executorToken) {
   throw new Error("set NARAD_URL, NARAD_TOKEN and NARAD_EXECUTOR_TOKEN: these tests run against a narad server");
-}
-
-async function until<T>(what: string, check: () => Promise<T | undefined>, seconds = 20): Promise<T> {
-  const deadline = Date.now() + seconds * 1000;
-  for (;;) {
-    const got = await check();
-    if (got !== undefined) {
-      return got;
-    }
-    assert.ok(Date.now() < deadline, `no ${what} within ${seconds} s`);
-    await new Promise((r) => setTimeout(r, 100));
-  }
 }
 
 test("a Node executor runs a call once; its replacement never reruns an accepted token", { timeout: 90_000 }, async () => {

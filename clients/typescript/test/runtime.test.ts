@@ -5,6 +5,7 @@ import { test } from "node:test";
 
 import { NaradClient, Runtime } from "../src/index.js";
 import type { AuthorityEvent, RunContext } from "../src/index.js";
+import { until } from "./support.js";
 
 const url = process.env["NARAD_URL"];
 const token = process.env["NARAD_TOKEN"];
@@ -18,18 +19,6 @@ async function historyOf(narad: NaradClient, sessionId: string): Promise<Authori
     all.push(e);
   }
   return all;
-}
-
-async function until<T>(what: string, check: () => Promise<T | undefined>, seconds = 20): Promise<T> {
-  const deadline = Date.now() + seconds * 1000;
-  for (;;) {
-    const got = await check();
-    if (got !== undefined) {
-      return got;
-    }
-    assert.ok(Date.now() < deadline, `no ${what} within ${seconds} s`);
-    await new Promise((r) => setTimeout(r, 100));
-  }
 }
 
 test("a runtime claims a queued run, answers, finishes and releases it; a stop reaches it", async () => {
