@@ -138,7 +138,7 @@ async fn the_console_learns_how_people_sign_in() {
     assert_eq!(
         config["oidc"],
         serde_json::json!({
-            "issuer": "https://id.example.com/realms/acme",
+            "issuer": "https://id.example.com/realms/acme/",
             "clientId": "narad-console",
             "scopes": "openid narad",
             "audience": "https://narad.example.com/api",

@@ -92,7 +92,9 @@ impl Oidc {
             .filter(|c| !c.is_empty())
             .ok_or("NARAD_CONSOLE_ISSUER needs NARAD_CONSOLE_CLIENT_ID: the console's client id at the issuer")?;
         Ok(Some(Oidc {
-            issuer: issuer.trim_end_matches('/').to_owned(),
+            // As the provider writes it: discovery compares it with the
+            // document's `issuer` (a trailing slash on a path matters).
+            issuer: issuer.to_owned(),
             client_id: client_id.to_owned(),
             scopes: scopes.split_whitespace().collect::<Vec<_>>().join(" "),
             audience: audience.to_owned(),

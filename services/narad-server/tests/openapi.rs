@@ -68,6 +68,8 @@ const OPERATIONS: &[(&str, &str, &str)] = &[
     ),
     ("post", "/v1/extensions", "registerExtension"),
     ("get", "/v1/extensions", "listExtensions"),
+    ("get", "/v1/interrupts", "listOpenInterrupts"),
+    ("get", "/v1/operations", "getOperations"),
     (
         "patch",
         "/v1/extensions/{publisher}/{name}",
