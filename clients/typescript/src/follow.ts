@@ -74,9 +74,6 @@ export async function* follow(client: NaradClient, options: FollowOptions = {}):
           if (frame === undefined) {
             continue;
           }
-          if (sse.ownId) {
-            lastEventId = sse.id;
-          }
           progressed = true;
           backoff = initial;
           if (frame.kind === "authority") {
@@ -84,14 +81,22 @@ export async function* follow(client: NaradClient, options: FollowOptions = {}):
             const sequence = frame.event.sessionSequence;
             const last = seen.get(session);
             if (sequence <= (last ?? 0)) {
+              if (sse.ownId) {
+                lastEventId = sse.id;
+              }
               continue;
             }
             if (last !== undefined && sequence > last + 1) {
+              // Should history not answer, the stream resumes before this frame.
               yield* fill(client, session, last, sequence, seen);
             }
             seen.set(session, sequence);
           }
           yield frame;
+          // The cursor moves once the frame is the caller's.
+          if (sse.ownId) {
+            lastEventId = sse.id;
+          }
           if (frame.kind === "replay-gap" && frame.gap.sessionId !== undefined) {
             const last = seen.get(frame.gap.sessionId);
             if (last !== undefined) {
@@ -103,7 +108,11 @@ export async function* follow(client: NaradClient, options: FollowOptions = {}):
         if (options.signal?.aborted) {
           return;
         }
-        // A connection cut mid-frame: resume from the last whole frame.
+        // A connection cut mid-frame: resume from the last whole frame. A
+        // gap history could not fill now: resume too, after a backoff.
+        if (e instanceof FillInterrupted) {
+          progressed = false;
+        }
       }
       break;
     }
@@ -128,12 +137,28 @@ async function* fill(
   before: number | undefined,
   seen: Map<string, number>,
 ): AsyncGenerator<Frame> {
-  for await (const event of client.allHistory(sessionId, { afterSessionSequence: after })) {
-    if (before !== undefined && event.sessionSequence >= before) {
+  try {
+    for await (const event of client.allHistory(sessionId, { afterSessionSequence: after })) {
+      if (before !== undefined && event.sessionSequence >= before) {
+        return;
+      }
+      seen.set(sessionId, event.sessionSequence);
+      yield { kind: "authority", id: event.eventId, event, fromHistory: true };
+    }
+  } catch (e) {
+    // History refuses for good (the session is gone, or not this
+    // caller's): the gap stays, and a reducer fed the frames says so.
+    if (e instanceof NaradError && !e.retryable) {
       return;
     }
-    seen.set(sessionId, event.sessionSequence);
-    yield { kind: "authority", id: event.eventId, event, fromHistory: true };
+    throw new FillInterrupted(e);
+  }
+}
+
+/** History did not answer while a gap was being filled: try again later. */
+class FillInterrupted extends Error {
+  constructor(readonly reason: unknown) {
+    super("history did not answer while a gap was being filled");
   }
 }
 

@@ -26,22 +26,37 @@ const said = (session: string, seq: number) =>
 
 const history = [1, 2, 3, 4, 5].map((n) => said("ses-a", n));
 
-function sse(frames: { event?: string; id?: string; data: unknown }[]): string {
+function sse(frames: readonly { event?: string; id?: string; data: unknown }[]): string {
   return frames
     .map((f) => `${f.event ? `event: ${f.event}\n` : ""}${f.id ? `id: ${f.id}\n` : ""}data: ${JSON.stringify(f.data)}\n\n`)
     .join("");
 }
 
-function scripted(stream: string): { fetch: typeof fetch; historyReads: string[] } {
+/** A server: the stream (every connection gets all of it), and history, whose first `failures` reads answer `status`. */
+function scripted(
+  frames: Parameters<typeof sse>[0],
+  failures = 0,
+  status = 503,
+): { fetch: typeof fetch; historyReads: string[]; streamOpens: () => number } {
   const historyReads: string[] = [];
-  const impl = async (input: string | URL | Request): Promise<Response> => {
+  let opens = 0;
+  let failed = 0;
+  const impl = async (input: string | URL | Request, init?: RequestInit): Promise<Response> => {
     const url = new URL(String(input));
     if (url.pathname === "/v1/events") {
-      return new Response(stream, { headers: { "content-type": "text/event-stream" } });
+      opens += 1;
+      // Resumes after Last-Event-ID, as narad does.
+      const after = new Headers(init?.headers).get("Last-Event-ID");
+      const from = after === null ? 0 : frames.findIndex((f) => f.id === after) + 1;
+      return new Response(sse(frames.slice(from)), { headers: { "content-type": "text/event-stream" } });
     }
     const m = /^\/v1\/sessions\/([^/]+)\/events$/.exec(url.pathname);
     if (m) {
       historyReads.push(url.search);
+      if (failed < failures) {
+        failed += 1;
+        return Response.json({ code: status === 404 ? "NRD-0007" : "NRD-0001", title: "no", message: "not now" }, { status });
+      }
       const after = Number(url.searchParams.get("afterSessionSequence") ?? 0);
       const events = history.filter((e) => e.sessionId === m[1] && e.sessionSequence > after).slice(0, 2);
       const last = events.at(-1);
@@ -50,7 +65,7 @@ function scripted(stream: string): { fetch: typeof fetch; historyReads: string[]
     }
     return new Response("{}", { status: 404 });
   };
-  return { fetch: impl as typeof fetch, historyReads };
+  return { fetch: impl as typeof fetch, historyReads, streamOpens: () => opens };
 }
 
 async function take(frames: AsyncGenerator<Frame>, n: number): Promise<Frame[]> {
@@ -63,12 +78,12 @@ async function take(frames: AsyncGenerator<Frame>, n: number): Promise<Frame[]> 
 }
 
 test("a gap announced by replay-gap is filled from history, in order, once", async () => {
-  const stream = sse([
+  const stream = [
     { event: "capabilities", data: { protocolVersion: "narad/v1", type: "capabilities" } },
     { id: "ses-a-e1", data: history[0] },
     { event: "replay-gap", data: { protocolVersion: "narad/v1", type: "replay-gap", forgottenThrough: "ses-a-e3", message: "forgotten" } },
     { id: "ses-a-e5", data: history[4] },
-  ]);
+  ];
   const { fetch, historyReads } = scripted(stream);
   const client = new NaradClient({ servers: "http://narad.test", token: "t", fetch });
   const frames = await take(follow(client), 7);
@@ -93,11 +108,11 @@ test("a gap announced by replay-gap is filled from history, in order, once", asy
 });
 
 test("a replay-gap naming its session fills that session at once", async () => {
-  const stream = sse([
+  const stream = [
     { id: "ses-a-e1", data: history[0] },
     { id: "ses-a-e2", data: history[1] },
     { event: "replay-gap", data: { protocolVersion: "narad/v1", type: "replay-gap", forgottenThrough: null, sessionId: "ses-a", message: "forgotten" } },
-  ]);
+  ];
   const { fetch } = scripted(stream);
   const client = new NaradClient({ servers: "http://narad.test", token: "t", fetch });
   const frames = await take(follow(client, { onlySession: "ses-a" }), 6);
@@ -105,4 +120,34 @@ test("a replay-gap naming its session fills that session at once", async () => {
     frames.flatMap((f) => (f.kind === "authority" ? [f.event.sessionSequence] : [])),
     [1, 2, 3, 4, 5],
   );
+});
+
+const gapStream = () => [
+  { id: "ses-a-e1", data: history[0] },
+  { event: "replay-gap", data: { protocolVersion: "narad/v1", type: "replay-gap", forgottenThrough: "ses-a-e3", message: "forgotten" } },
+  { id: "ses-a-e5", data: history[4] },
+];
+
+test("history not answering while a gap is filled: the stream resumes before the frame, after a backoff", { timeout: 10_000 }, async () => {
+  const { fetch, streamOpens } = scripted(gapStream(), 1, 503);
+  const client = new NaradClient({ servers: "http://narad.test", token: "t", fetch });
+  const frames = await take(follow(client, { initialBackoffMs: 50 }), 7);
+  assert.deepEqual(
+    frames.flatMap((f) => (f.kind === "authority" ? [f.event.sessionSequence] : [])),
+    [1, 2, 3, 4, 5],
+    "every event once, in order: the frame after the gap was not lost",
+  );
+  assert.equal(streamOpens(), 2, "one reconnect");
+});
+
+test("history refusing for good leaves the gap, and the stream goes on", { timeout: 10_000 }, async () => {
+  const { fetch, streamOpens } = scripted(gapStream(), 100, 404);
+  const client = new NaradClient({ servers: "http://narad.test", token: "t", fetch });
+  const frames = await take(follow(client, { initialBackoffMs: 50 }), 3);
+  const seqs = frames.flatMap((f) => (f.kind === "authority" ? [f.event.sessionSequence] : []));
+  assert.deepEqual(seqs, [1, 5]);
+  const reducer = new SessionReducer();
+  reducer.deliver(history[0]);
+  assert.throws(() => reducer.deliver(history[4]), (e: Error & { rule?: string }) => e.rule === "delivery.gap");
+  assert.equal(streamOpens(), 1, "no reconnect loop");
 });
