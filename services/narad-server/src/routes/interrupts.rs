@@ -32,7 +32,7 @@ pub struct InterruptPage {
 /// limited to sessions sees only theirs.
 #[utoipa::path(get, path = "/v1/interrupts", operation_id = "listOpenInterrupts", tag = "sessions",
     params(
-        ("after" = Option<String>, Query, description = "The `nextAfter` of the previous page (opaque)"),
+        ("after" = Option<String>, Query, pattern = r"^[0-9]{1,18}\.[0-9]{1,18}\..+$", description = "The `nextAfter` of the previous page (opaque)"),
         ("limit" = Option<u32>, Query, minimum = 1, maximum = 500, description = "The page size (default 100)"),
     ),
     responses(
