@@ -1,10 +1,10 @@
 // Builds the console into OUT_DIR (default dist): src/main.tsx and the
 // TypeScript SDK it is built on (clients/typescript/src) bundled by esbuild
-// into one minified ES module, beside index.html and console.css. The
-// files in dist/ are checked in (narad serve embeds them, so a machine
+// into one minified ES module (narad serves src/index.html and
+// src/console.css as they are). The file in dist/ is checked in (narad serve embeds them, so a machine
 // without Node serves the console); CI rebuilds them and fails when they
 // differ.
-import { copyFileSync, mkdirSync } from "node:fs";
+import { mkdirSync } from "node:fs";
 import { join } from "node:path";
 import { build } from "esbuild";
 
@@ -23,6 +23,3 @@ await build({
   outfile: join(out, "console.js"),
   logLevel: "warning",
 });
-for (const f of ["index.html", "console.css"]) {
-  copyFileSync(join("src", f), join(out, f));
-}

@@ -35,14 +35,18 @@ struct Asset {
     bytes: &'static [u8],
 }
 
+/// One file of `console/`: the page and its styles are served as written
+/// (`src/`), the script as built (`dist/`).
 macro_rules! asset {
-    ($name:literal, $type:literal) => {
+    ($dir:literal, $name:literal, $type:literal) => {
         Asset {
             name: $name,
             content_type: $type,
             bytes: include_bytes!(concat!(
                 env!("CARGO_MANIFEST_DIR"),
-                "/../../console/dist/",
+                "/../../console/",
+                $dir,
+                "/",
                 $name
             )),
         }
@@ -50,9 +54,9 @@ macro_rules! asset {
 }
 
 const ASSETS: &[Asset] = &[
-    asset!("index.html", "text/html; charset=utf-8"),
-    asset!("console.js", "text/javascript; charset=utf-8"),
-    asset!("console.css", "text/css; charset=utf-8"),
+    asset!("src", "index.html", "text/html; charset=utf-8"),
+    asset!("dist", "console.js", "text/javascript; charset=utf-8"),
+    asset!("src", "console.css", "text/css; charset=utf-8"),
 ];
 
 /// The identity provider the console signs people in with.
