@@ -396,8 +396,9 @@ impl<'de> Deserialize<'de> for NonEmptyString {
 }
 
 /// A namespaced name such as `acme.audit` or `acme.audit.v2`: two or more
-/// dot-separated segments, none empty, no white space (§9.9 extension
-/// names).
+/// dot-separated segments, none empty, with no white space (Unicode
+/// `White_Space`) and no control characters (`Cc`) — the same set the
+/// schema's `namespacedName` pattern spells out (§9.9 extension names).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
 #[serde(transparent)]
 pub struct NamespacedName(String);
@@ -408,15 +409,15 @@ impl NamespacedName {
         let s = s.into();
         let segments: Vec<&str> = s.split('.').collect();
         let well_formed = segments.len() >= 2
-            && segments
-                .iter()
-                .all(|seg| !seg.is_empty() && !seg.chars().any(char::is_whitespace));
+            && segments.iter().all(|seg| {
+                !seg.is_empty() && !seg.chars().any(|c| c.is_whitespace() || c.is_control())
+            });
         if well_formed {
             Ok(Self(s))
         } else {
             Err(format!(
                 "{s:?} is not a namespaced name: write it as `namespace.name` \
-                 (two or more dot-separated segments, no spaces)"
+                 (two or more dot-separated segments, no spaces or control characters)"
             ))
         }
     }

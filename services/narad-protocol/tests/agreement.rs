@@ -250,6 +250,12 @@ fn hostile_values() -> Vec<Value> {
         json!(["x"]),
         json!({}),
         json!({"op": "add", "path": "/a"}),
+        // Characters regular-expression dialects class differently (`\s`
+        // takes U+0085 in Rust and Python, not in ECMAScript).
+        json!("a.b\u{85}c"),
+        json!("a\u{1}.b"),
+        json!("a.b\u{3000}"),
+        json!("a.\u{feff}b"),
     ]
 }
 
@@ -513,5 +519,66 @@ fn schema_readme_lists_every_file_with_its_profile_and_placement() {
         rows.len(),
         schemas().len() + 2,
         "schema/README.md lists files that do not exist"
+    );
+}
+
+// ------------------------------------------------------------ patterns
+
+/// Every `pattern` string in `v`, with the pointer where it stands.
+fn patterns(v: &Value, at: &str, out: &mut Vec<(String, String)>) {
+    match v {
+        Value::Object(m) => {
+            for (k, child) in m {
+                let here = format!("{at}/{k}");
+                match (k.as_str(), child) {
+                    ("pattern", Value::String(p)) => out.push((here, p.clone())),
+                    _ => patterns(child, &here, out),
+                }
+            }
+        }
+        Value::Array(a) => {
+            for (i, child) in a.iter().enumerate() {
+                patterns(child, &format!("{at}/{i}"), out);
+            }
+        }
+        _ => {}
+    }
+}
+
+/// JSON Schema patterns are ECMAScript regular expressions, but the
+/// schemas are read by Rust (`jsonschema`), JavaScript (Ajv in the
+/// TypeScript SDK) and Python (schemathesis, the Python SDK). Shorthand
+/// classes (`\s`, `\w`, `\d`, `\b` and their negations) mean different sets
+/// in those dialects — `\s` takes U+0085 in Rust and Python but not in
+/// ECMAScript, so a client checking with Ajv sent names the server refused.
+/// Every pattern spells its characters out instead.
+#[test]
+fn schema_patterns_use_no_dialect_dependent_classes() {
+    let mut files = Vec::new();
+    common::collect_json(&schema_root(), &mut files);
+    let mut found = Vec::new();
+    for f in &files {
+        let v: Value = serde_json::from_str(&std::fs::read_to_string(f).unwrap()).unwrap();
+        patterns(&v, "", &mut found);
+        for (at, p) in found.drain(..) {
+            let mut chars = p.chars();
+            while let Some(c) = chars.next() {
+                if c != '\\' {
+                    continue;
+                }
+                let escaped = chars.next();
+                assert!(
+                    !matches!(escaped, Some('s' | 'S' | 'w' | 'W' | 'd' | 'D' | 'b' | 'B')),
+                    "{}#{at}: pattern {p:?} uses \\{} — spell the characters out",
+                    f.display(),
+                    escaped.unwrap()
+                );
+            }
+        }
+    }
+    assert!(
+        files.len() > 50,
+        "only {} schema files were read",
+        files.len()
     );
 }

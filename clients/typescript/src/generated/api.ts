@@ -1623,7 +1623,7 @@ export interface components {
         };
         /** @enum {unknown} */
         "defs.messageScope": "session" | "workflow" | "run";
-        /** @description Two or more dot-separated segments, none empty, no white space, e.g. acme.audit. */
+        /** @description Two or more dot-separated segments, none empty, with no white space (Unicode White_Space) and no control characters (Cc), e.g. acme.audit. The pattern spells the excluded characters out so that every regular-expression dialect reads it alike. */
         "defs.namespacedName": string;
         "defs.nonEmptyString": string;
         /**
