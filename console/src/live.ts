@@ -100,6 +100,10 @@ export class LiveSession extends Observable {
   readonly stops = new Map<string, Event>();
   /** Terminals by runId. */
   readonly terminals = new Map<string, Event>();
+  /** Attachments and artifacts (§9.5) by `attachment:<id>` / `artifact:<id>`: their events in order. */
+  readonly files = new Map<string, Event[]>();
+  /** The sessionSequence that first named each run-graph node (`run:<id>`, `tool.call:<id>`, `interrupt:<id>`). */
+  readonly nodeSeen = new Map<string, number>();
   connection: Connection = "connecting";
   problem: string | undefined;
   private readonly abort = new AbortController();
@@ -164,7 +168,22 @@ export class LiveSession extends Observable {
     const first = (id: unknown) => {
       if (typeof id === "string" && !this.firstSeen.has(id)) this.firstSeen.set(id, e.sessionSequence);
     };
+    const node = (id: string) => {
+      if (!this.nodeSeen.has(id)) this.nodeSeen.set(id, e.sessionSequence);
+    };
+    if (e.type.startsWith("attachment.") || e.type.startsWith("artifact.")) {
+      const kind = e.type.startsWith("attachment.") ? "attachment" : "artifact";
+      const key = `${kind}:${String(e[`${kind}Id`])}`;
+      first(key);
+      const seen = this.files.get(key);
+      if (seen === undefined) this.files.set(key, [e]);
+      else seen.push(e);
+      return;
+    }
     switch (e.type) {
+      case "run.started":
+        node(`run:${String(e.runId)}`);
+        break;
       case "message.user.recorded":
       case "message.text.started":
         first(e.messageId);
@@ -174,6 +193,7 @@ export class LiveSession extends Observable {
         break;
       case "tool.call.started":
         first(e.toolCallId);
+        node(`tool.call:${String(e.toolCallId)}`);
         this.toolCalls.set(e.toolCallId as string, { started: e });
         break;
       case "tool.call.finished": {
@@ -183,6 +203,7 @@ export class LiveSession extends Observable {
       }
       case "interrupt.requested":
         first(e.interruptId);
+        node(`interrupt:${String(e.interruptId)}`);
         this.interruptRequests.set(e.interruptId as string, e);
         break;
       case "interrupt.resolved":

@@ -13,8 +13,11 @@ import { type Identity, may } from "./auth.js";
 import { useObservable } from "./hooks.js";
 import { EventInspector } from "./inspector.js";
 import { type Event, LiveSession, messageOf } from "./live.js";
+import { RunTree } from "./runtree.js";
+import { useVirtualizer } from "./virtual.js";
 
-type Entry = { key: string; seq: number; node: ComponentChildren };
+/** One entry of the conversation: drawn only while in (or near) view. */
+type Entry = { key: string; seq: number; label: string; render: () => ComponentChildren };
 
 function text(content: unknown): string {
   if (typeof content === "string") return content;
@@ -128,6 +131,57 @@ function Interrupt({
       )}
       {!resolution && may(identity, "approve") && (
         <InterruptActions client={client} sessionId={live.sessionId} interruptId={id} actions={(request.actions as string[]) ?? []} />
+      )}
+    </article>
+  );
+}
+
+/** A link only for web addresses: a reference of another scheme is shown, never followed. */
+function Reference({ uri }: { uri: unknown }) {
+  if (typeof uri !== "string") return null;
+  let web = false;
+  try {
+    web = ["http:", "https:"].includes(new URL(uri).protocol);
+  } catch {
+    web = false;
+  }
+  return web ? (
+    <a href={uri} rel="noopener noreferrer" target="_blank">
+      {uri}
+    </a>
+  ) : (
+    <code>{uri}</code>
+  );
+}
+
+function bytes(n: unknown): string {
+  if (typeof n !== "number") return "";
+  if (n < 1024) return `${n} B`;
+  if (n < 1024 * 1024) return `${(n / 1024).toFixed(1)} KiB`;
+  return `${(n / 1024 / 1024).toFixed(1)} MiB`;
+}
+
+/** An attachment or artifact (§9.5): its metadata and reference as its events give them. */
+function File({ kind, events }: { kind: "attachment" | "artifact"; events: Event[] }) {
+  const added = events.find((e) => e.type.endsWith(".added"));
+  const last = events.at(-1)!;
+  const state = last.type.slice(kind.length + 1);
+  const uri = [...events].reverse().find((e) => typeof e.uri === "string")?.uri;
+  const id = String(events[0]![`${kind}Id`]);
+  return (
+    <article class="file" data-file={`${kind}:${id}`} aria-label={`${kind} ${String(added?.name ?? id)}`}>
+      <header>
+        {kind} <code>{String(added?.name ?? id)}</code>
+        <span class={`badge ${state}`}>{state === "added" ? "pending" : state}</span>
+      </header>
+      <p class="quiet">
+        {[added?.mediaType, bytes(added?.sizeBytes)].filter((x) => typeof x === "string" && x !== "").join(" · ")}
+        {state === "failed" && ` · ${String(last.code)}${typeof last.message === "string" ? `: ${last.message}` : ""}`}
+      </p>
+      {uri !== undefined && state !== "removed" && (
+        <p>
+          <Reference uri={uri} />
+        </p>
       )}
     </article>
   );
@@ -286,7 +340,8 @@ export function SessionPage({
   }, [client, sessionId]);
 
   // Keeps the newest entry in view while the reader is at the bottom:
-  // measured while rendering, before the new entries reach the page.
+  // measured while rendering, before new entries (or an entry that grew,
+  // as an answer streams) reach the page.
   const timeline = useRef<HTMLElement>(null);
   const el = timeline.current;
   const stick = el === null || el.scrollHeight - el.scrollTop - el.clientHeight < 80;
@@ -315,30 +370,50 @@ export function SessionPage({
   const transcript = live.reducer.transcript([...topLevel, ...opened]);
   transcript.forEach((item, i) => {
     const id = item.item === "message" ? item.messageId : item.reasoningId;
-    entries.push({ key: `t-${id}-${i}`, seq: live.firstSeen.get(id) ?? 0, node: <TranscriptEntry item={item} /> });
+    entries.push({
+      key: `t-${id}-${i}`,
+      seq: live.firstSeen.get(id) ?? 0,
+      label: item.item === "message" ? `${item.role} message` : "reasoning",
+      render: () => <TranscriptEntry item={item} />,
+    });
   });
   for (const [toolCallId, call] of live.toolCalls) {
     const runId = call.started.runId;
     entries.push({
       key: `c-${toolCallId}`,
       seq: call.started.sessionSequence,
-      node: <ToolCall started={call.started} finished={call.finished} executorId={runId ? state.runs[runId]?.clientExecutorId : undefined} />,
+      label: `tool call ${String(call.started.toolName)}`,
+      render: () => <ToolCall started={call.started} finished={call.finished} executorId={runId ? state.runs[runId]?.clientExecutorId : undefined} />,
     });
   }
   for (const request of live.interruptRequests.values()) {
     entries.push({
       key: `i-${request.interruptId as string}`,
       seq: request.sessionSequence,
-      node: <Interrupt live={live} request={request} client={client} identity={identity} />,
+      label: live.interruptResolutions.has(request.interruptId as string) ? "interrupt resolved" : "interrupt waiting for a decision",
+      render: () => <Interrupt live={live} request={request} client={client} identity={identity} />,
     });
+  }
+  for (const [key, events] of live.files) {
+    const kind = key.startsWith("attachment:") ? "attachment" : "artifact";
+    entries.push({ key: `f-${key}`, seq: events[0]!.sessionSequence, label: kind, render: () => <File kind={kind} events={events} /> });
   }
   for (const e of live.events) {
     if (e.type === "run.started" && e.runId !== undefined) {
-      entries.push({ key: `r-${e.runId}`, seq: e.sessionSequence, node: <RunMarker live={live} runId={e.runId} started={e} /> });
+      const runId = e.runId;
+      entries.push({ key: `r-${runId}`, seq: e.sessionSequence, label: `run ${runId}`, render: () => <RunMarker live={live} runId={runId} started={e} /> });
     }
   }
   entries.sort((a, b) => a.seq - b.seq);
   const nested = Object.entries(state.runs).filter(([, r]) => r.parentRunId !== undefined);
+  const list = useVirtualizer({
+    count: entries.length,
+    getScrollElement: () => timeline.current,
+    estimateSize: () => 90,
+    getItemKey: (i) => entries[i]!.key,
+    overscan: 8,
+    gap: 10,
+  });
 
   return (
     <main class="session">
@@ -394,24 +469,35 @@ export function SessionPage({
       {tab === "events" && <EventInspector live={live} focus={focus} />}
       {tab === "state" && <Documents state={state} />}
       <div class="columns" hidden={tab !== "conversation"}>
-        <section class="timeline" aria-label="Conversation" aria-live="polite" ref={timeline} tabIndex={0}>
+        <section class="timeline" role="feed" aria-label="Conversation" aria-busy={live.connection !== "live"} ref={timeline} tabIndex={0}>
           {entries.length === 0 && <p class="quiet">Nothing here yet.</p>}
-          {entries.map((e) => (
-            <div class="entry" key={e.key}>
-              {e.node}
-            </div>
-          ))}
+          <div class="window" style={{ height: `${list.getTotalSize()}px` }} data-entries={entries.length}>
+            {list.getVirtualItems().map((item) => {
+              const e = entries[item.index]!;
+              return (
+                <div
+                  class="entry"
+                  role="article"
+                  aria-label={e.label}
+                  aria-posinset={item.index + 1}
+                  aria-setsize={entries.length}
+                  key={e.key}
+                  data-index={item.index}
+                  ref={list.measureElement}
+                  style={{ transform: `translateY(${item.start}px)` }}
+                >
+                  {e.render()}
+                </div>
+              );
+            })}
+          </div>
         </section>
+        <p class="sr-only" aria-live="polite">
+          {entries.length > 0 ? `latest: ${entries.at(-1)!.label}` : ""}
+        </p>
         <aside aria-label="Runs" tabIndex={0}>
-          <h2>Runs</h2>
-          <ul class="runs">
-            {Object.entries(state.runs).map(([runId, r]) => (
-              <li key={runId} style={{ marginLeft: r.parentRunId ? "1em" : 0 }}>
-                <code>{runId}</code> <span class={`badge ${r.state}`}>{r.state}</span>
-                {r.stopRequested && r.state !== "cancelled" ? " (stop requested)" : ""}
-              </li>
-            ))}
-          </ul>
+          <h2>Run tree</h2>
+          <RunTree live={live} />
           {nested.length > 0 && (
             <fieldset>
               <legend>Show nested runs in the conversation</legend>

@@ -80,7 +80,15 @@ export function SessionsPage({ client, identity }: { client: NaradClient; identi
                   <div class="id">{s.sessionId}</div>
                   {s.archivedAt !== undefined && <span class="badge">archived</span>}
                 </td>
-                <td>{s.activeExecution ? <span class="badge running">{s.activeExecution.runId ?? s.activeExecution.workflowId}</span> : "—"}</td>
+                <td>
+                  {s.activeExecution ? (
+                    <span class="badge running id-badge" title={s.activeExecution.runId ?? s.activeExecution.workflowId}>
+                      {s.activeExecution.kind} {s.activeExecution.runId ?? s.activeExecution.workflowId}
+                    </span>
+                  ) : (
+                    "—"
+                  )}
+                </td>
                 <td>{s.pending.size > 0 ? <span class="badge waiting">{s.pending.size} waiting</span> : "—"}</td>
                 <td class="num">{s.sessionSequence}</td>
                 <td>{ago(activity(s), now)}</td>

@@ -24,10 +24,17 @@ function helper(api, jwt, args) {
   });
 }
 
-/** The transcript as the page shows it: [role, text] per message. */
+/** The transcript as the page shows it: [role, text] per message drawn. */
 function shown(page) {
   return page.$$eval("article.message", (els) =>
     els.map((el) => [el.getAttribute("aria-label"), el.querySelector("p")?.textContent ?? ""]),
+  );
+}
+
+/** The messages drawn, by messageId: [role, text]. */
+function shownById(page) {
+  return page.$$eval("article.message", (els) =>
+    Object.fromEntries(els.map((el) => [el.dataset.message, [el.getAttribute("aria-label"), el.querySelector("p")?.textContent ?? ""]])),
   );
 }
 
@@ -111,19 +118,34 @@ test("the console: sign in, watch, say, approve, stop, survive a SIGKILL", { tim
     const cut = (await shown(page)).filter(([role]) => role === "assistant message").at(-1)[1];
     assert.ok(!cut.includes("word119"), "the answer stopped before its end");
 
+    // The run tree (graph profile): the approved run finished, its
+    // interrupt resolved with the decision, the stopped run cancelled.
+    const tree = page.locator("aside .tree");
+    await tree.locator('li.node.interrupt:has(.badge.resolved)').filter({ hasText: "approve" }).first().waitFor({ timeout: 20_000 });
+    assert.ok((await tree.locator("li.node.run:has(> .badge.finished)").count()) >= 2, "finished runs in the run tree");
+    await tree.locator("li.node.run:has(> .badge.cancelled)").first().waitFor({ timeout: 20_000 });
+
     // 5. The server is killed and started again under the open page.
-    const before = await shown(page);
+    const beforeById = await shownById(page);
+    const entriesBefore = Number(await page.locator(".timeline .window").getAttribute("data-entries"));
     await kill(narad);
     await page.getByRole("status").getByText("reconnecting").waitFor({ timeout: 20_000 });
     narad = await startNarad(apiPort, "http://127.0.0.1:1");
     await say("hello again");
-    await page.waitForFunction((n) => document.querySelectorAll("article.message").length >= n + 2, before.length, { timeout: 60_000 });
+    await page.waitForFunction((n) => Number(document.querySelector(".timeline .window")?.dataset.entries) >= n + 2, entriesBefore, {
+      timeout: 60_000,
+    });
     await page.locator(".banner").waitFor({ state: "detached", timeout: 20_000 });
     await sleep(1500); // an answer still streaming, or anything shown twice, shows by now
-    const after = await shown(page);
+    const afterById = await shownById(page);
     const ids = await page.$$eval("article.message", (els) => els.map((el) => el.dataset.message));
     assert.equal(new Set(ids).size, ids.length, "no message shown twice");
-    assert.deepEqual(after.slice(0, before.length), before, "what was shown stays as it was");
+    const positions = await page.$$eval(".timeline .entry", (els) => els.map((el) => el.getAttribute("aria-posinset")));
+    assert.equal(new Set(positions).size, positions.length, "no entry drawn twice");
+    for (const [id, message] of Object.entries(afterById)) {
+      if (id in beforeById) assert.deepEqual(message, beforeById[id], `message ${id} stays as it was`);
+    }
+    assert.ok(Object.keys(afterById).some((id) => id in beforeById), "messages from before the restart are still drawn");
     const history = await call(api, person, "GET", `/v1/sessions/${session.sessionId}/events?limit=1000`);
     const last = history.events.at(-1).sessionSequence;
     await page.locator(`[data-session-sequence="${last}"]`).waitFor({ timeout: 20_000 });
@@ -141,6 +163,36 @@ test("the console: sign in, watch, say, approve, stop, survive a SIGKILL", { tim
 
     // 6. A picture of the session at the end.
     await picture(page, "console-session");
+
+    // The agent leaves: it would answer each of the questions below.
+    agent.kill("SIGKILL");
+
+    // A long conversation: only what is in view is in the page, scrolling
+    // to the top reaches the first message, and an attachment shows with
+    // its reference.
+    const many = await call(api, person, "POST", "/v1/sessions", { title: "a long conversation" });
+    const ev = (type, extra) => ({ protocolVersion: "narad/v1", type, eventId: crypto.randomUUID(), ...extra });
+    const questions = Array.from({ length: 600 }, (_, i) =>
+      ev("message.user.recorded", { messageId: `q${i}`, messageScope: "session", content: `question ${i}` }),
+    );
+    const uri = "https://files.example.com/att-1";
+    const files = [
+      ev("attachment.added", { attachmentId: "att-1", name: "notes.txt", mediaType: "text/plain", sizeBytes: 2048, uri }),
+      ev("attachment.ready", { attachmentId: "att-1", uri }),
+    ];
+    await call(api, token("reader,writer,backend"), "POST", `/v1/sessions/${many.sessionId}/events`, { events: [...questions, ...files] });
+    await page.evaluate((sid) => (location.hash = `#/sessions/${encodeURIComponent(sid)}`), many.sessionId);
+    await page.locator('[data-session-sequence="602"]').waitFor({ timeout: 20_000 });
+    const file = page.locator('article.file[data-file="attachment:att-1"]');
+    await file.waitFor({ timeout: 20_000 });
+    assert.match(await file.textContent(), /notes\.txt.*ready.*text\/plain · 2\.0 KiB/s);
+    assert.equal(await file.getByRole("link").getAttribute("href"), uri);
+    assert.equal(await page.locator(".timeline .window").getAttribute("data-entries"), "601");
+    const drawn = await page.locator(".timeline .entry").count();
+    assert.ok(drawn < 60, `${drawn} of 601 entries are in the page`);
+    await page.locator(".timeline").evaluate((el) => (el.scrollTop = 0));
+    await page.locator('article[data-message="q0"]').waitFor({ timeout: 10_000 });
+    assert.equal(await page.locator('article[data-message="q599"]').count(), 0, "the last message left the page");
 
     // 7. Every view, keyboard and screen-reader usable (axe-core: no serious
     // or critical violation), and whole in a narrow window. axe is injected

@@ -179,3 +179,87 @@ fn console_sign_in_settings_are_checked() {
         "http on the loopback is for development"
     );
 }
+
+/// An identity provider's discovery document on this machine: its issuer
+/// is `http://127.0.0.1:<port>`, its token endpoint on `token_origin`.
+async fn discovery(token_origin: &str) -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let issuer = format!("http://{}", listener.local_addr().unwrap());
+    let document = serde_json::json!({
+        "issuer": issuer,
+        "authorization_endpoint": format!("{issuer}/auth"),
+        "token_endpoint": format!("{token_origin}/oauth2/token"),
+        "jwks_uri": format!("{issuer}/jwks"),
+    });
+    let app = axum::Router::new().route(
+        "/.well-known/openid-configuration",
+        axum::routing::get(move || async move { axum::Json(document) }),
+    );
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    issuer
+}
+
+#[tokio::test]
+async fn the_console_may_reach_a_token_endpoint_on_another_origin() {
+    // Many providers exchange codes at another origin than the issuer's
+    // (accounts.google.com → oauth2.googleapis.com): the policy names the
+    // token endpoint's origin once the discovery document is read.
+    let token_origin = "http://localhost:7";
+    let issuer = discovery(token_origin).await;
+    let oidc =
+        narad_server::console::Oidc::from_settings(Some(&issuer), Some("c"), "openid", "narad")
+            .unwrap()
+            .unwrap();
+    let s = Server::start_with_console_oidc(oidc).await;
+    let expected = format!("connect-src 'self' {issuer} {token_origin};");
+    let mut seen = String::new();
+    for _ in 0..100 {
+        let page = plain()
+            .get(format!("{}/console/", s.base))
+            .send()
+            .await
+            .unwrap();
+        seen = page.headers()["content-security-policy"]
+            .to_str()
+            .unwrap()
+            .to_owned();
+        if seen.contains(&expected) {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    panic!("the policy never named the token endpoint's origin: {seen}");
+}
+
+#[tokio::test]
+async fn a_discovery_document_of_another_issuer_adds_nothing() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let issuer = format!("http://{}", listener.local_addr().unwrap());
+    let app = axum::Router::new().route(
+        "/.well-known/openid-configuration",
+        axum::routing::get(|| async {
+            axum::Json(serde_json::json!({
+                "issuer": "https://elsewhere.example.com",
+                "token_endpoint": "https://elsewhere.example.com/token",
+            }))
+        }),
+    );
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    let oidc =
+        narad_server::console::Oidc::from_settings(Some(&issuer), Some("c"), "openid", "narad")
+            .unwrap()
+            .unwrap();
+    let s = Server::start_with_console_oidc(oidc).await;
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    let page = plain()
+        .get(format!("{}/console/", s.base))
+        .send()
+        .await
+        .unwrap();
+    let csp = page.headers()["content-security-policy"].to_str().unwrap();
+    assert!(
+        csp.contains(&format!("connect-src 'self' {issuer};")),
+        "{csp}"
+    );
+    assert!(!csp.contains("elsewhere"), "{csp}");
+}

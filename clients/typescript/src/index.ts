@@ -20,6 +20,8 @@ export { SessionState, foldMembers } from "./engine.js";
 export type { AuthorityEvent, Slot, Status } from "./engine.js";
 export { ALL_PROFILES, PROFILE_NAMESPACES, PROTOCOL_VERSION, WIRE_TYPE_INFO, Violation, classify, profileSet } from "./wire.js";
 export type { Classified, ProfileId, WireKind, WireObject, WireTypeInfo } from "./wire.js";
+export { RunGraphs } from "./graph.js";
+export type { GraphDocument, GraphEdge, GraphNode, GraphOutcome, HeldGraph } from "./graph.js";
 export { applyPatch, PatchError } from "./jsonpatch.js";
 export type { Json, PatchOperation } from "./jsonpatch.js";
 export type { SseEvent } from "./sse.js";

@@ -13,6 +13,7 @@
  * a terminal and never executes anything (control messages are ignored).
  */
 import { type AuthorityEvent, SessionState, type Slot, type Status } from "./engine.js";
+import { RunGraphs } from "./graph.js";
 import type { Json } from "./jsonpatch.js";
 import { ALL_PROFILES, classify, type ProfileId, profileSet, Violation, type WireObject } from "./wire.js";
 
@@ -90,6 +91,8 @@ export class SessionReducer {
   /** Transcript replaced by a snapshot through this sequence. */
   private transcriptCovered = 0;
   private lastTopLevelRun: string | undefined;
+  /** The run graphs (`narad.graph/v1`) from the stream's graph records. */
+  readonly graphs = new RunGraphs();
 
   constructor(options: ReducerOptions = {}) {
     this.profiles = profileSet(options.profiles ?? ALL_PROFILES);
@@ -133,6 +136,7 @@ export class SessionReducer {
         return this.deliverWatch(c.object);
       case "hydrate":
         if (c.object.type === "messages.snapshot") this.replaceTranscript(c.object);
+        else this.graphs.apply(c.object);
         return "recorded";
       case "control":
         return "ignored";

@@ -4,8 +4,8 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 
-import { follow, NaradClient, NaradError, parseSse } from "../src/index.js";
-import type { Frame, ProposedEvent } from "../src/index.js";
+import { follow, NaradClient, NaradError, parseSse, SessionReducer } from "../src/index.js";
+import type { Frame, GraphNode, ProposedEvent } from "../src/index.js";
 
 const url = process.env["NARAD_URL"];
 const token = process.env["NARAD_TOKEN"];
@@ -126,4 +126,47 @@ test("a stream ticket opens its stream without Authorization", async () => {
   stop.abort();
   const refused = await fetch(`${url}/v1/sessions/${session.sessionId}/events?ticket=${ticket.ticket}`);
   assert.equal(refused.status, 401);
+});
+
+test("the reducer's run graph, patched delta by delta, equals the snapshot a new stream sends", async () => {
+  const narad = new NaradClient({ servers: url, token });
+  const session = await narad.createSession({ title: "graph" });
+  const sid = session.sessionId;
+  const e = (type: string, extra: Record<string, unknown>): ProposedEvent =>
+    ({ protocolVersion: "narad/v1", type, eventId: `${sid}-${type}-${JSON.stringify(extra).length}-${Math.random()}`, ...extra }) as ProposedEvent;
+  const r1 = { rootRunId: "g1", runId: "g1" };
+  await narad.appendEvents(sid, [e("run.started", r1)]);
+  const reducer = new SessionReducer();
+  const stop = new AbortController();
+  const following = (async () => {
+    for await (const frame of follow(narad, { sessionId: sid, signal: stop.signal, initialBackoffMs: 20 })) {
+      if (frame.kind === "authority") reducer.deliver(frame.event);
+      else if (frame.kind === "hydrate") reducer.deliver(frame.record);
+      const root = reducer.graphs.get("g1")?.document.nodes.find((n) => n.id === "run:g1");
+      if (root?.status === "finished") stop.abort();
+    }
+  })();
+  const nested = { rootRunId: "g1", runId: "g2", parentRunId: "g1" };
+  await narad.appendEvents(sid, [
+    e("tool.call.started", { ...r1, toolCallId: "t1", toolName: "search", executor: "backend", args: {} }),
+    e("tool.call.finished", { ...r1, toolCallId: "t1", outcome: "success", response: { hits: 3 } }),
+  ]);
+  await narad.appendEvents(sid, [e("run.started", nested), e("run.finished", nested), e("run.finished", r1)]);
+  await following;
+  const held = reducer.graphs.get("g1")!;
+  assert.equal(held.stale, false);
+  // A new connection gets the journal's snapshot at the same revision.
+  let snapshot: Record<string, unknown> | undefined;
+  const again = new AbortController();
+  for await (const frame of follow(narad, { sessionId: sid, afterSessionSequence: 6, signal: again.signal })) {
+    if (frame.kind === "hydrate" && frame.record.type === "graph.snapshot") {
+      snapshot = frame.record as unknown as Record<string, unknown>;
+      again.abort();
+    }
+  }
+  assert.ok(snapshot, "a graph.snapshot on attach");
+  assert.equal(snapshot.revision, held.revision);
+  assert.deepEqual({ rootNodeId: snapshot.rootNodeId, nodes: snapshot.nodes, edges: snapshot.edges }, held.document);
+  const kinds = held.document.nodes.map((n: GraphNode) => `${n.kind}:${n.status}`).sort();
+  assert.deepEqual(kinds, ["run:finished", "run:finished", "tool.call:success"]);
 });

@@ -9,7 +9,8 @@
 //! `NARAD_CONSOLE_*` (authorization code with PKCE, from the page itself),
 //! or with a pasted token.
 
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, OnceLock, RwLock};
+use std::time::Duration;
 
 use axum::extract::Path;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
@@ -105,26 +106,147 @@ impl Oidc {
         }))
     }
 
-    /// `scheme://host[:port]` of the issuer.
-    fn origin(&self) -> &str {
-        let start = self.issuer.find("://").map_or(0, |i| i + 3);
-        let end = self.issuer[start..]
-            .find(['/', '?', '#'])
-            .map_or(self.issuer.len(), |i| start + i);
-        &self.issuer[..end]
+    /// The issuer's discovery document.
+    fn discovery_url(&self) -> String {
+        format!(
+            "{}/.well-known/openid-configuration",
+            self.issuer.trim_end_matches('/')
+        )
     }
 }
 
+/// `scheme://host[:port]` of a URL.
+fn origin(url: &str) -> &str {
+    let start = url.find("://").map_or(0, |i| i + 3);
+    let end = url[start..]
+        .find(['/', '?', '#'])
+        .map_or(url.len(), |i| start + i);
+    &url[..end]
+}
+
 /// The policy of every console response: this origin's scripts, styles and
-/// connections only (and the identity provider's, for discovery and the
-/// token exchange); no frames, no plugins, no base or form elsewhere.
-fn csp(oidc: Option<&Oidc>) -> HeaderValue {
-    let connect = oidc.map_or_else(String::new, |o| format!(" {}", o.origin()));
+/// connections only (and the identity provider's `origins`, for discovery
+/// and the token exchange); no frames, no plugins, no base or form
+/// elsewhere.
+fn csp(origins: &[String]) -> HeaderValue {
+    let connect: String = origins.iter().map(|o| format!(" {o}")).collect();
     HeaderValue::from_str(&format!(
         "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data: blob:; \
          connect-src 'self'{connect}; object-src 'none'; frame-ancestors 'none'; base-uri 'none'; form-action 'self'"
     ))
     .expect("the policy is a header value")
+}
+
+/// The console's Content-Security-Policy, kept current with the identity
+/// provider: the page talks to the issuer (discovery) and to the token
+/// endpoint its discovery document names, which many providers serve from
+/// another origin. The document is read in the background at start and
+/// every hour (after a failure: again within minutes); until it is read,
+/// the issuer's origin alone is allowed.
+struct Policy {
+    current: RwLock<HeaderValue>,
+}
+
+/// The endpoints of a discovery document the page calls from the browser.
+const PAGE_ENDPOINTS: [&str; 2] = ["token_endpoint", "userinfo_endpoint"];
+
+impl Policy {
+    fn new(oidc: Option<&Oidc>) -> Arc<Policy> {
+        let origins: Vec<String> = oidc
+            .map(|o| origin(&o.issuer).to_owned())
+            .into_iter()
+            .collect();
+        let policy = Arc::new(Policy {
+            current: RwLock::new(csp(&origins)),
+        });
+        if let (Some(oidc), Ok(runtime)) = (oidc, tokio::runtime::Handle::try_current()) {
+            runtime.spawn(keep_current(Arc::downgrade(&policy), oidc.clone()));
+        }
+        policy
+    }
+
+    fn get(&self) -> HeaderValue {
+        self.current.read().expect("the policy lock").clone()
+    }
+}
+
+/// The origins the page needs at the issuer: its own and those of the
+/// endpoints it calls, from the discovery document (which must name the
+/// configured issuer).
+fn origins_of(oidc: &Oidc, document: &serde_json::Value) -> Result<Vec<String>, String> {
+    if document["issuer"].as_str() != Some(oidc.issuer.as_str()) {
+        return Err(format!(
+            "the discovery document names issuer {} instead of {}",
+            document["issuer"], oidc.issuer
+        ));
+    }
+    let mut origins = vec![origin(&oidc.issuer).to_owned()];
+    for endpoint in PAGE_ENDPOINTS {
+        let Some(url) = document[endpoint].as_str() else {
+            continue;
+        };
+        if !crate::auth::https_or_loopback(url) {
+            return Err(format!(
+                "{endpoint} {url} is neither https nor on this machine's loopback"
+            ));
+        }
+        let o = origin(url).to_owned();
+        if !origins.contains(&o) {
+            origins.push(o);
+        }
+    }
+    Ok(origins)
+}
+
+/// Reads the issuer's discovery document now and then, while the policy
+/// lives.
+async fn keep_current(policy: std::sync::Weak<Policy>, oidc: Oidc) {
+    crate::auth::install_tls_provider();
+    let Ok(client) = reqwest::Client::builder()
+        .timeout(Duration::from_secs(10))
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+    else {
+        return;
+    };
+    let url = oidc.discovery_url();
+    let mut retry = Duration::from_secs(2);
+    loop {
+        let read = async {
+            let response = client
+                .get(&url)
+                .send()
+                .await
+                .and_then(reqwest::Response::error_for_status)
+                .map_err(|e| format!("cannot fetch {url}: {e}"))?;
+            let document: serde_json::Value = response
+                .json()
+                .await
+                .map_err(|e| format!("{url} is not JSON: {e}"))?;
+            origins_of(&oidc, &document)
+        };
+        let wait = match read.await {
+            Ok(origins) => {
+                let Some(policy) = policy.upgrade() else {
+                    return;
+                };
+                *policy.current.write().expect("the policy lock") = csp(&origins);
+                retry = Duration::from_secs(2);
+                Duration::from_secs(3600)
+            }
+            Err(e) => {
+                tracing::warn!(
+                    "console sign-in: {e}; the console may reach the issuer's origin only until it is read"
+                );
+                retry = (retry * 2).min(Duration::from_secs(300));
+                retry
+            }
+        };
+        tokio::time::sleep(wait).await;
+        if policy.strong_count() == 0 {
+            return;
+        }
+    }
 }
 
 fn etag(asset: &Asset) -> &'static str {
@@ -179,7 +301,7 @@ fn serve(name: &str, headers: &HeaderMap, csp: &HeaderValue) -> Response {
 /// page, `/console/config.json` how people sign in, `/console/{file}` its
 /// files.
 pub fn router<S: Clone + Send + Sync + 'static>(oidc: Option<Oidc>) -> Router<S> {
-    let policy = csp(oidc.as_ref());
+    let policy = Policy::new(oidc.as_ref());
     let config = Arc::new(json!({ "oidc": oidc }));
     let page_policy = policy.clone();
     Router::new()
@@ -187,7 +309,9 @@ pub fn router<S: Clone + Send + Sync + 'static>(oidc: Option<Oidc>) -> Router<S>
         .route("/console", get(|| async { Redirect::permanent(PATH) }))
         .route(
             PATH,
-            get(move |headers: HeaderMap| async move { serve("index.html", &headers, &page_policy) }),
+            get(move |headers: HeaderMap| async move {
+                serve("index.html", &headers, &page_policy.get())
+            }),
         )
         .route(
             "/console/config.json",
@@ -200,9 +324,11 @@ pub fn router<S: Clone + Send + Sync + 'static>(oidc: Option<Oidc>) -> Router<S>
         )
         .route(
             "/console/{file}",
-            get(move |Path(file): Path<String>, headers: HeaderMap| async move {
-                serve(&file, &headers, &policy)
-            }),
+            get(
+                move |Path(file): Path<String>, headers: HeaderMap| async move {
+                    serve(&file, &headers, &policy.get())
+                },
+            ),
         )
         .layer(CompressionLayer::new())
 }
