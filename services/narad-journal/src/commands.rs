@@ -379,24 +379,7 @@ impl Journal {
                 decision: decision.to_owned(),
             });
         }
-        let owner: Owner = serde_json::from_value(interrupt.clone())
-            .map_err(|e| JournalError::Corrupt(format!("interrupt {id}: {e}")))?;
-        let mut event = json!({
-            "protocolVersion": "narad/v1", "type": "interrupt.resolved", "eventId": EventId::new_v7(),
-            "interruptId": id, "waitId": interrupt["waitId"], "decision": cmd.decision,
-        });
-        match owner {
-            Owner::Run { run_id } => {
-                event["runId"] = json!(run_id);
-                event["rootRunId"] = owner_run
-                    .map(|r| r["rootRunId"].clone())
-                    .unwrap_or(Value::Null);
-            }
-            Owner::Workflow { workflow_id } => {
-                event["scope"] = json!("workflow");
-                event["workflowId"] = json!(workflow_id);
-            }
-        }
+        let mut event = resolution(&interrupt, owner_run.as_ref(), id, cmd.decision.as_str())?;
         if let Some(reason) = &cmd.reason {
             event["reason"] = json!(reason);
         }
@@ -417,6 +400,68 @@ impl Journal {
             }
             Err(e) => Err(e),
         }
+    }
+
+    /// Resolves an open interrupt whose deadline passed with the decision
+    /// `expired` (§7.7), as the server: the appended event, or `None` when
+    /// it was decided first (the decision stands) or is gone. Whichever
+    /// resolution commits first wins, here as for the command.
+    pub async fn expire_interrupt(
+        &self,
+        tenant: &TenantId,
+        session: &SessionId,
+        id: &str,
+    ) -> Result<Option<Appended>, JournalError> {
+        let found = match self.find_interrupt(tenant, session, id).await {
+            Ok(found) => Some(found),
+            Err(JournalError::NotFound(_)) => None,
+            Err(e) => return Err(e),
+        };
+        let Some((interrupt, owner_run)) = found.filter(|(i, _)| i.get("decision").is_none())
+        else {
+            self.forget_deadline(tenant, session, id).await?;
+            return Ok(None);
+        };
+        let event = resolution(&interrupt, owner_run.as_ref(), id, EXPIRED)?;
+        match self
+            .append(tenant, session, &[event], AppendOptions::default())
+            .await
+        {
+            Ok(appended) => Ok(Some(appended)),
+            Err(JournalError::Rejected { violation, .. })
+                if violation.rule == rules::INTERRUPT_RESOLVED_ONCE.id =>
+            {
+                self.forget_deadline(tenant, session, id).await?;
+                Ok(None)
+            }
+            // Any other refusal is the journal's answer to this interrupt:
+            // asking again each pass would get the same.
+            Err(e @ JournalError::Rejected { .. }) => {
+                self.forget_deadline(tenant, session, id).await?;
+                Err(e)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Drops the deadline of an interrupt that is no longer open.
+    async fn forget_deadline(
+        &self,
+        tenant: &TenantId,
+        session: &SessionId,
+        id: &str,
+    ) -> Result<(), JournalError> {
+        let client = self.pool.get().await?;
+        in_tenant(client, tenant, async |c| {
+            c.execute(
+                "delete from interrupt_deadlines where tenant_id = $1 and session_id = $2 \
+                 and interrupt_id = $3",
+                &[&tenant.as_str(), &session.as_str(), &id],
+            )
+            .await?;
+            Ok(())
+        })
+        .await
     }
 
     /// An interrupt of a session: its state and its owning run's state.
@@ -779,4 +824,36 @@ impl Journal {
         })
         .await
     }
+}
+
+/// The decision of an interrupt that expired (§7.7).
+pub const EXPIRED: &str = "expired";
+
+/// The `interrupt.resolved` proposal deciding `interrupt` (its entity
+/// state) with `decision`, placed where its request was.
+fn resolution(
+    interrupt: &Value,
+    owner_run: Option<&Value>,
+    id: &str,
+    decision: &str,
+) -> Result<Value, JournalError> {
+    let owner: Owner = serde_json::from_value(interrupt.clone())
+        .map_err(|e| JournalError::Corrupt(format!("interrupt {id}: {e}")))?;
+    let mut event = json!({
+        "protocolVersion": "narad/v1", "type": "interrupt.resolved", "eventId": EventId::new_v7(),
+        "interruptId": id, "waitId": interrupt["waitId"], "decision": decision,
+    });
+    match owner {
+        Owner::Run { run_id } => {
+            event["runId"] = json!(run_id);
+            event["rootRunId"] = owner_run
+                .map(|r| r["rootRunId"].clone())
+                .unwrap_or(Value::Null);
+        }
+        Owner::Workflow { workflow_id } => {
+            event["scope"] = json!("workflow");
+            event["workflowId"] = json!(workflow_id);
+        }
+    }
+    Ok(event)
 }

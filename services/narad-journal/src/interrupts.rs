@@ -124,3 +124,43 @@ impl Journal {
         .await
     }
 }
+
+/// An open interrupt past its deadline.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DueInterrupt {
+    /// Its tenant.
+    pub tenant: TenantId,
+    /// Its session.
+    pub session_id: String,
+    /// The interrupt.
+    pub interrupt_id: String,
+}
+
+impl Journal {
+    /// Up to `max` open interrupts past their `expiresAt`, across tenants,
+    /// and (with `default_expiry`) up to `max` naming none that were
+    /// requested longer ago than that.
+    pub async fn interrupts_due(
+        &self,
+        default_expiry: Option<std::time::Duration>,
+        max: i32,
+    ) -> Result<Vec<DueInterrupt>, JournalError> {
+        let client = self.pool.get().await?;
+        let default_seconds = default_expiry.map(|d| d.as_secs_f64());
+        let rows = client
+            .query(
+                "select tenant_id, session_id, interrupt_id from interrupt_deadlines_due($1, $2)",
+                &[&default_seconds, &max],
+            )
+            .await?;
+        rows.iter()
+            .map(|r| {
+                Ok(DueInterrupt {
+                    tenant: TenantId::new(r.get::<_, String>(0)).map_err(JournalError::Corrupt)?,
+                    session_id: r.get(1),
+                    interrupt_id: r.get(2),
+                })
+            })
+            .collect()
+    }
+}

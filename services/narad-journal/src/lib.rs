@@ -53,7 +53,7 @@ pub use error::JournalError;
 pub use executors::{Delivery, FinishAccepted, Lease, SweepItem, SweepKind};
 pub use extensions::{ExtensionRecord, SigningKey};
 pub use history::{HistoryPage, HistoryQuery};
-pub use interrupts::{InterruptCursor, OpenInterrupt};
+pub use interrupts::{DueInterrupt, InterruptCursor, OpenInterrupt};
 pub use operations::{ClaimStanding, ExecutorStanding, Operations, QueueStanding};
 pub use relay::{AttachSnapshot, RelayCursor, Relayed};
 pub use runtime::{

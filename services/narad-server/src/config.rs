@@ -128,8 +128,9 @@ pub struct Config {
     /// milliseconds; then its run is repaired (retried or closed).
     #[arg(long, env = "NARAD_RUNTIME_LEASE_TTL_MS", default_value_t = 30_000)]
     pub runtime_lease_ttl_ms: u64,
-    /// How often the runtime sweeper looks for lapsed leases and stops no
-    /// runtime holds, in milliseconds (one replica at a time sweeps).
+    /// How often the runtime sweeper looks for lapsed leases, stops no
+    /// runtime holds and interrupts past their deadline, in milliseconds
+    /// (one replica at a time sweeps).
     #[arg(long, env = "NARAD_RUNTIME_SWEEP_MS", default_value_t = 1_000)]
     pub runtime_sweep_ms: u64,
     /// What happens to a queued run whose runtime is lost, unless its
@@ -141,6 +142,11 @@ pub struct Config {
     /// unless its start-run says: 1 to 100.
     #[arg(long, env = "NARAD_RUNTIME_MAX_ATTEMPTS", default_value_t = 3)]
     pub runtime_max_attempts: u32,
+    /// How long an interrupt that names no `expiresAt` may wait for a
+    /// decision, in seconds; then the server resolves it `expired`. Unset:
+    /// such interrupts wait as long as it takes.
+    #[arg(long, env = "NARAD_INTERRUPT_DEFAULT_EXPIRY_SECONDS")]
+    pub interrupt_default_expiry_seconds: Option<u64>,
 }
 
 impl Config {
@@ -168,6 +174,9 @@ impl Config {
                 on_lost: crate::runtime::RuntimeSettings::parse_on_lost(&self.runtime_on_lost)?,
                 max_attempts: self.runtime_max_attempts,
             },
+            interrupt_default_expiry: self
+                .interrupt_default_expiry_seconds
+                .map(Duration::from_secs),
             ..crate::runtime::RuntimeSettings::default()
         };
         settings.validate()?;

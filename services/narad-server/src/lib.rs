@@ -25,6 +25,7 @@ pub mod console;
 pub mod cors;
 pub mod error;
 pub mod executors;
+pub mod expiry;
 pub mod gauges;
 pub mod hub;
 pub mod input;

@@ -264,6 +264,10 @@ fn describe() {
         "narad_runtime_repairs_total",
         "Runs the server repaired, by what for: retrying (retry policy: queued again), lost (fail policy or attempts spent: closed with run.error), stopped (a stop no runtime held: closed with run.cancelled)"
     );
+    describe_counter!(
+        "narad_interrupts_expired_total",
+        "Interrupts the server resolved with the decision expired: their expiresAt (or the default expiry) passed with no decision"
+    );
 
     describe_counter!(
         "narad_appends_total",

@@ -1,5 +1,6 @@
 //! Agent runtimes on the server: their timing settings and the sweeper
-//! that repairs runs whose runtime was lost and serves stops nobody holds.
+//! that repairs runs whose runtime was lost, serves stops nobody holds and
+//! expires interrupts whose deadline passed ([`crate::expiry`]).
 //!
 //! The queue, leases and repairs live in Postgres
 //! (`narad_journal::runtime`), so any replica hands out claims, renews
@@ -25,6 +26,9 @@ pub struct RuntimeSettings {
     pub stall: Duration,
     /// The policy of runs that do not name one.
     pub defaults: WorkDefaults,
+    /// How long an interrupt that names no `expiresAt` may wait for a
+    /// decision; `None`: as long as it takes.
+    pub interrupt_default_expiry: Option<Duration>,
 }
 
 impl Default for RuntimeSettings {
@@ -34,6 +38,7 @@ impl Default for RuntimeSettings {
             sweep_interval: Duration::from_secs(1),
             stall: Duration::from_secs(30),
             defaults: WorkDefaults::default(),
+            interrupt_default_expiry: None,
         }
     }
 }
@@ -50,6 +55,9 @@ impl RuntimeSettings {
             if d.is_zero() {
                 return Err(format!("the {name} must be more than 0 ms"));
             }
+        }
+        if self.interrupt_default_expiry.is_some_and(|d| d.is_zero()) {
+            return Err("the default interrupt expiry must be more than 0 s".to_owned());
         }
         if !(1..=narad_protocol::primitives::Attempts::MAX).contains(&self.defaults.max_attempts) {
             return Err(format!(
@@ -94,6 +102,12 @@ pub async fn sweep(journal: Journal, hub: Arc<Hub>, settings: Arc<RuntimeSetting
                 let done = sweep_once(&journal, &hub, &settings).await;
                 if let Err(e) = journal.forget_run_work(DONE_RETENTION, 1000).await {
                     tracing::warn!(error = %e, "cannot forget ended work items yet");
+                }
+                if let Err(e) =
+                    crate::expiry::expire_due(&journal, &hub, settings.interrupt_default_expiry)
+                        .await
+                {
+                    tracing::warn!(error = %e, "an interrupt expiry pass failed; it runs again");
                 }
                 done
             })
