@@ -61,7 +61,7 @@ create trigger events_interrupt_deadlines after insert on events
 -- The interrupts already open when this migration runs.
 insert into interrupt_deadlines
   select e.tenant_id, e.session_id, e.body ->> 'interruptId',
-         coalesce(interrupt_deadline_of(e.body ->> 'timestamp'), now()),
+         e.recorded_at,
          interrupt_deadline_of(e.body ->> 'expiresAt')
   from entities i
   join events e on e.tenant_id = i.tenant_id and e.session_id = i.session_id

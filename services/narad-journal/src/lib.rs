@@ -22,6 +22,7 @@
 
 pub mod access;
 pub mod append;
+pub mod audit;
 mod combine;
 pub mod commands;
 pub mod error;
@@ -47,6 +48,7 @@ use tokio_postgres::NoTls;
 
 pub use access::{Authorized, Caller};
 pub use append::{AppendOptions, Appended, AppendedEvent, Fence};
+pub use audit::{AuditEntry, AuditFilter, AuditRecord};
 pub use combine::AppendStats;
 pub use commands::{QueuedStart, RunStart, WorkflowCancel};
 pub use error::JournalError;

@@ -47,7 +47,13 @@ impl ApiError {
         )
     }
 
-    fn status(&self) -> StatusCode {
+    /// The `NRD-` code.
+    pub fn code(&self) -> &str {
+        &self.body.code
+    }
+
+    /// The HTTP status it is answered with.
+    pub fn status(&self) -> StatusCode {
         ErrorCode::from_code(&self.body.code)
             .and_then(|c| StatusCode::from_u16(c.status()).ok())
             .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)

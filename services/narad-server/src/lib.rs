@@ -17,6 +17,7 @@
 //!   request passes before its handler;
 //! - [`error`]: the error envelope as an HTTP answer.
 
+pub mod audit;
 pub mod auth;
 pub mod body;
 pub mod coalesce;

@@ -265,6 +265,10 @@ fn describe() {
         "Runs the server repaired, by what for: retrying (retry policy: queued again), lost (fail policy or attempts spent: closed with run.error), stopped (a stop no runtime held: closed with run.cancelled)"
     );
     describe_counter!(
+        "narad_audit_write_failures_total",
+        "Commands and admin actions that took effect but could not be recorded in the audit log (logged with their request id)"
+    );
+    describe_counter!(
         "narad_interrupts_expired_total",
         "Interrupts the server resolved with the decision expired: their expiresAt (or the default expiry) passed with no decision"
     );

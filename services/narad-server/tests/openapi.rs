@@ -70,6 +70,7 @@ const OPERATIONS: &[(&str, &str, &str)] = &[
     ("get", "/v1/extensions", "listExtensions"),
     ("get", "/v1/interrupts", "listOpenInterrupts"),
     ("get", "/v1/operations", "getOperations"),
+    ("get", "/v1/audit", "listAudit"),
     (
         "patch",
         "/v1/extensions/{publisher}/{name}",

@@ -93,6 +93,27 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/audit": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Lists the tenant's commands and admin actions, oldest first: who acted
+         *     (`actor`), the request id, the outcome (`status`, and `code` when
+         *     refused) and the eventIds appended. Role `admin`.
+         */
+        get: operations["listAudit"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/capabilities": {
         parameters: {
             query?: never;
@@ -769,6 +790,39 @@ export interface components {
             sequence?: components["schemas"]["defs.sequence"];
             sessionSequence: components["schemas"]["defs.sequence"];
             workflowSequence?: components["schemas"]["defs.sequence"];
+        };
+        /** @description One recorded action. */
+        AuditEntry: {
+            /** @description The command or admin action. */
+            action: string;
+            /** @description Who acted: `kind` (`user`, `extension`), `sub`, and `extension` for a signed call. */
+            actor: Record<string, never>;
+            at: components["schemas"]["defs.timestamp"];
+            /** @description The `NRD-` code of a refusal. */
+            code?: string;
+            /** @description The eventIds it appended, in order. */
+            eventIds: string[];
+            /**
+             * Format: int64
+             * @description Its place in the tenant's log (the `after` of the next page).
+             */
+            position: number;
+            /** @description The request's `x-request-id`. */
+            requestId?: string;
+            /** @description The session it acted on, when one. */
+            sessionId?: string;
+            /**
+             * Format: int32
+             * @description The HTTP status it was answered with.
+             */
+            status: number;
+        };
+        /** @description A page of the audit log. */
+        AuditPage: {
+            /** @description Recorded actions, oldest first. */
+            entries: components["schemas"]["AuditEntry"][];
+            /** @description The `after` of the next page, when more remain. */
+            nextAfter?: string;
         };
         /** @description An authority event of the journal (§5), any type of schema/events/. */
         AuthorityEvent: components["schemas"]["events.artifact.added"] | components["schemas"]["events.artifact.failed"] | components["schemas"]["events.artifact.ready"] | components["schemas"]["events.attachment.added"] | components["schemas"]["events.attachment.failed"] | components["schemas"]["events.attachment.ready"] | components["schemas"]["events.attachment.removed"] | components["schemas"]["events.interrupt.requested"] | components["schemas"]["events.interrupt.resolved"] | components["schemas"]["events.message.redacted"] | components["schemas"]["events.message.text.completed"] | components["schemas"]["events.message.text.delta"] | components["schemas"]["events.message.text.started"] | components["schemas"]["events.message.user.recorded"] | components["schemas"]["events.node.custom"] | components["schemas"]["events.node.raw"] | components["schemas"]["events.progress.recorded"] | components["schemas"]["events.reasoning.completed"] | components["schemas"]["events.reasoning.delta"] | components["schemas"]["events.reasoning.started"] | components["schemas"]["events.run.cancelled"] | components["schemas"]["events.run.custom"] | components["schemas"]["events.run.error"] | components["schemas"]["events.run.finished"] | components["schemas"]["events.run.paused"] | components["schemas"]["events.run.raw"] | components["schemas"]["events.run.resumed"] | components["schemas"]["events.run.started"] | components["schemas"]["events.run.stop.requested"] | components["schemas"]["events.session.custom"] | components["schemas"]["events.session.raw"] | components["schemas"]["events.state.compacted"] | components["schemas"]["events.state.delta"] | components["schemas"]["events.state.snapshot"] | components["schemas"]["events.tool.call.finished"] | components["schemas"]["events.tool.call.started"] | components["schemas"]["events.ui.state.delta"] | components["schemas"]["events.ui.state.snapshot"] | components["schemas"]["events.view.closed"] | components["schemas"]["events.view.opened"] | components["schemas"]["events.view.updated"] | components["schemas"]["events.workflow.cancelled"] | components["schemas"]["events.workflow.custom"] | components["schemas"]["events.workflow.edge.taken"] | components["schemas"]["events.workflow.error"] | components["schemas"]["events.workflow.finished"] | components["schemas"]["events.workflow.paused"] | components["schemas"]["events.workflow.raw"] | components["schemas"]["events.workflow.resumed"] | components["schemas"]["events.workflow.started"] | components["schemas"]["events.workflow.step.started"];
@@ -5510,6 +5564,86 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["Readiness"];
+                };
+            };
+        };
+    };
+    listAudit: {
+        parameters: {
+            query?: {
+                /** @description Only actions on this session */
+                sessionId?: string;
+                /** @description Only actions of this subject */
+                sub?: string;
+                /** @description Only this command or admin action, e.g. resolve-interrupt */
+                action?: string;
+                /** @description Only actions recorded at or after this time */
+                since?: string;
+                /** @description Only actions recorded before this time */
+                until?: string;
+                /** @description The `nextAfter` of the previous page */
+                after?: string;
+                /** @description The page size (default 100) */
+                limit?: number;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description A page of the audit log */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["AuditPage"];
+                };
+            };
+            /** @description NRD-0008: a parameter is malformed */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description NRD-0101: no valid credential */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description NRD-0102: no `admin` role */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description NRD-0001: the server failed; report the x-request-id */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description NRD-0901: the database cannot be reached; retry with backoff */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
                 };
             };
         };

@@ -22,6 +22,7 @@ use utoipa::ToSchema;
 
 use super::parse_command;
 use crate::AppState;
+use crate::audit::RequestId;
 use crate::auth::{Permission, Principal};
 use crate::body::JsonBody;
 use crate::error::{ApiError, ApiResult};
@@ -33,6 +34,7 @@ use crate::error::{ApiError, ApiResult};
 pub async fn run(
     State(state): State<AppState>,
     principal: Principal,
+    request: RequestId,
     Path(name): Path<String>,
     JsonBody(body): JsonBody,
 ) -> ApiResult<(StatusCode, Json<Value>)> {
@@ -46,18 +48,26 @@ pub async fn run(
         ));
     };
     let command = parsed.map_err(|e| ApiError::from_body((&e).into()))?;
-    execute(&state, &principal, command).await
+    execute(&state, &principal, &request, command).await
 }
 
 /// Runs command `name` with `body`: what each command's route does.
 async fn run_named(
     state: &AppState,
     principal: &Principal,
+    request: &RequestId,
     name: &str,
     body: &Value,
 ) -> ApiResult<(StatusCode, Json<Value>)> {
-    let command = parse_command(name, body)?;
-    execute(state, principal, command).await
+    let command = match parse_command(name, body) {
+        Ok(command) => command,
+        Err(refused) => {
+            let outcome: ApiResult<(StatusCode, Json<Value>)> = Err(refused);
+            crate::audit::record(state, principal, request, name, None, &outcome, None).await;
+            return outcome;
+        }
+    };
+    execute(state, principal, request, command).await
 }
 
 /// The answer of a command that appended events to a session.
@@ -123,9 +133,10 @@ pub struct WorkflowStartAnswer {
 pub async fn create_session(
     State(state): State<AppState>,
     principal: Principal,
+    request: RequestId,
     JsonBody(body): JsonBody,
 ) -> ApiResult<(StatusCode, Json<Value>)> {
-    run_named(&state, &principal, "create-session", &body).await
+    run_named(&state, &principal, &request, "create-session", &body).await
 }
 
 /// `start-run`: starts a top-level or nested run, or queues it, or stops
@@ -143,9 +154,10 @@ pub async fn create_session(
 pub async fn start_run(
     State(state): State<AppState>,
     principal: Principal,
+    request: RequestId,
     JsonBody(body): JsonBody,
 ) -> ApiResult<(StatusCode, Json<Value>)> {
-    run_named(&state, &principal, "start-run", &body).await
+    run_named(&state, &principal, &request, "start-run", &body).await
 }
 
 /// `stop-run`: asks a run to stop (`run.stop.requested`).
@@ -162,9 +174,10 @@ pub async fn start_run(
 pub async fn stop_run(
     State(state): State<AppState>,
     principal: Principal,
+    request: RequestId,
     JsonBody(body): JsonBody,
 ) -> ApiResult<(StatusCode, Json<Value>)> {
-    run_named(&state, &principal, "stop-run", &body).await
+    run_named(&state, &principal, &request, "stop-run", &body).await
 }
 
 /// `resolve-interrupt`: decides an interrupt (role `approver`).
@@ -181,9 +194,10 @@ pub async fn stop_run(
 pub async fn resolve_interrupt(
     State(state): State<AppState>,
     principal: Principal,
+    request: RequestId,
     JsonBody(body): JsonBody,
 ) -> ApiResult<(StatusCode, Json<Value>)> {
-    run_named(&state, &principal, "resolve-interrupt", &body).await
+    run_named(&state, &principal, &request, "resolve-interrupt", &body).await
 }
 
 /// `record-user-message`: records what a user said
@@ -200,9 +214,10 @@ pub async fn resolve_interrupt(
 pub async fn record_user_message(
     State(state): State<AppState>,
     principal: Principal,
+    request: RequestId,
     JsonBody(body): JsonBody,
 ) -> ApiResult<(StatusCode, Json<Value>)> {
-    run_named(&state, &principal, "record-user-message", &body).await
+    run_named(&state, &principal, &request, "record-user-message", &body).await
 }
 
 /// `start-workflow`: starts a workflow (`workflow.started`).
@@ -218,9 +233,10 @@ pub async fn record_user_message(
 pub async fn start_workflow(
     State(state): State<AppState>,
     principal: Principal,
+    request: RequestId,
     JsonBody(body): JsonBody,
 ) -> ApiResult<(StatusCode, Json<Value>)> {
-    run_named(&state, &principal, "start-workflow", &body).await
+    run_named(&state, &principal, &request, "start-workflow", &body).await
 }
 
 /// `cancel-workflow`: cancels a workflow, stopping its open runs first.
@@ -237,9 +253,10 @@ pub async fn start_workflow(
 pub async fn cancel_workflow(
     State(state): State<AppState>,
     principal: Principal,
+    request: RequestId,
     JsonBody(body): JsonBody,
 ) -> ApiResult<(StatusCode, Json<Value>)> {
-    run_named(&state, &principal, "cancel-workflow", &body).await
+    run_named(&state, &principal, &request, "cancel-workflow", &body).await
 }
 
 /// `redact-message`: redacts a message (`message.redacted`).
@@ -255,9 +272,10 @@ pub async fn cancel_workflow(
 pub async fn redact_message(
     State(state): State<AppState>,
     principal: Principal,
+    request: RequestId,
     JsonBody(body): JsonBody,
 ) -> ApiResult<(StatusCode, Json<Value>)> {
-    run_named(&state, &principal, "redact-message", &body).await
+    run_named(&state, &principal, &request, "redact-message", &body).await
 }
 
 /// `update-session`: changes a session's title or metadata.
@@ -272,9 +290,10 @@ pub async fn redact_message(
 pub async fn update_session(
     State(state): State<AppState>,
     principal: Principal,
+    request: RequestId,
     JsonBody(body): JsonBody,
 ) -> ApiResult<(StatusCode, Json<Value>)> {
-    run_named(&state, &principal, "update-session", &body).await
+    run_named(&state, &principal, &request, "update-session", &body).await
 }
 
 /// `archive-session`: archives a session.
@@ -289,9 +308,10 @@ pub async fn update_session(
 pub async fn archive_session(
     State(state): State<AppState>,
     principal: Principal,
+    request: RequestId,
     JsonBody(body): JsonBody,
 ) -> ApiResult<(StatusCode, Json<Value>)> {
-    run_named(&state, &principal, "archive-session", &body).await
+    run_named(&state, &principal, &request, "archive-session", &body).await
 }
 
 /// `POST /api/narad/v1/commands/resolve-interrupt`: the spec's own path
@@ -310,16 +330,47 @@ pub async fn archive_session(
 pub async fn resolve_interrupt_alias(
     State(state): State<AppState>,
     principal: Principal,
+    request: RequestId,
     JsonBody(body): JsonBody,
 ) -> ApiResult<(StatusCode, Json<Value>)> {
-    run_named(&state, &principal, "resolve-interrupt", &body).await
+    run_named(&state, &principal, &request, "resolve-interrupt", &body).await
 }
 
-/// Runs a command for `principal`: the one path of every command route.
-/// The role first; then the session the command acts on (the one it
-/// names, or the one holding the object it names by id), against which
-/// the caller is authorized before anything is written.
+/// Runs a command for `principal` and records it in the audit log with its
+/// outcome: the one path of every command route.
 async fn execute(
+    state: &AppState,
+    principal: &Principal,
+    request: &RequestId,
+    command: Command,
+) -> ApiResult<(StatusCode, Json<Value>)> {
+    let action = command.name();
+    let named = match command.target() {
+        Target::Session(s)
+        | Target::Located {
+            session: Some(s), ..
+        } => Some(s.to_string()),
+        _ => None,
+    };
+    let outcome = authorize_and_run(state, principal, command).await;
+    let answer = outcome.as_ref().ok().map(|(_, Json(answer))| answer);
+    crate::audit::record(
+        state,
+        principal,
+        request,
+        action,
+        named.as_deref(),
+        &outcome,
+        answer,
+    )
+    .await;
+    outcome
+}
+
+/// Runs a command: the role first; then the session the command acts on
+/// (the one it names, or the one holding the object it names by id),
+/// against which the caller is authorized before anything is written.
+async fn authorize_and_run(
     state: &AppState,
     principal: &Principal,
     command: Command,

@@ -10,6 +10,7 @@ use serde_json::Value;
 use utoipa::ToSchema;
 
 use crate::AppState;
+use crate::audit::RequestId;
 use crate::auth::{Permission, Principal};
 use crate::body::JsonBody;
 use crate::error::{ApiError, ApiResult};
@@ -26,29 +27,44 @@ use crate::error::{ApiError, ApiResult};
 pub async fn register(
     State(state): State<AppState>,
     principal: Principal,
+    request: RequestId,
     JsonBody(body): JsonBody,
 ) -> ApiResult<(StatusCode, Json<ExtensionRegistration>)> {
-    principal.require(Permission::Admin)?;
-    let publisher = segment(&body, "publisher")?;
-    let name = segment(&body, "name")?;
-    if let Some(field) = body
-        .as_object()
-        .and_then(|o| o.keys().find(|k| *k != "publisher" && *k != "name"))
-    {
-        return Err(ApiError::new(
-            ErrorCode::InvalidObject,
-            format!("unknown field {field}: the body is {{publisher, name}}"),
-        )
-        .with_field(format!("/{field}"), "unknown field"));
+    let outcome = async {
+        principal.require(Permission::Admin)?;
+        let publisher = segment(&body, "publisher")?;
+        let name = segment(&body, "name")?;
+        if let Some(field) = body
+            .as_object()
+            .and_then(|o| o.keys().find(|k| *k != "publisher" && *k != "name"))
+        {
+            return Err(ApiError::new(
+                ErrorCode::InvalidObject,
+                format!("unknown field {field}: the body is {{publisher, name}}"),
+            )
+            .with_field(format!("/{field}"), "unknown field"));
+        }
+        let (record, secret) = state
+            .journal
+            .register_extension(&principal.tenant, publisher, name, &principal.subject)
+            .await?;
+        Ok((
+            StatusCode::CREATED,
+            Json(ExtensionRegistration { record, secret }),
+        ))
     }
-    let (record, secret) = state
-        .journal
-        .register_extension(&principal.tenant, publisher, name, &principal.subject)
-        .await?;
-    Ok((
-        StatusCode::CREATED,
-        Json(ExtensionRegistration { record, secret }),
-    ))
+    .await;
+    crate::audit::record(
+        &state,
+        &principal,
+        &request,
+        "register-extension",
+        None,
+        &outcome,
+        None,
+    )
+    .await;
+    outcome
 }
 
 /// The body of a registration, as `register` reads it.
@@ -122,28 +138,46 @@ pub async fn list(
 pub async fn update(
     State(state): State<AppState>,
     principal: Principal,
+    request: RequestId,
     Path((publisher, name)): Path<(String, String)>,
     JsonBody(body): JsonBody,
 ) -> ApiResult<Json<ExtensionRecord>> {
-    principal.require(Permission::Admin)?;
-    let enabled = match body.as_object() {
-        Some(o) if o.len() == 1 && o.get("enabled").is_some_and(Value::is_boolean) => {
-            o["enabled"] == Value::Bool(true)
-        }
-        _ => {
-            return Err(ApiError::new(
-                ErrorCode::InvalidObject,
-                "the body is {\"enabled\": true} or {\"enabled\": false}",
-            )
-            .with_field("/enabled", "a boolean, and the only field"));
-        }
-    };
-    Ok(Json(
-        state
-            .journal
-            .set_extension_enabled(&principal.tenant, &publisher, &name, enabled)
-            .await?,
-    ))
+    let outcome = async {
+        principal.require(Permission::Admin)?;
+        let enabled = match body.as_object() {
+            Some(o) if o.len() == 1 && o.get("enabled").is_some_and(Value::is_boolean) => {
+                o["enabled"] == Value::Bool(true)
+            }
+            _ => {
+                return Err(ApiError::new(
+                    ErrorCode::InvalidObject,
+                    "the body is {\"enabled\": true} or {\"enabled\": false}",
+                )
+                .with_field("/enabled", "a boolean, and the only field"));
+            }
+        };
+        Ok((
+            StatusCode::OK,
+            Json(
+                state
+                    .journal
+                    .set_extension_enabled(&principal.tenant, &publisher, &name, enabled)
+                    .await?,
+            ),
+        ))
+    }
+    .await;
+    crate::audit::record(
+        &state,
+        &principal,
+        &request,
+        "update-extension",
+        None,
+        &outcome,
+        None,
+    )
+    .await;
+    outcome.map(|(_, record)| record)
 }
 
 /// A publisher or name: 1 to 64 of `A-Z a-z 0-9 . _ -`.

@@ -1,6 +1,7 @@
 //! The HTTP routes, each documented where it is registered: the router and
 //! the OpenAPI document come from the same list.
 
+pub mod audit;
 pub mod commands;
 pub mod events;
 pub mod executors;
@@ -86,6 +87,7 @@ pub fn router() -> OpenApiRouter<AppState> {
         .routes(routes!(sessions::read))
         .routes(routes!(interrupts::open))
         .routes(routes!(operations::read))
+        .routes(routes!(audit::list))
         .routes(routes!(sessions::documents))
         .routes(routes!(sessions::queued_starts))
         .routes(routes!(sessions::withdraw_start))

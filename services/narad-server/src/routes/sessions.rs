@@ -10,6 +10,7 @@ use utoipa::ToSchema;
 
 use super::{page_limit, parse_command};
 use crate::AppState;
+use crate::audit::RequestId;
 use crate::auth::{Permission, Principal};
 use crate::body::{JsonBody, Query};
 use crate::error::ApiResult;
@@ -29,17 +30,36 @@ pub const SESSION_PAGE: (u32, u32) = (50, 500);
 pub async fn create(
     State(state): State<AppState>,
     principal: Principal,
+    request: RequestId,
     JsonBody(body): JsonBody,
 ) -> ApiResult<(StatusCode, Json<SessionRecord>)> {
-    principal.require(Permission::Command)?;
-    let Command::CreateSession(cmd) = parse_command("create-session", &body)? else {
-        unreachable!("create-session parses as itself")
-    };
-    let record = state
-        .journal
-        .create_session(&principal.tenant, cmd.into())
-        .await?;
-    Ok((StatusCode::CREATED, Json(record)))
+    let outcome = async {
+        principal.require(Permission::Command)?;
+        let Command::CreateSession(cmd) = parse_command("create-session", &body)? else {
+            unreachable!("create-session parses as itself")
+        };
+        let record = state
+            .journal
+            .create_session(&principal.tenant, cmd.into())
+            .await?;
+        Ok((StatusCode::CREATED, Json(record)))
+    }
+    .await;
+    let answer = outcome
+        .as_ref()
+        .ok()
+        .map(|(_, Json(record))| serde_json::to_value(record).unwrap_or_default());
+    crate::audit::record(
+        &state,
+        &principal,
+        &request,
+        "create-session",
+        None,
+        &outcome,
+        answer.as_ref(),
+    )
+    .await;
+    outcome
 }
 
 /// A page of sessions.
@@ -186,13 +206,28 @@ pub struct QueuedStarts {
 pub async fn withdraw_start(
     State(state): State<AppState>,
     principal: Principal,
+    request: RequestId,
     Path((session_id, queue_id)): Path<(String, String)>,
 ) -> ApiResult<StatusCode> {
-    principal.require(Permission::Command)?;
-    principal.require_session(&session_id)?;
-    state
-        .journal
-        .withdraw_start(&principal.tenant, &session_id, &queue_id)
-        .await?;
-    Ok(StatusCode::NO_CONTENT)
+    let outcome = async {
+        principal.require(Permission::Command)?;
+        principal.require_session(&session_id)?;
+        state
+            .journal
+            .withdraw_start(&principal.tenant, &session_id, &queue_id)
+            .await?;
+        Ok((StatusCode::NO_CONTENT, ()))
+    }
+    .await;
+    crate::audit::record(
+        &state,
+        &principal,
+        &request,
+        "withdraw-queued-start",
+        Some(&session_id),
+        &outcome,
+        None,
+    )
+    .await;
+    outcome.map(|(status, ())| status)
 }
