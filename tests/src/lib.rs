@@ -467,6 +467,58 @@ pub fn run_event(id: &str, ty: &str, run: &str, extra: Value) -> Value {
     e
 }
 
+/// Creates session `session` (with the fields of `session_fields`), starts
+/// run `<session>-r` in it by command and appends, as its backend, an
+/// `interrupt.requested` for `interrupt` (wait `w`, actions approve and
+/// deny, plus the fields of `request`) and the `run.paused` that waits on it.
+pub async fn waiting_on_interrupt(
+    s: &Server,
+    token: &str,
+    session: &str,
+    session_fields: Value,
+    interrupt: &str,
+    request: Value,
+) {
+    let mut body = serde_json::json!({ "sessionId": session });
+    for (k, v) in session_fields.as_object().expect("an object") {
+        body[k] = v.clone();
+    }
+    s.post("/v1/sessions", token, &body).await.expect(201);
+    let run = format!("{session}-r");
+    s.post(
+        "/v1/commands/start-run",
+        token,
+        &serde_json::json!({"sessionId": session, "runId": run}),
+    )
+    .await
+    .expect(201);
+    let mut asked = serde_json::json!({"interruptId": interrupt, "waitId": "w",
+        "kind": "tool.approval", "actions": ["approve", "deny"]});
+    for (k, v) in request.as_object().expect("an object") {
+        asked[k] = v.clone();
+    }
+    s.append(
+        token,
+        session,
+        &[
+            run_event(
+                &format!("{interrupt}-q"),
+                "interrupt.requested",
+                &run,
+                asked,
+            ),
+            run_event(
+                &format!("{interrupt}-p"),
+                "run.paused",
+                &run,
+                serde_json::json!({"waitId": "w", "reason": "interrupt", "resumeMode": "command",
+                    "interruptId": interrupt}),
+            ),
+        ],
+    )
+    .await;
+}
+
 /// A token of tenant `org` with `roles`.
 pub fn token(org: &str, roles: &[Role]) -> String {
     hs256(&claims(org, "tester", roles))

@@ -21,33 +21,11 @@ fn in_ms(ms: i64) -> String {
 /// A session whose run waits on interrupt `interrupt`, with `expires_at`
 /// as its deadline when given.
 async fn waiting(s: &Server, t: &str, session: &str, interrupt: &str, expires_at: Option<&str>) {
-    s.post("/v1/sessions", t, &json!({"sessionId": session}))
-        .await
-        .expect(201);
-    let run = format!("{session}-r");
-    s.post(
-        "/v1/commands/start-run",
-        t,
-        &json!({"sessionId": session, "runId": run}),
-    )
-    .await
-    .expect(201);
-    let mut request = json!({"interruptId": interrupt, "waitId": "w", "kind": "tool.approval",
-                             "actions": ["approve", "deny"]});
-    if let Some(at) = expires_at {
-        request["expiresAt"] = json!(at);
-    }
-    s.post(
-        &format!("/v1/sessions/{session}/events"),
-        t,
-        &json!({"events": [
-            event(&format!("{interrupt}-q"), "interrupt.requested", &run, request),
-            event(&format!("{interrupt}-p"), "run.paused", &run,
-                json!({"waitId": "w", "reason": "interrupt", "resumeMode": "command", "interruptId": interrupt})),
-        ]}),
-    )
-    .await
-    .expect(201);
+    let request = match expires_at {
+        Some(at) => json!({ "expiresAt": at }),
+        None => json!({}),
+    };
+    waiting_on_interrupt(s, t, session, json!({}), interrupt, request).await;
 }
 
 /// The `interrupt.resolved` events of a session.

@@ -3,40 +3,20 @@
 //! limited to sessions sees only theirs; another tenant sees none.
 
 use narad_server::auth::Role;
-use narad_tests::run_event as event;
 use narad_tests::*;
 use serde_json::{Value, json};
 
 /// A session whose run waits on interrupt `interrupt`.
 async fn waiting(s: &Server, t: &str, session: &str, interrupt: &str) {
-    s.post(
-        "/v1/sessions",
+    waiting_on_interrupt(
+        s,
         t,
-        &json!({"sessionId": session, "title": format!("{session} title")}),
+        session,
+        json!({"title": format!("{session} title")}),
+        interrupt,
+        json!({"title": format!("may {session} go on?")}),
     )
-    .await
-    .expect(201);
-    let run = format!("{session}-r");
-    s.post(
-        "/v1/commands/start-run",
-        t,
-        &json!({"sessionId": session, "runId": run}),
-    )
-    .await
-    .expect(201);
-    s.post(
-        &format!("/v1/sessions/{session}/events"),
-        t,
-        &json!({"events": [
-            event(&format!("{interrupt}-q"), "interrupt.requested", &run,
-                json!({"interruptId": interrupt, "waitId": "w", "kind": "tool.approval",
-                       "actions": ["approve", "deny"], "title": format!("may {session} go on?")})),
-            event(&format!("{interrupt}-p"), "run.paused", &run,
-                json!({"waitId": "w", "reason": "interrupt", "resumeMode": "command", "interruptId": interrupt})),
-        ]}),
-    )
-    .await
-    .expect(201);
+    .await;
 }
 
 fn ids(page: &Value) -> Vec<String> {
