@@ -9,7 +9,7 @@ use serde_json::json;
 const HISTORY: &str = "/v1/sessions/s1/events?limit=10";
 
 /// A server with session s1 of acme holding one event, and the extension
-/// acme-tools/indexer registered; returns the server, an admin token and
+/// acme-tools/indexer registered (signing as acme/acme-tools/indexer); returns the server, an admin token and
 /// the secret.
 async fn setup() -> (Server, String, String) {
     let s = Server::start().await;
@@ -43,7 +43,7 @@ async fn setup() -> (Server, String, String) {
 async fn a_registered_extension_reads_history_with_signed_calls() {
     let (s, admin, secret) = setup().await;
     let ok = s
-        .signed_get(HISTORY, &Signed::now("acme-tools/indexer", &secret))
+        .signed_get(HISTORY, &Signed::now("acme/acme-tools/indexer", &secret))
         .await;
     assert_eq!(ok.expect(200)["events"][0]["type"], "message.user.recorded");
 
@@ -82,7 +82,7 @@ async fn a_registered_extension_reads_history_with_signed_calls() {
 #[tokio::test]
 async fn every_bad_signature_gets_the_same_sentence() {
     let (s, _, secret) = setup().await;
-    let good = Signed::now("acme-tools/indexer", &secret);
+    let good = Signed::now("acme/acme-tools/indexer", &secret);
     let mut refusals = Vec::new();
 
     let mut stale = good.clone();
@@ -101,7 +101,7 @@ async fn every_bad_signature_gets_the_same_sentence() {
     refusals.push(("tampered query", s.signed_get(HISTORY, &other_path).await));
 
     let mut unknown = good.clone();
-    unknown.extension = "acme-tools/nobody".to_owned();
+    unknown.extension = "acme/acme-tools/nobody".to_owned();
     refusals.push(("unknown extension", s.signed_get(HISTORY, &unknown).await));
 
     let mut malformed = good.clone();
@@ -109,6 +109,15 @@ async fn every_bad_signature_gets_the_same_sentence() {
     refusals.push((
         "malformed extension",
         s.signed_get(HISTORY, &malformed).await,
+    ));
+    let mut no_org = good.clone();
+    no_org.extension = "acme-tools/indexer".to_owned();
+    refusals.push(("no organisation", s.signed_get(HISTORY, &no_org).await));
+    let mut other_org = good.clone();
+    other_org.extension = "globex/acme-tools/indexer".to_owned();
+    refusals.push((
+        "another organisation",
+        s.signed_get(HISTORY, &other_org).await,
     ));
 
     // Accepted once, refused as a replay.
@@ -119,7 +128,7 @@ async fn every_bad_signature_gets_the_same_sentence() {
     let partial = s
         .http
         .get(format!("{}{HISTORY}", s.base))
-        .header("narad-extension", "acme-tools/indexer")
+        .header("narad-extension", "acme/acme-tools/indexer")
         .send()
         .await
         .unwrap();
@@ -141,7 +150,7 @@ async fn every_bad_signature_gets_the_same_sentence() {
 
     // Another replica refuses the same request id: ids live in Postgres.
     let replica = s.replica().await;
-    let once = Signed::now("acme-tools/indexer", &secret);
+    let once = Signed::now("acme/acme-tools/indexer", &secret);
     s.signed_get(HISTORY, &once).await.expect(200);
     refusals.push((
         "replayed on another replica",
@@ -165,7 +174,7 @@ async fn a_tampered_body_is_refused() {
     // Streaming endpoints take no body: a MAC over any body other than the
     // empty one does not verify.
     let (s, _, secret) = setup().await;
-    let signed = Signed::now("acme-tools/indexer", &secret);
+    let signed = Signed::now("acme/acme-tools/indexer", &secret);
     let tampered = s
         .signed_call(HISTORY, &signed, b"{\"x\":2}", b"{\"x\":1}")
         .await;
@@ -175,7 +184,7 @@ async fn a_tampered_body_is_refused() {
     let covered = s
         .signed_call(
             HISTORY,
-            &Signed::now("acme-tools/indexer", &secret),
+            &Signed::now("acme/acme-tools/indexer", &secret),
             b"{}",
             b"{}",
         )
@@ -189,13 +198,16 @@ async fn disabled_extensions_and_other_routes_are_forbidden() {
     let (s, admin, secret) = setup().await;
     // A signed call anywhere but a streaming endpoint: 403.
     let elsewhere = s
-        .signed_get("/v1/sessions", &Signed::now("acme-tools/indexer", &secret))
+        .signed_get(
+            "/v1/sessions",
+            &Signed::now("acme/acme-tools/indexer", &secret),
+        )
         .await;
     elsewhere.expect(403);
     assert_eq!(elsewhere.code(), "NRD-0102");
     for path in ["/healthz", "/openapi.json", "/v1/no-such-route"] {
         let a = s
-            .signed_get(path, &Signed::now("acme-tools/indexer", &secret))
+            .signed_get(path, &Signed::now("acme/acme-tools/indexer", &secret))
             .await;
         assert_eq!(a.status, 403, "a signed call to {path}: {:#}", a.body);
     }
@@ -211,12 +223,12 @@ async fn disabled_extensions_and_other_routes_are_forbidden() {
     };
     assert_eq!(patch(false).await.expect(200)["enabled"], false);
     let disabled = s
-        .signed_get(HISTORY, &Signed::now("acme-tools/indexer", &secret))
+        .signed_get(HISTORY, &Signed::now("acme/acme-tools/indexer", &secret))
         .await;
     disabled.expect(403);
     assert_eq!(disabled.code(), "NRD-0102");
     patch(true).await.expect(200);
-    s.signed_get(HISTORY, &Signed::now("acme-tools/indexer", &secret))
+    s.signed_get(HISTORY, &Signed::now("acme/acme-tools/indexer", &secret))
         .await
         .expect(200);
 
@@ -241,7 +253,7 @@ async fn disabled_extensions_and_other_routes_are_forbidden() {
         .expect(201);
     s.signed_get(
         "/v1/sessions/g1/events",
-        &Signed::now("acme-tools/indexer", &secret),
+        &Signed::now("acme/acme-tools/indexer", &secret),
     )
     .await
     .expect(404);
@@ -274,7 +286,7 @@ async fn the_readme_python_example_signs_a_call_narad_accepts() {
         std::process::Command::new("python3")
             .args(["-c", &script])
             .env("NARAD_URL", base)
-            .env("NARAD_EXTENSION", "acme-tools/indexer")
+            .env("NARAD_EXTENSION", "acme/acme-tools/indexer")
             .env("NARAD_EXTENSION_SECRET", secret)
             .output()
             .unwrap()
@@ -289,5 +301,82 @@ async fn the_readme_python_example_signs_a_call_narad_accepts() {
     );
     assert!(stdout.starts_with("200 "), "{stdout}");
     assert!(stdout.contains("message.user.recorded"), "{stdout}");
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn two_organisations_hold_the_same_name_each_its_own() {
+    let (s, admin, acme_secret) = setup().await;
+    // globex registers the very name acme holds: no conflict, no hint.
+    let globex_admin = token("globex", &[Role::Admin, Role::Writer]);
+    s.post("/v1/sessions", &globex_admin, &json!({"sessionId": "s1"}))
+        .await
+        .expect(201);
+    let registered = s
+        .post(
+            "/v1/extensions",
+            &globex_admin,
+            &json!({"publisher": "acme-tools", "name": "indexer"}),
+        )
+        .await;
+    let globex_secret = registered.expect(201)["secret"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert_ne!(globex_secret, acme_secret);
+    let listed = s.get("/v1/extensions", &globex_admin).await;
+    assert_eq!(
+        listed.expect(200)["extensions"].as_array().unwrap().len(),
+        1
+    );
+
+    // Each reads its own organisation's session s1, with its own secret.
+    let acme = s
+        .signed_get(
+            HISTORY,
+            &Signed::now("acme/acme-tools/indexer", &acme_secret),
+        )
+        .await;
+    assert_eq!(acme.expect(200)["events"].as_array().unwrap().len(), 1);
+    let globex = s
+        .signed_get(
+            HISTORY,
+            &Signed::now("globex/acme-tools/indexer", &globex_secret),
+        )
+        .await;
+    assert_eq!(globex.expect(200)["events"].as_array().unwrap().len(), 0);
+    // A secret under the other organisation's name is refused like any.
+    for (extension, secret) in [
+        ("globex/acme-tools/indexer", &acme_secret),
+        ("acme/acme-tools/indexer", &globex_secret),
+    ] {
+        let crossed = s.signed_get(HISTORY, &Signed::now(extension, secret)).await;
+        assert_eq!(crossed.status, 401, "{extension}");
+        assert_eq!(crossed.body["message"], REFUSED);
+    }
+    // Disabling acme's leaves globex's working.
+    s.call(
+        Method::PATCH,
+        "/v1/extensions/acme-tools/indexer",
+        Some(&admin),
+        Some(serde_json::to_vec(&json!({"enabled": false})).unwrap()),
+    )
+    .await
+    .expect(200);
+    assert_eq!(
+        s.signed_get(
+            HISTORY,
+            &Signed::now("acme/acme-tools/indexer", &acme_secret)
+        )
+        .await
+        .status,
+        403
+    );
+    s.signed_get(
+        HISTORY,
+        &Signed::now("globex/acme-tools/indexer", &globex_secret),
+    )
+    .await
+    .expect(200);
     s.stop().await;
 }

@@ -36,7 +36,7 @@ async fn extension_stream(s: &Server, admin: &str, name: &str) -> SseStream {
         .to_owned();
     s.signed_stream(
         "/v1/events",
-        &Signed::now(&format!("acme-tools/{name}"), &secret),
+        &Signed::now(&format!("acme/acme-tools/{name}"), &secret),
     )
     .await
 }

@@ -42,7 +42,7 @@ pub enum JournalError {
     /// A session with this id already exists.
     #[error("session {0} already exists")]
     SessionExists(String),
-    /// An extension with this publisher/name is registered already.
+    /// This organisation registered an extension with this publisher/name already.
     #[error("extension {0} is registered already")]
     ExtensionExists(String),
     /// A proposed event is not a valid narad/v1 authority event.

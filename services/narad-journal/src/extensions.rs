@@ -56,8 +56,8 @@ fn record(row: &tokio_postgres::Row) -> ExtensionRecord {
 
 impl Journal {
     /// Registers `publisher/name` for `tenant` and mints its secret, which
-    /// is returned this once (hex). A name taken already, by any tenant,
-    /// is [`JournalError::ExtensionExists`].
+    /// is returned this once (hex). A name the tenant registered already is
+    /// [`JournalError::ExtensionExists`]; other tenants' names are theirs.
     pub async fn register_extension(
         &self,
         tenant: &TenantId,
@@ -138,27 +138,29 @@ impl Journal {
         .await
     }
 
-    /// The signing key of `publisher/name`, whichever tenant owns it.
+    /// The signing key of `tenant`'s registration `publisher/name`, read
+    /// within that tenant.
     pub async fn signing_key(
         &self,
+        tenant: &TenantId,
         publisher: &str,
         name: &str,
     ) -> Result<Option<SigningKey>, JournalError> {
         let client = self.pool.get().await?;
-        let row = client
-            .query_opt(
-                "select tenant_id, secret, enabled from extension_for_signature($1, $2)",
-                &[&publisher, &name],
+        let row = in_tenant(client, tenant, async |c| {
+            Ok(c.query_opt(
+                "select secret, enabled from extensions \
+                 where tenant_id = $1 and publisher = $2 and name = $3",
+                &[&tenant.as_str(), &publisher, &name],
             )
-            .await?;
-        row.map(|r| {
-            Ok(SigningKey {
-                tenant: TenantId::new(r.get::<_, String>(0)).map_err(JournalError::Corrupt)?,
-                secret: r.get(1),
-                enabled: r.get(2),
-            })
+            .await?)
         })
-        .transpose()
+        .await?;
+        Ok(row.map(|r| SigningKey {
+            tenant: tenant.clone(),
+            secret: r.get(0),
+            enabled: r.get(1),
+        }))
     }
 
     /// Records that `extension` used `request_id`: `false` when it had

@@ -3,8 +3,9 @@
 //! Four headers travel together: `Narad-Signature` (`hmac-sha256,` and the
 //! MAC in lower-case hex), `Narad-Timestamp` (seconds since the epoch),
 //! `Narad-Request-Id` (unique per call) and `Narad-Extension`
-//! (`publisher/name`, which says whose secret verifies, outside the signed
-//! bytes). The MAC is HMAC-SHA256 over five parts, each ending in `\n`:
+//! (`org/publisher/name`: the organisation that registered the extension
+//! and its name there, which say whose secret verifies, outside the signed
+//! bytes; names are each organisation's own). The MAC is HMAC-SHA256 over five parts, each ending in `\n`:
 //! the method upper-cased, the path with its query, the timestamp, the
 //! request id, and the lower-case hex SHA-256 of the body.
 //!
@@ -189,12 +190,20 @@ async fn verify(parts: &Parts, state: &AppState) -> Result<Principal, ApiError> 
     if has_body {
         return Err(refused("a streaming call carries a body"));
     }
-    let Some((publisher, name)) = extension.split_once('/') else {
-        return Err(refused("the extension is not publisher/name"));
+    // Publisher and name hold no `/`; the organisation is what precedes them.
+    let mut named = extension.rsplitn(3, '/');
+    let (Some(name), Some(publisher), Some(org)) = (named.next(), named.next(), named.next())
+    else {
+        return Err(refused("the extension is not org/publisher/name"));
     };
-    let Some(key) = state.journal.signing_key(publisher, name).await? else {
+    let Ok(tenant) = narad_journal::TenantId::new(org) else {
+        return Err(refused("the organisation is not a tenant id"));
+    };
+    let Some(key) = state.journal.signing_key(&tenant, publisher, name).await? else {
         return Err(refused("no such extension"));
     };
+    let extension = format!("{publisher}/{name}");
+    let extension = extension.as_str();
     let path_and_query = parts
         .uri
         .path_and_query()

@@ -7326,7 +7326,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description NRD-0207: the name is taken */
+            /** @description NRD-0207: this organisation registered the name before */
             409: {
                 headers: {
                     [name: string]: unknown;

@@ -21,7 +21,7 @@ use crate::error::{ApiError, ApiResult};
     responses(
         (status = 201, description = "The registration and its `secret` (hex), shown only now", body = ExtensionRegistration),
         (status = 403, description = "NRD-0102: no `admin` role"),
-        (status = 409, description = "NRD-0207: the name is taken"),
+        (status = 409, description = "NRD-0207: this organisation registered the name before"),
     ),
     security(("bearer" = [])))]
 pub async fn register(

@@ -415,7 +415,13 @@ impl Connection {
                 tokio::time::sleep(EXTENSION_RECHECK).await;
                 // Boxed: the query's state would otherwise sit in every
                 // stream's task for the stream's life.
-                match Box::pin(state.journal.signing_key(publisher, name)).await {
+                match Box::pin(
+                    state
+                        .journal
+                        .signing_key(&self.principal.tenant, publisher, name),
+                )
+                .await
+                {
                     Ok(Some(key)) if key.enabled => {}
                     Ok(_) => return,
                     // The database is away: keep serving; the next check
