@@ -1,4 +1,5 @@
 import { errorOf, NaradError } from "./errors.js";
+import { nextWait, sleep } from "./wait.js";
 import type {
   Appended,
   CommandAnswer,
@@ -28,6 +29,12 @@ export interface ClientOptions {
   token: TokenSource;
   /** The `fetch` to use (default: the global one). */
   fetch?: typeof fetch;
+  /**
+   * How long one request may wait in all, in ms, when the server answers
+   * 429 (a limit of the tenant) with `Retry-After` before trying again
+   * (default 60,000; 0: never wait, the 429 is thrown at once).
+   */
+  maxRateLimitWaitMs?: number;
 }
 
 /** A request's parts beyond its method and path. */
@@ -41,7 +48,9 @@ export interface RequestOptions {
 /**
  * narad's HTTP API: commands, sessions, appends and history, with errors
  * as {@link NaradError}. Requests go to the first server that answers; a
- * server that cannot be reached or answers 502–504 is left for the next.
+ * server that cannot be reached or answers 502–504 is left for the next;
+ * a 429 (a limit of the tenant) is sent again once its `Retry-After` has
+ * passed, within `maxRateLimitWaitMs`.
  */
 export class NaradClient {
   readonly servers: readonly string[];
@@ -49,6 +58,7 @@ export class NaradClient {
   /** The `fetch` requests and streams go through. */
   readonly fetchImpl: typeof fetch;
   private preferred = 0;
+  private readonly maxRateLimitWaitMs: number;
 
   constructor(options: ClientOptions) {
     const servers = Array.isArray(options.servers) ? options.servers : [options.servers];
@@ -58,6 +68,7 @@ export class NaradClient {
     this.servers = servers.map((s) => s.replace(/\/+$/, ""));
     this.token = options.token;
     this.fetchImpl = options.fetch ?? globalThis.fetch.bind(globalThis);
+    this.maxRateLimitWaitMs = options.maxRateLimitWaitMs ?? 60_000;
   }
 
   /** The current bearer token. */
@@ -100,7 +111,9 @@ export class NaradClient {
       body = JSON.stringify(options.body);
     }
     let last: NaradError | undefined;
-    for (const server of this.serversInTurn()) {
+    let waited = 0;
+    for (let i = 0, servers = this.serversInTurn(); i < servers.length; i++) {
+      const server = servers[i] as string;
       let response: Response;
       try {
         const init: RequestInit = { method, headers };
@@ -120,6 +133,20 @@ export class NaradClient {
       }
       if ([502, 503, 504].includes(response.status)) {
         last = await errorOf(response);
+        continue;
+      }
+      if (response.status === 429) {
+        // Over a limit, refused before any effect: the same request is
+        // sent again once the server's Retry-After has passed, within the
+        // client's budget.
+        const limited = await errorOf(response);
+        const wait = nextWait(250, limited.retryAfterMs);
+        if (waited + wait > this.maxRateLimitWaitMs || options.signal?.aborted) {
+          throw limited;
+        }
+        await sleep(wait, options.signal);
+        waited += wait;
+        i -= 1;
         continue;
       }
       this.prefer(server);

@@ -1,5 +1,6 @@
 import type { NaradClient } from "./client.js";
 import { errorOf, NaradError } from "./errors.js";
+import { nextWait, sleep } from "./wait.js";
 import { parseSse } from "./sse.js";
 import type { AuthorityEvent, Capabilities, HydrateRecord, ReplayGap, WatchEvent } from "./types.js";
 
@@ -60,13 +61,17 @@ export async function* follow(client: NaradClient, options: FollowOptions = {}):
   const path = options.sessionId
     ? `/v1/sessions/${encodeURIComponent(options.sessionId)}/stream`
     : "/v1/events";
+  // The longest wait the servers asked for since the last try (Retry-After).
+  let asked: number | undefined;
   while (!options.signal?.aborted) {
     let progressed = false;
     for (const server of client.serversInTurn()) {
-      const response = await open(client, server, path, options, lastEventId);
-      if (response === undefined) {
+      const opened = await open(client, server, path, options, lastEventId);
+      if (!(opened instanceof Response)) {
+        asked = Math.max(asked ?? 0, opened.retryAfterMs ?? 0);
         continue;
       }
+      const response = opened;
       client.prefer(server);
       try {
         for await (const sse of parseSse(response.body as ReadableStream<Uint8Array>, lastEventId ?? "")) {
@@ -120,7 +125,8 @@ export async function* follow(client: NaradClient, options: FollowOptions = {}):
       return;
     }
     if (!progressed) {
-      await sleep(backoff, options.signal);
+      await sleep(nextWait(backoff, asked), options.signal);
+      asked = undefined;
       backoff = Math.min(backoff * 2, maxBackoff);
     }
   }
@@ -162,14 +168,17 @@ class FillInterrupted extends Error {
   }
 }
 
-/** Opens the stream on one server: its response, or undefined to try another. */
+/**
+ * Opens the stream on one server: its response, or (to try another, or
+ * later) how long the server asked to wait, if it did.
+ */
 async function open(
   client: NaradClient,
   server: string,
   path: string,
   options: FollowOptions,
   lastEventId: string | undefined,
-): Promise<Response | undefined> {
+): Promise<Response | { retryAfterMs: number | undefined }> {
   const query = new URLSearchParams();
   if (options.profiles) {
     query.set("profiles", options.profiles.join(","));
@@ -196,14 +205,16 @@ async function open(
     }
     response = await client.fetchImpl(server + path + (text ? `?${text}` : ""), init);
   } catch {
-    return undefined;
+    return { retryAfterMs: undefined };
   }
   if (response.ok && response.body) {
     return response;
   }
+  // Over a limit (429), or unavailable: refused at open; try again when
+  // the server says.
   const error = await errorOf(response);
   if (error.retryable) {
-    return undefined;
+    return { retryAfterMs: error.retryAfterMs };
   }
   throw error;
 }
@@ -235,16 +246,6 @@ export function decode(event: string, data: string, id: string | undefined): Fra
     default:
       return undefined;
   }
-}
-
-function sleep(ms: number, signal?: AbortSignal): Promise<void> {
-  return new Promise((resolve) => {
-    const timer = setTimeout(resolve, ms);
-    signal?.addEventListener("abort", () => {
-      clearTimeout(timer);
-      resolve();
-    });
-  });
 }
 
 export { NaradError };

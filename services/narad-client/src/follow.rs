@@ -319,12 +319,14 @@ impl Follow {
     /// Opens the next connection, resuming from what was delivered; tries
     /// the replicas in turn with a growing backoff.
     async fn connect(&mut self) -> Result<(), ClientError> {
+        // What the last answer's Retry-After asked for (429, 503).
+        let mut asked = None;
         loop {
             if self.failures > 0 {
                 let backoff = FIRST_BACKOFF
                     .saturating_mul(1 << self.failures.min(6))
                     .min(MAX_BACKOFF);
-                tokio::time::sleep(backoff).await;
+                tokio::time::sleep(crate::retry_after::next_wait(backoff, asked.take())).await;
             }
             let base = &self.client.bases[self.replica % self.client.bases.len()];
             let mut request = match url(base, &self.target) {
@@ -345,12 +347,18 @@ impl Follow {
                     self.events = Some(Box::pin(response.bytes_stream().eventsource()));
                     return Ok(());
                 }
+                // Over a limit: refused at open, retried when the server says.
+                Ok(response) if response.status() == reqwest::StatusCode::TOO_MANY_REQUESTS => {
+                    asked = crate::retry_after::retry_after(response.headers());
+                    tracing::debug!(base, wait = ?asked, "over a limit; trying again later");
+                }
                 Ok(response) if response.status().is_client_error() => {
                     let status = response.status().as_u16();
                     let body = response.json().await.unwrap_or(Value::Null);
                     return Err(ClientError::Refused { status, body });
                 }
                 Ok(response) => {
+                    asked = crate::retry_after::retry_after(response.headers());
                     tracing::debug!(status = %response.status(), base, "a replica is unavailable")
                 }
                 Err(e) => tracing::debug!(error = %e, base, "a replica does not answer"),

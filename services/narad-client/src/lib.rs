@@ -28,6 +28,7 @@
 pub mod executor;
 mod follow;
 pub mod graph;
+pub mod retry_after;
 pub mod runtime;
 mod urls;
 

@@ -451,9 +451,11 @@ impl Api {
     async fn send(&self, request: Request<'_>) -> Result<Answer, RuntimeError> {
         let mut backoff = self.timings.first_backoff;
         let mut last = String::new();
+        // What the last answer's Retry-After asked for (429, 503).
+        let mut asked = None;
         for attempt in 0..request.attempts.max(1) {
             if attempt > 0 {
-                tokio::time::sleep(backoff).await;
+                tokio::time::sleep(crate::retry_after::next_wait(backoff, asked.take())).await;
                 backoff = (backoff * 2).min(self.timings.max_backoff);
             }
             let replica = self.replica.load(Ordering::Relaxed);
@@ -475,6 +477,7 @@ impl Api {
             }
             let failure = match builder.send().await {
                 Ok(response) if transient(response.status()) => {
+                    asked = crate::retry_after::retry_after(response.headers());
                     format!("{base}: HTTP {}", response.status())
                 }
                 Ok(response) => {

@@ -196,3 +196,41 @@ async fn a_replay_gap_is_filled_from_history() {
     assert_eq!(authority_until(&mut follow, 6, 10).await, [6]);
     b.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_stream_over_a_limit_is_opened_again_when_retry_after_says() {
+    // The first replica is over the tenant's stream limit: 429 with
+    // Retry-After: 1 (a refusal at open, never a cut mid-frame).
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let limited = format!("http://{}", listener.local_addr().unwrap());
+    let refusals = std::sync::Arc::new(std::sync::atomic::AtomicU32::new(0));
+    let counted = refusals.clone();
+    let app = axum::Router::new().fallback(move || {
+        let counted = counted.clone();
+        async move {
+            counted.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            (
+                axum::http::StatusCode::TOO_MANY_REQUESTS,
+                [("retry-after", "1")],
+                axum::Json(json!({"code": "NRD-0501", "title": "Over a limit",
+                                  "message": "open streams: retry after 1 s"})),
+            )
+        }
+    });
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    let s = Server::start().await;
+    let t = token("acme", &Role::ALL);
+    open_session(&s, &t, "s1").await;
+
+    let started = tokio::time::Instant::now();
+    let client = Client::new(vec![limited, s.base.clone()], &t);
+    let mut follow = client.follow_session("s1");
+    assert_eq!(authority_until(&mut follow, 2, 20).await, [1, 2]);
+    assert_eq!(refusals.load(std::sync::atomic::Ordering::Relaxed), 1);
+    // The SDK waited as asked before its next try (its own backoff is 100 ms).
+    assert!(
+        started.elapsed() >= Duration::from_millis(950),
+        "reconnected after {:?}, before the 1 s Retry-After asked for",
+        started.elapsed()
+    );
+}
