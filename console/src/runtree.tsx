@@ -4,6 +4,8 @@
  * event that changes it): runs nested in their parents, with their tool
  * calls and interrupts, each with its status, in the order they began.
  */
+import { useState } from "preact/hooks";
+
 import type { GraphNode, HeldGraph } from "../../clients/typescript/src/index.js";
 import type { LiveSession } from "./live.js";
 
@@ -75,8 +77,12 @@ function Graph({ graph, seen }: { graph: HeldGraph; seen: ReadonlyMap<string, nu
   );
 }
 
+/** How many run journals the tree shows before it is asked for all. */
+const RECENT = 20;
+
 /** The run tree, one graph per run journal, newest journal last. */
 export function RunTree({ live }: { live: LiveSession }) {
+  const [all, setAll] = useState(false);
   const graphs = live.reducer.graphs.all();
   const runs = Object.entries(live.reducer.state().runs);
   if (graphs.length === 0) {
@@ -96,9 +102,17 @@ export function RunTree({ live }: { live: LiveSession }) {
   const ordered = [...graphs].sort(
     (a, b) => (live.nodeSeen.get(`run:${a.rootRunId}`) ?? Infinity) - (live.nodeSeen.get(`run:${b.rootRunId}`) ?? Infinity),
   );
+  // A long session has hundreds of journals: the latest ones, unless
+  // asked for all.
+  const shown = all ? ordered : ordered.slice(-RECENT);
   return (
     <>
-      {ordered.map((g) => (
+      {shown.length < ordered.length && (
+        <button type="button" class="quiet" onClick={() => setAll(true)}>
+          Show all {ordered.length} runs ({ordered.length - shown.length} earlier)
+        </button>
+      )}
+      {shown.map((g) => (
         <Graph key={g.rootRunId} graph={g} seen={live.nodeSeen} />
       ))}
     </>

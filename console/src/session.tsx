@@ -5,7 +5,7 @@
  * approve or deny, stop the active run.
  */
 import type { ComponentChildren } from "preact";
-import { useEffect, useLayoutEffect, useMemo, useRef, useState } from "preact/hooks";
+import { useEffect, useMemo, useRef, useState } from "preact/hooks";
 
 import type { NaradClient, ReducedState, TranscriptItem } from "../../clients/typescript/src/index.js";
 import { InterruptActions } from "./actions.js";
@@ -339,16 +339,7 @@ export function SessionPage({
     client.getSession(sessionId).then(setRecord, (e: unknown) => setProblem(messageOf(e)));
   }, [client, sessionId]);
 
-  // Keeps the newest entry in view while the reader is at the bottom:
-  // measured while rendering, before new entries (or an entry that grew,
-  // as an answer streams) reach the page.
   const timeline = useRef<HTMLElement>(null);
-  const el = timeline.current;
-  const stick = el === null || el.scrollHeight - el.scrollTop - el.clientHeight < 80;
-  useLayoutEffect(() => {
-    const t = timeline.current;
-    if (t !== null && stick) t.scrollTop = t.scrollHeight;
-  });
 
   const state = live.reducer.state();
   const slot = state.slot;
@@ -413,6 +404,11 @@ export function SessionPage({
     getItemKey: (i) => entries[i]!.key,
     overscan: 8,
     gap: 10,
+    // A reader at the bottom stays there as entries arrive and as an
+    // answer streams in (the list keeps its end anchored, measuring as it
+    // goes); one who scrolled up stays where they are.
+    anchorTo: "end",
+    followOnAppend: true,
   });
 
   return (

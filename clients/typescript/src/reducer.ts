@@ -314,9 +314,8 @@ export class SessionReducer {
    * the runs in `opened` (e.g. a nested run a person expanded) as well.
    */
   transcript(opened: readonly string[] = []): TranscriptItem[] {
-    return this.transcriptItems.filter(
-      (i) => i.runId === undefined || i.runId === this.lastTopLevelRun || opened.includes(i.runId),
-    );
+    const shown = new Set(opened);
+    return this.transcriptItems.filter((i) => i.runId === undefined || i.runId === this.lastTopLevelRun || shown.has(i.runId));
   }
 
   /** The reduced state, in the form of the conformance traces' `state` (conformance/README.md). */

@@ -73,8 +73,13 @@ async function measure({ name, turns, deltas }, jwt, page) {
     );
     const t0 = Date.now();
     await page.evaluate((sid) => (location.hash = `#/sessions/${encodeURIComponent(sid)}`), sessionId);
-    await page.locator(`[data-session-sequence="${total}"]`).waitFor({ timeout: 120_000 });
-    await page.locator(`article[data-message="a${turns - 1}"]`).waitFor({ timeout: 120_000 });
+    try {
+      await page.locator(`[data-session-sequence="${total}"]`).waitFor({ timeout: 120_000 });
+      await page.locator(`article[data-message="a${turns - 1}"]`).waitFor({ timeout: 120_000 });
+    } catch (e) {
+      await page.screenshot({ path: `${process.env.SCREENSHOTS ?? "/tmp"}/console-open-failed.png` });
+      throw e;
+    }
     open.push(Date.now() - t0);
     drawn = await page.locator(".timeline .entry").count();
     const t1 = Date.now();
