@@ -113,8 +113,12 @@ pub fn test_auth() -> AuthSettings {
         jwks: Some(JwksSource::File(jwks_file())),
         jwks_refetch_interval: Duration::from_secs(10),
         jwks_refresh_interval: Duration::from_secs(300),
+        operator_org: Some(OPERATOR_ORG.to_owned()),
     }
 }
+
+/// The operator organisation of test servers.
+pub const OPERATOR_ORG: &str = "operator";
 
 /// The public JWK of a test key under `kid`.
 pub fn public_jwk(key: &TestKey, kid: &str) -> Jwk {

@@ -31,6 +31,7 @@ pub mod extensions;
 mod group;
 pub mod history;
 pub mod interrupts;
+pub mod limits;
 pub mod openapi;
 pub mod operations;
 pub mod rebuild;
@@ -56,6 +57,7 @@ pub use executors::{Delivery, FinishAccepted, Lease, SweepItem, SweepKind};
 pub use extensions::{ExtensionRecord, SigningKey};
 pub use history::{HistoryPage, HistoryQuery};
 pub use interrupts::{DueInterrupt, InterruptCursor, OpenInterrupt};
+pub use limits::StoredLimits;
 pub use operations::{ClaimStanding, ExecutorStanding, Operations, QueueStanding};
 pub use relay::{AttachSnapshot, RelayCursor, Relayed};
 pub use runtime::{

@@ -327,6 +327,9 @@ pub struct AuthSettings {
     /// How often the key set is read again in any case (a file is also
     /// read as soon as it changes).
     pub jwks_refresh_interval: Duration,
+    /// The operator organisation (`NARAD_OPERATOR_ORG`): its admins set
+    /// other organisations' limits. None: nobody does.
+    pub operator_org: Option<String>,
 }
 
 /// One verification key of the key set, with the one algorithm it checks.
@@ -503,6 +506,12 @@ impl From<TokenError> for ApiError {
 }
 
 impl Verifier {
+    /// Whether `tenant` is the operator organisation, whose admins set
+    /// other organisations' limits.
+    pub fn is_operator(&self, tenant: &TenantId) -> bool {
+        self.settings.operator_org.as_deref() == Some(tenant.as_str())
+    }
+
     /// A verifier for `settings`, with the key set loaded (fetched, for a
     /// URL).
     pub async fn new(settings: AuthSettings) -> Result<Verifier, String> {

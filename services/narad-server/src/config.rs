@@ -147,6 +147,11 @@ pub struct Config {
     /// such interrupts wait as long as it takes.
     #[arg(long, env = "NARAD_INTERRUPT_DEFAULT_EXPIRY_SECONDS")]
     pub interrupt_default_expiry_seconds: Option<u64>,
+    /// The operator organisation: its admins read and set every
+    /// organisation's limits (`/v1/admin/tenants/{org}/limits`). Unset:
+    /// limits are the configured defaults for everyone.
+    #[arg(long, env = "NARAD_OPERATOR_ORG")]
+    pub operator_org: Option<String>,
 }
 
 impl Config {

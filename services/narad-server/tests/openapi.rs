@@ -71,6 +71,8 @@ const OPERATIONS: &[(&str, &str, &str)] = &[
     ("get", "/v1/interrupts", "listOpenInterrupts"),
     ("get", "/v1/operations", "getOperations"),
     ("get", "/v1/audit", "listAudit"),
+    ("get", "/v1/admin/tenants/{org}/limits", "getTenantLimits"),
+    ("put", "/v1/admin/tenants/{org}/limits", "setTenantLimits"),
     (
         "patch",
         "/v1/extensions/{publisher}/{name}",

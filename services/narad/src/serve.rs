@@ -258,6 +258,12 @@ fn auth_settings(config: &Config) -> anyhow::Result<AuthSettings> {
             .map_err(anyhow::Error::msg)?,
         jwks_refetch_interval: narad_server::auth::JWKS_REFETCH_INTERVAL,
         jwks_refresh_interval: Duration::from_secs(config.jwks_refresh_seconds),
+        operator_org: config
+            .operator_org
+            .as_deref()
+            .map(str::trim)
+            .filter(|o| !o.is_empty())
+            .map(str::to_owned),
     })
 }
 

@@ -868,6 +868,7 @@ async fn token_mints_executor_and_session_limits() {
         jwks: None,
         jwks_refetch_interval: std::time::Duration::from_secs(60),
         jwks_refresh_interval: std::time::Duration::from_secs(300),
+        operator_org: None,
     })
     .await
     .expect("a verifier");

@@ -8,6 +8,7 @@ pub mod executors;
 pub mod extensions;
 pub mod graph_feed;
 pub mod interrupts;
+pub mod limits;
 pub mod meta;
 pub mod openapi;
 pub mod operations;
@@ -88,6 +89,7 @@ pub fn router() -> OpenApiRouter<AppState> {
         .routes(routes!(interrupts::open))
         .routes(routes!(operations::read))
         .routes(routes!(audit::list))
+        .routes(routes!(limits::get, limits::set))
         .routes(routes!(sessions::documents))
         .routes(routes!(sessions::queued_starts))
         .routes(routes!(sessions::withdraw_start))

@@ -452,6 +452,7 @@ mod tests {
             jwks: None,
             jwks_refetch_interval: Duration::from_secs(60),
             jwks_refresh_interval: Duration::from_secs(300),
+            operator_org: None,
         })
         .await
         .expect("a verifier");

@@ -1,0 +1,203 @@
+//! A tenant's limits (`/v1/admin/tenants/{org}/limits`): the configured
+//! defaults, the tenant's own overrides and what holds for it. Admins of
+//! the operator organisation (`NARAD_OPERATOR_ORG`) read and set any
+//! organisation's; an organisation's own admins read theirs.
+
+use axum::Json;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use narad_journal::TenantId;
+use narad_protocol::ErrorCode;
+use serde::Serialize;
+use serde_json::{Map, Value, json};
+use utoipa::ToSchema;
+
+use crate::AppState;
+use crate::audit::RequestId;
+use crate::auth::{Permission, Principal};
+use crate::body::JsonBody;
+use crate::error::{ApiError, ApiResult};
+
+/// The longest default expiry a tenant may be given: ten years.
+const MAX_EXPIRY_SECONDS: u64 = 315_360_000;
+
+/// The limits an organisation may have, by name, with what each means.
+pub const LIMITS: &[(&str, &str)] = &[(
+    "interruptDefaultExpirySeconds",
+    "how long an interrupt that names no expiresAt may wait for a decision (null: as long as it takes)",
+)];
+
+/// An organisation's limits.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TenantLimits {
+    /// The organisation.
+    pub org: String,
+    /// The configured defaults, by name.
+    #[schema(value_type = Object)]
+    pub defaults: Map<String, Value>,
+    /// The organisation's own overrides, by name (`null`: lifted).
+    #[schema(value_type = Object)]
+    pub overrides: Map<String, Value>,
+    /// What holds for the organisation: the defaults with its overrides.
+    #[schema(value_type = Object)]
+    pub effective: Map<String, Value>,
+    /// When the overrides were last set.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = String)]
+    pub updated_at: Option<String>,
+    /// Who set them last.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = String)]
+    pub updated_by: Option<String>,
+}
+
+fn tenant(org: &str) -> ApiResult<TenantId> {
+    TenantId::new(org).map_err(|e| {
+        ApiError::new(
+            ErrorCode::InvalidParameter,
+            format!("path parameter org: {e}"),
+        )
+        .with_field("org", "1 to 256 characters")
+    })
+}
+
+fn defaults(state: &AppState) -> Map<String, Value> {
+    let mut d = Map::new();
+    d.insert(
+        "interruptDefaultExpirySeconds".into(),
+        json!(state.runtime.interrupt_default_expiry.map(|e| e.as_secs())),
+    );
+    d
+}
+
+async fn read(state: &AppState, org: &TenantId) -> ApiResult<TenantLimits> {
+    let stored = state.journal.tenant_limits(org).await?;
+    let defaults = defaults(state);
+    let mut effective = defaults.clone();
+    effective.extend(stored.overrides.clone());
+    Ok(TenantLimits {
+        org: org.to_string(),
+        defaults,
+        overrides: stored.overrides,
+        effective,
+        updated_at: stored.updated_at,
+        updated_by: stored.updated_by,
+    })
+}
+
+/// The overrides a body gives, checked: known names only, each a value it
+/// may take.
+fn overrides_of(body: &Value) -> ApiResult<Map<String, Value>> {
+    let Some(object) = body.as_object() else {
+        return Err(ApiError::new(
+            ErrorCode::InvalidObject,
+            "the body is an object of limits by name, e.g. {\"interruptDefaultExpirySeconds\": 3600}",
+        ));
+    };
+    for (name, value) in object {
+        let pointer = format!("/{}", name.replace('~', "~0").replace('/', "~1"));
+        match name.as_str() {
+            "interruptDefaultExpirySeconds" => {
+                let ok = value.is_null()
+                    || value
+                        .as_u64()
+                        .is_some_and(|s| (1..=MAX_EXPIRY_SECONDS).contains(&s));
+                if !ok {
+                    return Err(ApiError::new(
+                        ErrorCode::InvalidObject,
+                        format!(
+                            "interruptDefaultExpirySeconds is a whole number of seconds from 1 to \
+                             {MAX_EXPIRY_SECONDS}, or null for no default expiry"
+                        ),
+                    )
+                    .with_field(pointer, "1 to 315360000, or null"));
+                }
+            }
+            _ => {
+                let known: Vec<&str> = LIMITS.iter().map(|(n, _)| *n).collect();
+                return Err(ApiError::new(
+                    ErrorCode::InvalidObject,
+                    format!(
+                        "no limit is named {name:?}; the limits are {}",
+                        known.join(", ")
+                    ),
+                )
+                .with_field(pointer, "unknown limit"));
+            }
+        }
+    }
+    Ok(object.clone())
+}
+
+/// An organisation's limits: the defaults, its overrides and what holds.
+#[utoipa::path(get, path = "/v1/admin/tenants/{org}/limits", operation_id = "getTenantLimits", tag = "operations",
+    params(("org" = String, Path, description = "The organisation (a token's `org`)")),
+    responses(
+        (status = 200, description = "The organisation's limits", body = TenantLimits),
+        (status = 403, description = "NRD-0102: not an admin of the operator organisation or of this one"),
+    ),
+    security(("bearer" = [])))]
+pub async fn get(
+    State(state): State<AppState>,
+    principal: Principal,
+    Path(org): Path<String>,
+) -> ApiResult<Json<TenantLimits>> {
+    principal.require(Permission::Admin)?;
+    let org = tenant(&org)?;
+    if org != principal.tenant && !state.verifier.is_operator(&principal.tenant) {
+        return Err(ApiError::new(
+            ErrorCode::Forbidden,
+            "only admins of the operator organisation (NARAD_OPERATOR_ORG) read another organisation's limits",
+        ));
+    }
+    Ok(Json(read(&state, &org).await?))
+}
+
+/// Sets an organisation's overrides (the whole set: a name left out takes
+/// the default again). Admins of the operator organisation only.
+#[utoipa::path(put, path = "/v1/admin/tenants/{org}/limits", operation_id = "setTenantLimits", tag = "operations",
+    params(("org" = String, Path, description = "The organisation (a token's `org`)")),
+    request_body(content = Object, description = "Overrides by name, e.g. `{\"interruptDefaultExpirySeconds\": 3600}` (null: no limit for this organisation)"),
+    responses(
+        (status = 200, description = "The organisation's limits", body = TenantLimits),
+        (status = 400, description = "NRD-0003: an unknown limit, or a value it cannot take"),
+        (status = 403, description = "NRD-0102: not an admin of the operator organisation"),
+    ),
+    security(("bearer" = [])))]
+pub async fn set(
+    State(state): State<AppState>,
+    principal: Principal,
+    request: RequestId,
+    Path(org): Path<String>,
+    JsonBody(body): JsonBody,
+) -> ApiResult<Json<TenantLimits>> {
+    let outcome = async {
+        principal.require(Permission::Admin)?;
+        if !state.verifier.is_operator(&principal.tenant) {
+            return Err(ApiError::new(
+                ErrorCode::Forbidden,
+                "only admins of the operator organisation (NARAD_OPERATOR_ORG) set limits",
+            ));
+        }
+        let org = tenant(&org)?;
+        let overrides = overrides_of(&body)?;
+        state
+            .journal
+            .set_tenant_limits(&org, &overrides, &principal.subject)
+            .await?;
+        Ok((StatusCode::OK, Json(read(&state, &org).await?)))
+    }
+    .await;
+    crate::audit::record(
+        &state,
+        &principal,
+        &request,
+        "set-tenant-limits",
+        None,
+        &outcome,
+        None,
+    )
+    .await;
+    outcome.map(|(_, limits)| limits)
+}
