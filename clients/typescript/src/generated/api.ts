@@ -93,6 +93,27 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/admin/tenants/{org}/limits": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** An organisation's limits: the defaults, its overrides and what holds. */
+        get: operations["getTenantLimits"];
+        /**
+         * Sets an organisation's overrides (the whole set: a name left out takes
+         *     the default again). Admins of the operator organisation only.
+         */
+        put: operations["setTenantLimits"];
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/audit": {
         parameters: {
             query?: never;
@@ -1220,6 +1241,21 @@ export interface components {
              *     (add `&profiles=…` or `&lastEventId=…` as needed).
              */
             url: string;
+        };
+        /** @description An organisation's limits. */
+        TenantLimits: {
+            /** @description The configured defaults, by name. */
+            defaults: Record<string, never>;
+            /** @description What holds for the organisation: the defaults with its overrides. */
+            effective: Record<string, never>;
+            /** @description The organisation. */
+            org: string;
+            /** @description The organisation's own overrides, by name (`null`: lifted). */
+            overrides: Record<string, never>;
+            /** @description When the overrides were last set. */
+            updatedAt?: string;
+            /** @description Who set them last. */
+            updatedBy?: string;
         };
         /** @description One server-sent event of GET /v1/events, as a client parses it: `event` (absent for authority and watch events), `id` and `data` (JSON). */
         TenantStreamFrame: {
@@ -5564,6 +5600,156 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["Readiness"];
+                };
+            };
+        };
+    };
+    getTenantLimits: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The organisation (a token's `org`) */
+                org: components["schemas"]["defs.id"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The organisation's limits */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["TenantLimits"];
+                };
+            };
+            /** @description NRD-0008: a parameter is missing or malformed (`fields` names it) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description NRD-0101: no valid credential */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description NRD-0102: not an admin of the operator organisation or of this one */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description NRD-0001: the server failed; report the x-request-id */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description NRD-0901: the database cannot be reached; retry with backoff */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    setTenantLimits: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The organisation (a token's `org`) */
+                org: components["schemas"]["defs.id"];
+            };
+            cookie?: never;
+        };
+        /** @description Overrides by name, e.g. `{"interruptDefaultExpirySeconds": 3600}` (null: no limit for this organisation) */
+        requestBody: {
+            content: {
+                "application/json": Record<string, never>;
+            };
+        };
+        responses: {
+            /** @description The organisation's limits */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["TenantLimits"];
+                };
+            };
+            /** @description NRD-0003: an unknown limit, or a value it cannot take */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description NRD-0101: no valid credential */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description NRD-0102: not an admin of the operator organisation */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description NRD-0006: the body exceeds the server's limit */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description NRD-0001: the server failed; report the x-request-id */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description NRD-0901: the database cannot be reached; retry with backoff */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
                 };
             };
         };
