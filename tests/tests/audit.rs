@@ -158,6 +158,13 @@ async fn the_log_filters_pages_and_stays_within_its_tenant() {
     assert_eq!(count(future.expect(200)), 0);
     let past = s.get("/v1/audit?until=2000-01-01T00:00:00Z", &admin).await;
     assert_eq!(count(past.expect(200)), 0);
+    // Any time RFC 3339 can write, however Postgres would read its text.
+    let ever = s.get("/v1/audit?since=0000-01-01T00:00:00Z", &admin).await;
+    assert_eq!(count(ever.expect(200)), 8);
+    let lower = s
+        .get("/v1/audit?until=2999-01-01t00:00:00%2B23:59", &admin)
+        .await;
+    assert_eq!(count(lower.expect(200)), 8);
 
     // Pages of 3: every entry once, in order.
     let mut seen = Vec::new();

@@ -67,10 +67,12 @@ pub struct AuditFilter {
     pub sub: Option<String>,
     /// Only this command or admin action.
     pub action: Option<String>,
-    /// Only actions recorded at or after this time (RFC 3339).
-    pub since: Option<String>,
-    /// Only actions recorded before this time (RFC 3339).
-    pub until: Option<String>,
+    /// Only actions recorded at or after this time (microseconds since
+    /// the epoch).
+    pub since: Option<i64>,
+    /// Only actions recorded before this time (microseconds since the
+    /// epoch).
+    pub until: Option<i64>,
     /// Only after this position.
     pub after: Option<i64>,
 }
@@ -123,8 +125,8 @@ impl Journal {
                        and ($2::text is null or session_id = $2) \
                        and ($3::text is null or actor ->> 'sub' = $3) \
                        and ($4::text is null or action = $4) \
-                       and ($5::text is null or at >= $5::timestamptz) \
-                       and ($6::text is null or at < $6::timestamptz) \
+                       and ($5::bigint is null or at >= timestamptz 'epoch' + $5 * interval '1 microsecond') \
+                       and ($6::bigint is null or at < timestamptz 'epoch' + $6 * interval '1 microsecond') \
                        and ($7::bigint is null or position > $7) \
                      order by position limit $8",
                 )

@@ -1038,6 +1038,18 @@ export interface components {
             /** @description The run was asked to stop: close its work and end it. */
             stopRequested: boolean;
         };
+        /**
+         * @description The body of `PUT /v1/admin/tenants/{org}/limits`: overrides by name; a
+         *     name left out takes the configured default.
+         */
+        LimitOverrides: {
+            /**
+             * Format: int64
+             * @description How long an interrupt that names no `expiresAt` may wait for a
+             *     decision, in seconds; null: as long as it takes.
+             */
+            interruptDefaultExpirySeconds?: number | null;
+        };
         /** @description An OpenAPI 3.1 document (https://spec.openapis.org/oas/v3.1.0): this one. */
         OpenApiDocument: {
             components: {
@@ -5610,7 +5622,7 @@ export interface operations {
             header?: never;
             path: {
                 /** @description The organisation (a token's `org`) */
-                org: components["schemas"]["defs.id"];
+                org: string;
             };
             cookie?: never;
         };
@@ -5678,14 +5690,14 @@ export interface operations {
             header?: never;
             path: {
                 /** @description The organisation (a token's `org`) */
-                org: components["schemas"]["defs.id"];
+                org: string;
             };
             cookie?: never;
         };
         /** @description Overrides by name, e.g. `{"interruptDefaultExpirySeconds": 3600}` (null: no limit for this organisation) */
         requestBody: {
             content: {
-                "application/json": Record<string, never>;
+                "application/json": components["schemas"]["LimitOverrides"];
             };
         };
         responses: {

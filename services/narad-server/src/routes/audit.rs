@@ -29,18 +29,21 @@ pub struct AuditPage {
     pub next_after: Option<String>,
 }
 
-/// An RFC 3339 time from query parameter `name`.
-fn time(query: &mut Query, name: &str) -> ApiResult<Option<String>> {
+/// An RFC 3339 time from query parameter `name`, in microseconds since the
+/// epoch (any year RFC 3339 can write).
+fn time(query: &mut Query, name: &str) -> ApiResult<Option<i64>> {
     query
         .text(name)
         .map(|t| {
-            Timestamp::parse(t.as_str()).map(|_| t).map_err(|e| {
-                ApiError::new(
-                    ErrorCode::InvalidParameter,
-                    format!("query parameter {name}: {e}"),
-                )
-                .with_field(name, "an RFC 3339 date-time, e.g. 2026-12-01T00:00:00Z")
-            })
+            Timestamp::parse(t.as_str())
+                .map(|t| t.to_utc().timestamp_micros())
+                .map_err(|e| {
+                    ApiError::new(
+                        ErrorCode::InvalidParameter,
+                        format!("query parameter {name}: {e}"),
+                    )
+                    .with_field(name, "an RFC 3339 date-time, e.g. 2026-12-01T00:00:00Z")
+                })
         })
         .transpose()
 }

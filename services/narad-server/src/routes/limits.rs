@@ -8,7 +8,7 @@ use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use narad_journal::TenantId;
 use narad_protocol::ErrorCode;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 use utoipa::ToSchema;
 
@@ -26,6 +26,17 @@ pub const LIMITS: &[(&str, &str)] = &[(
     "interruptDefaultExpirySeconds",
     "how long an interrupt that names no expiresAt may wait for a decision (null: as long as it takes)",
 )];
+
+/// The body of `PUT /v1/admin/tenants/{org}/limits`: overrides by name; a
+/// name left out takes the configured default.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct LimitOverrides {
+    /// How long an interrupt that names no `expiresAt` may wait for a
+    /// decision, in seconds; null: as long as it takes.
+    #[schema(minimum = 1, maximum = 315_360_000)]
+    pub interrupt_default_expiry_seconds: Option<u64>,
+}
 
 /// An organisation's limits.
 #[derive(Debug, Serialize, ToSchema)]
@@ -132,7 +143,7 @@ fn overrides_of(body: &Value) -> ApiResult<Map<String, Value>> {
 
 /// An organisation's limits: the defaults, its overrides and what holds.
 #[utoipa::path(get, path = "/v1/admin/tenants/{org}/limits", operation_id = "getTenantLimits", tag = "operations",
-    params(("org" = String, Path, description = "The organisation (a token's `org`)")),
+    params(("org" = String, Path, min_length = 1, max_length = 256, description = "The organisation (a token's `org`)")),
     responses(
         (status = 200, description = "The organisation's limits", body = TenantLimits),
         (status = 403, description = "NRD-0102: not an admin of the operator organisation or of this one"),
@@ -157,8 +168,8 @@ pub async fn get(
 /// Sets an organisation's overrides (the whole set: a name left out takes
 /// the default again). Admins of the operator organisation only.
 #[utoipa::path(put, path = "/v1/admin/tenants/{org}/limits", operation_id = "setTenantLimits", tag = "operations",
-    params(("org" = String, Path, description = "The organisation (a token's `org`)")),
-    request_body(content = Object, description = "Overrides by name, e.g. `{\"interruptDefaultExpirySeconds\": 3600}` (null: no limit for this organisation)"),
+    params(("org" = String, Path, min_length = 1, max_length = 256, description = "The organisation (a token's `org`)")),
+    request_body(content = LimitOverrides, description = "Overrides by name, e.g. `{\"interruptDefaultExpirySeconds\": 3600}` (null: no limit for this organisation)"),
     responses(
         (status = 200, description = "The organisation's limits", body = TenantLimits),
         (status = 400, description = "NRD-0003: an unknown limit, or a value it cannot take"),
