@@ -37,6 +37,17 @@ export class Observable {
     if (typeof requestAnimationFrame === "function" && document.visibilityState === "visible") requestAnimationFrame(run);
     else setTimeout(run, 50);
   }
+
+  private soon: ReturnType<typeof setTimeout> | undefined;
+
+  /** Notifies within 100 ms, once for everything that changed meanwhile. */
+  protected changedSoon(): void {
+    if (this.soon !== undefined) return;
+    this.soon = setTimeout(() => {
+      this.soon = undefined;
+      this.changed();
+    }, 100);
+  }
 }
 
 /** An authority event as the console reads it. */
@@ -130,18 +141,26 @@ export class LiveSession extends Observable {
     };
     try {
       // History first, page by page (the fastest way through a long
-      // session), drawn once per page; then the stream from where it ends.
+      // session; the next page is on its way while one is applied), drawn
+      // after the first page (something to read at once) and once it is
+      // all in, not per page: drawing a long session costs more than
+      // reading it. Then the stream from where history ends.
+      let first = true;
       for await (const e of pages(this.client, this.sessionId, this.abort.signal)) {
-        for (const event of e) this.apply(event);
-        this.changed();
+        for (const event of e) this.apply(event, false);
+        if (first) this.changed();
+        first = false;
       }
+      this.changed();
       if (this.abort.signal.aborted) return;
       for await (const frame of follow(this.client, {
         afterSessionSequence: this.reducer.sessionSequence, sessionId: this.sessionId, signal: this.abort.signal, initialBackoffMs: 200, maxBackoffMs: 3000 })) {
         connect(frame);
         if (frame.kind === "authority") this.apply(frame.event as unknown as Event);
         else if (frame.kind === "watch") this.deliver(frame.event);
-        else if (frame.kind === "hydrate") this.deliver(frame.record);
+        // A stream attaching sends a graph snapshot per run journal (a
+        // long session has hundreds): drawn together, a moment later.
+        else if (frame.kind === "hydrate") this.deliver(frame.record, "soon");
       }
     } catch (e) {
       if (this.abort.signal.aborted) return;
@@ -151,18 +170,20 @@ export class LiveSession extends Observable {
     }
   }
 
-  private deliver(object: unknown): void {
+  /** Reduces one object; draws now, soon (within 100 ms, with whatever follows), or later. */
+  private deliver(object: unknown, draw: "now" | "soon" | "later" = "now"): void {
     try {
       this.reducer.deliver(object);
     } catch (e) {
       this.problem = e instanceof Error ? e.message : String(e);
     }
-    this.changed();
+    if (draw === "now") this.changed();
+    else if (draw === "soon") this.changedSoon();
   }
 
-  private apply(e: Event): void {
+  private apply(e: Event, draw = true): void {
     const before = this.reducer.sessionSequence;
-    this.deliver(e);
+    this.deliver(e, draw ? "now" : "later");
     if (this.reducer.sessionSequence === before) return; // a duplicate, or refused
     this.events.push(e);
     const first = (id: unknown) => {
@@ -225,13 +246,22 @@ export class LiveSession extends Observable {
 
 /** A session's history, a page of events at a time. */
 async function* pages(client: NaradClient, sessionId: string, signal: AbortSignal): AsyncGenerator<Event[]> {
-  let after = 0;
+  const read = (after: number) => client.history(sessionId, { afterSessionSequence: after, limit: 1000 });
+  // A read left behind when following stops must not fail unheard.
+  const ahead = (after: number) => {
+    const p = read(after);
+    p.catch(() => undefined);
+    return p;
+  };
+  let next = ahead(0);
   while (!signal.aborted) {
-    const page = await client.history(sessionId, { afterSessionSequence: after, limit: 1000 });
+    const page = await next;
     if (page.events.length === 0) return;
+    const more = page.nextSessionSequence !== undefined;
+    // The next page is asked for before this one is applied.
+    if (more) next = ahead(page.nextSessionSequence as number);
     yield page.events as unknown as Event[];
-    after = page.nextSessionSequence ?? (page.events.at(-1) as unknown as Event).sessionSequence;
-    if (page.nextSessionSequence === undefined) return;
+    if (!more) return;
   }
 }
 

@@ -5,7 +5,7 @@
  * approve or deny, stop the active run.
  */
 import type { ComponentChildren } from "preact";
-import { useEffect, useMemo, useRef, useState } from "preact/hooks";
+import { useEffect, useLayoutEffect, useMemo, useRef, useState } from "preact/hooks";
 
 import type { NaradClient, ReducedState, TranscriptItem } from "../../clients/typescript/src/index.js";
 import { InterruptActions } from "./actions.js";
@@ -409,6 +409,15 @@ export function SessionPage({
     // goes); one who scrolled up stays where they are.
     anchorTo: "end",
     followOnAppend: true,
+  });
+  // A session opens at its newest entry, however many arrived before the
+  // list was first drawn.
+  const openedAtEnd = useRef(false);
+  useLayoutEffect(() => {
+    if (!openedAtEnd.current && entries.length > 0) {
+      openedAtEnd.current = true;
+      list.scrollToEnd();
+    }
   });
 
   return (
