@@ -92,10 +92,7 @@ function SignIn({ oidc, problem: given, onSignedIn }: { oidc: OidcConfig | null;
 }
 
 function App({ oidc, problem }: { oidc: OidcConfig | null; problem: string | undefined }) {
-  const [identity, setIdentity] = useState<Identity | undefined>(() => {
-    const fromAddress = takeTokenFromAddress();
-    return fromAddress !== undefined ? signIn(fromAddress) : current();
-  });
+  const [identity, setIdentity] = useState<Identity | undefined>(current);
   const r = useRoute();
   const reachability = useMemo(() => new Reachability(), []);
   useObservable(reachability);
@@ -154,6 +151,10 @@ function App({ oidc, problem }: { oidc: OidcConfig | null; problem: string | und
 
 /** Reads how people sign in here, finishes a sign-in the provider sent back, and shows the console. */
 async function start(): Promise<void> {
+  // The sign-in link's token is taken at once, before anything is awaited:
+  // the address may change (a click, a script) while the settings load.
+  const fromAddress = takeTokenFromAddress();
+  if (fromAddress !== undefined) signIn(fromAddress);
   let oidc: OidcConfig | null = null;
   let problem: string | undefined;
   try {
