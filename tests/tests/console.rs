@@ -146,12 +146,7 @@ async fn the_console_learns_how_people_sign_in() {
     );
     // The page may talk to the issuer (discovery, the token exchange), and
     // to nothing else.
-    let page = plain()
-        .get(format!("{}/console/", s.base))
-        .send()
-        .await
-        .unwrap();
-    let csp = page.headers()["content-security-policy"].to_str().unwrap();
+    let csp = csp_of(&s.base).await;
     assert!(
         csp.contains("connect-src 'self' https://id.example.com;"),
         "{csp}"
@@ -178,6 +173,19 @@ fn console_sign_in_settings_are_checked() {
             .is_some(),
         "http on the loopback is for development"
     );
+}
+
+/// The Content-Security-Policy the console's page is served with.
+async fn csp_of(base: &str) -> String {
+    let page = plain()
+        .get(format!("{base}/console/"))
+        .send()
+        .await
+        .unwrap();
+    page.headers()["content-security-policy"]
+        .to_str()
+        .unwrap()
+        .to_owned()
 }
 
 /// An identity provider's discovery document on this machine: its issuer
@@ -214,15 +222,7 @@ async fn the_console_may_reach_a_token_endpoint_on_another_origin() {
     let expected = format!("connect-src 'self' {issuer} {token_origin};");
     let mut seen = String::new();
     for _ in 0..100 {
-        let page = plain()
-            .get(format!("{}/console/", s.base))
-            .send()
-            .await
-            .unwrap();
-        seen = page.headers()["content-security-policy"]
-            .to_str()
-            .unwrap()
-            .to_owned();
+        seen = csp_of(&s.base).await;
         if seen.contains(&expected) {
             return;
         }
@@ -251,12 +251,7 @@ async fn a_discovery_document_of_another_issuer_adds_nothing() {
             .unwrap();
     let s = Server::start_with_console_oidc(oidc).await;
     tokio::time::sleep(std::time::Duration::from_millis(500)).await;
-    let page = plain()
-        .get(format!("{}/console/", s.base))
-        .send()
-        .await
-        .unwrap();
-    let csp = page.headers()["content-security-policy"].to_str().unwrap();
+    let csp = csp_of(&s.base).await;
     assert!(
         csp.contains(&format!("connect-src 'self' {issuer};")),
         "{csp}"

@@ -2,16 +2,15 @@
 //! deadline passed is resolved by the server with the decision `expired`,
 //! exactly once — a person's resolution racing it either commits first
 //! (and the expiry finds it decided) or finds the expiry recorded (and
-//! gets the 409 with it). The resolution wakes the run's work item, so its
-//! runtime (or backend) resumes or ends the run as it owes. Runs in the
+//! gets the 409 with it). Like any resolution it marks the run's work item
+//! ready, and the relay wakes waiting runtimes on every replica, so the
+//! run's runtime (or backend) resumes or ends it as it owes. Runs in the
 //! runtime sweeper's pass, on one replica at a time.
 
 use std::time::Duration;
 
 use narad_journal::{Journal, JournalError};
 use narad_protocol::primitives::SessionId;
-
-use crate::hub::Hub;
 
 /// How many due interrupts of each kind one pass takes.
 const EXPIRY_BATCH: i32 = 200;
@@ -20,7 +19,6 @@ const EXPIRY_BATCH: i32 = 200;
 /// `default_expiry` passed since the request); how many it expired.
 pub async fn expire_due(
     journal: &Journal,
-    hub: &Hub,
     default_expiry: Option<Duration>,
 ) -> Result<usize, JournalError> {
     let due = journal.interrupts_due(default_expiry, EXPIRY_BATCH).await?;
@@ -36,7 +34,6 @@ pub async fn expire_due(
             Ok(Some(_)) => {
                 expired += 1;
                 metrics::counter!("narad_interrupts_expired_total").increment(1);
-                hub.wake_runtimes(&item.tenant);
             }
             Ok(None) => {}
             Err(e) => tracing::warn!(

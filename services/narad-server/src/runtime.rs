@@ -104,8 +104,7 @@ pub async fn sweep(journal: Journal, hub: Arc<Hub>, settings: Arc<RuntimeSetting
                     tracing::warn!(error = %e, "cannot forget ended work items yet");
                 }
                 if let Err(e) =
-                    crate::expiry::expire_due(&journal, &hub, settings.interrupt_default_expiry)
-                        .await
+                    crate::expiry::expire_due(&journal, settings.interrupt_default_expiry).await
                 {
                     tracing::warn!(error = %e, "an interrupt expiry pass failed; it runs again");
                 }
