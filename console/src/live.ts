@@ -333,6 +333,11 @@ export class LiveSessionList extends Observable {
           this.changed();
           continue;
         }
+        if (frame.kind === "session-erased") {
+          // Erased: it leaves the list, as it left the journal.
+          if (this.sessions.delete(frame.sessionId)) this.changed();
+          continue;
+        }
         if (frame.kind !== "authority" && frame.kind !== "watch") continue;
         const e = frame.event as unknown as Record<string, unknown>;
         const sessionId = typeof e.sessionId === "string" ? e.sessionId : undefined;

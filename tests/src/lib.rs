@@ -11,6 +11,7 @@ use jsonwebtoken::{Algorithm, EncodingKey, Header};
 use narad_journal::{Journal, MIGRATOR};
 use narad_server::auth::{AuthSettings, Claims, JwksSource, Role, Verifier};
 use narad_server::executors::ExecutorSettings;
+use narad_server::quotas::LimitValues;
 pub use narad_server::runtime::RuntimeSettings;
 use narad_server::{AppState, HttpSettings, app, serve_on};
 use narad_testkit::TestDatabase;
@@ -170,6 +171,7 @@ impl Server {
             ExecutorSettings::default(),
             settings,
             http(),
+            LimitValues::default(),
         )
         .await
     }
@@ -183,6 +185,7 @@ impl Server {
             ExecutorSettings::default(),
             settings,
             http(),
+            LimitValues::default(),
         )
         .await
     }
@@ -196,7 +199,44 @@ impl Server {
         auth: AuthSettings,
         executors: ExecutorSettings,
     ) -> Server {
-        Server::start_full_with(db, auth, executors, RuntimeSettings::default(), http()).await
+        Server::start_full_with(
+            db,
+            auth,
+            executors,
+            RuntimeSettings::default(),
+            http(),
+            LimitValues::default(),
+        )
+        .await
+    }
+
+    /// Starts a server on a fresh database whose organisations have
+    /// `limits` by default.
+    pub async fn start_with_limits(limits: LimitValues) -> Server {
+        let db = Arc::new(TestDatabase::new(&MIGRATOR).await);
+        Server::start_full_with(
+            db,
+            test_auth(),
+            ExecutorSettings::default(),
+            RuntimeSettings::default(),
+            http(),
+            limits,
+        )
+        .await
+    }
+
+    /// Starts another replica on this server's database whose
+    /// organisations have `limits` by default.
+    pub async fn replica_with_limits(&self, limits: LimitValues) -> Server {
+        Server::start_full_with(
+            self.db.clone(),
+            test_auth(),
+            ExecutorSettings::default(),
+            RuntimeSettings::default(),
+            http(),
+            limits,
+        )
+        .await
     }
 
     /// Starts a server on a fresh database whose console signs people in
@@ -218,6 +258,7 @@ impl Server {
             ExecutorSettings::default(),
             RuntimeSettings::default(),
             http,
+            LimitValues::default(),
         )
         .await
     }
@@ -239,6 +280,7 @@ impl Server {
         executors: ExecutorSettings,
         runtime: RuntimeSettings,
         http: HttpSettings,
+        limits: LimitValues,
     ) -> Server {
         narad_server::metrics::install();
         let journal = Journal::connect(db.url(), 16)
@@ -262,7 +304,25 @@ impl Server {
             runtime.clone(),
         ));
         let closing = hub.clone();
+        // One configuration gives both, as `narad serve`'s does.
+        let expiry = narad_server::quotas::Limit::InterruptDefaultExpirySeconds;
+        let limits = match limits.get(expiry) {
+            Some(_) => limits,
+            None => limits.with(
+                expiry,
+                runtime.interrupt_default_expiry.map(|d| d.as_secs()),
+            ),
+        };
+        let quotas = Arc::new(narad_server::quotas::Quotas::new(journal.clone(), limits));
+        let heartbeat = tokio::spawn(quotas.clone().heartbeat());
+        let erasure_sweeper = tokio::spawn(narad_server::erasure::sweep(
+            journal.clone(),
+            hub.clone(),
+            quotas.clone(),
+            runtime.clone(),
+        ));
         let state = AppState {
+            quotas,
             hub: hub.clone(),
             journal,
             verifier: Arc::new(verifier),
@@ -285,6 +345,8 @@ impl Server {
             relay.abort();
             sweeper.abort();
             runtime_sweeper.abort();
+            heartbeat.abort();
+            erasure_sweeper.abort();
         });
         Server {
             base,
@@ -384,6 +446,8 @@ pub struct Answer {
     pub status: u16,
     /// The `x-request-id` header.
     pub request_id: Option<String>,
+    /// The `Retry-After` header, in seconds.
+    pub retry_after: Option<u64>,
     /// The JSON body.
     pub body: Value,
 }
@@ -398,6 +462,11 @@ impl Answer {
             .get("x-request-id")
             .and_then(|v| v.to_str().ok())
             .map(str::to_owned);
+        let retry_after = res
+            .headers()
+            .get("retry-after")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse().ok());
         let bytes = res.bytes().await.expect("a body");
         let body = if bytes.is_empty() {
             Value::Null
@@ -408,6 +477,7 @@ impl Answer {
         Answer {
             status,
             request_id,
+            retry_after,
             body,
         }
     }

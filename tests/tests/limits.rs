@@ -111,7 +111,8 @@ async fn the_operator_sets_limits_and_each_organisation_reads_its_own() {
             json!({"interruptDefaultExpirySeconds": 1.5}),
             "/interruptDefaultExpirySeconds",
         ),
-        (json!({"eventsPerSecond": 10}), "/eventsPerSecond"),
+        (json!({"openStreams": 0}), "/openStreams"),
+        (json!({"eventsPerSecondd": 10}), "/eventsPerSecondd"),
     ] {
         let refused = put(&s, &operator, "acme", &body).await;
         assert_eq!(refused.status, 400, "{body}: {}", refused.body);
@@ -136,8 +137,8 @@ async fn the_operator_sets_limits_and_each_organisation_reads_its_own() {
         .iter()
         .map(|e| e["status"].as_u64().unwrap())
         .collect();
-    // Set; its non-admin refused; five bad bodies (acme's own try is in acme's log).
-    assert_eq!(statuses, [200, 403, 400, 400, 400, 400, 400]);
+    // Set; its non-admin refused; six bad bodies (acme's own try is in acme's log).
+    assert_eq!(statuses, [200, 403, 400, 400, 400, 400, 400, 400]);
     assert_eq!(entries[0]["actor"]["sub"], "tester");
 }
 

@@ -16,7 +16,9 @@ export type Frame =
     }
   | { kind: "watch"; id: string; event: WatchEvent }
   | { kind: "hydrate"; record: HydrateRecord }
-  | { kind: "replay-gap"; gap: ReplayGap };
+  | { kind: "replay-gap"; gap: ReplayGap }
+  /** The session was erased: nothing of it is left; a session's follow ends here. */
+  | { kind: "session-erased"; sessionId: string };
 
 /** What to follow, and from where. */
 export interface FollowOptions {
@@ -101,6 +103,10 @@ export async function* follow(client: NaradClient, options: FollowOptions = {}):
           // The cursor moves once the frame is the caller's.
           if (sse.ownId) {
             lastEventId = sse.id;
+          }
+          if (frame.kind === "session-erased" && frame.sessionId === options.sessionId) {
+            // Erased: reconnecting would only be answered 410.
+            return;
           }
           if (frame.kind === "replay-gap" && frame.gap.sessionId !== undefined) {
             const last = seen.get(frame.gap.sessionId);
@@ -234,6 +240,10 @@ export function decode(event: string, data: string, id: string | undefined): Fra
       return { kind: "hydrate", record: value as HydrateRecord };
     case "replay-gap":
       return { kind: "replay-gap", gap: value as ReplayGap };
+    case "session-erased": {
+      const sessionId = (value as { sessionId?: unknown }).sessionId;
+      return typeof sessionId === "string" ? { kind: "session-erased", sessionId } : undefined;
+    }
     case "message": {
       if (id === undefined) {
         return undefined;

@@ -44,4 +44,9 @@ test("frames are told apart: authority events carry a sessionSequence", () => {
   assert.equal(decode("message", '{"type":"session.revision","revision":4}', "w")?.kind, "watch");
   assert.equal(decode("replay-gap", '{"type":"replay-gap"}', undefined)?.kind, "replay-gap");
   assert.equal(decode("message", "not json", "e"), undefined);
+  assert.deepEqual(decode("session-erased", '{"type":"session.erased","sessionId":"s1"}', "x"), {
+    kind: "session-erased",
+    sessionId: "s1",
+  });
+  assert.equal(decode("session-erased", '{"type":"session.erased"}', "x"), undefined);
 });

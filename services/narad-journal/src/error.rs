@@ -10,6 +10,10 @@ pub enum JournalError {
     /// The session does not exist for this tenant.
     #[error("session {0} does not exist")]
     SessionNotFound(String),
+    /// The session was erased (`DELETE /v1/sessions/{id}`, retention or
+    /// the tenant's erasure): nothing of it is left.
+    #[error("session {0} was erased; nothing of it is kept, and its id cannot be used again")]
+    SessionErased(String),
     /// The thing named does not exist for this tenant.
     #[error("{0} does not exist")]
     NotFound(String),
@@ -117,6 +121,15 @@ pub enum JournalError {
     /// An append without the lease to a run journal a runtime holds.
     #[error("{0}")]
     RuntimeLeaseRequired(String),
+    /// A tenant's quota is reached (sessions, attached executors); `code`
+    /// names the limit.
+    #[error("{message}")]
+    LimitReached {
+        /// The code naming the limit.
+        code: ErrorCode,
+        /// What was refused and what to do next.
+        message: String,
+    },
     /// The database failed or cannot be reached ([`JournalError::code`]
     /// tells which). Displayed with its cause: SQLSTATE, message, detail,
     /// constraint, table and column, or the connection's error chain.
@@ -135,6 +148,7 @@ impl JournalError {
     pub fn code(&self) -> ErrorCode {
         match self {
             JournalError::SessionNotFound(_) | JournalError::NotFound(_) => ErrorCode::NotFound,
+            JournalError::SessionErased(_) => ErrorCode::SessionErased,
             JournalError::SlotTaken { .. } => ErrorCode::SessionSlotTaken,
             JournalError::InterruptAlreadyResolved { .. } => ErrorCode::InterruptAlreadyResolved,
             JournalError::SessionExists(_) => ErrorCode::SessionExists,
@@ -154,6 +168,7 @@ impl JournalError {
             JournalError::FinishConflict(_) => ErrorCode::FinishConflict,
             JournalError::RuntimeLeaseNotCurrent(_) => ErrorCode::RuntimeLeaseNotCurrent,
             JournalError::RuntimeLeaseRequired(_) => ErrorCode::RuntimeLeaseRequired,
+            JournalError::LimitReached { code, .. } => *code,
             JournalError::Database(_) | JournalError::Pool(_) if self.is_unreachable() => {
                 ErrorCode::DatabaseUnavailable
             }

@@ -211,8 +211,63 @@ impl Journal {
         executor_id: &str,
         ttl: Duration,
     ) -> Result<Lease, JournalError> {
+        self.attach_executor_within(tenant, executor_id, ttl, None)
+            .await
+    }
+
+    /// How many of `tenant`'s executors other than `excluding` hold live
+    /// leases.
+    pub async fn executors_attached(
+        &self,
+        tenant: &TenantId,
+        excluding: &str,
+    ) -> Result<u64, JournalError> {
         let client = self.pool.get().await?;
         in_tenant(client, tenant, async |c| {
+            let n: i64 = c
+                .query_one(
+                    "select count(*) from executors where tenant_id = $1 \
+                       and executor_id <> $2 and lease_expires_at > now()",
+                    &[&tenant.as_str(), &excluding],
+                )
+                .await?
+                .get(0);
+            Ok(u64::try_from(n).unwrap_or(0))
+        })
+        .await
+    }
+
+    /// Attaches an executor if `tenant` has fewer than `max` others (when
+    /// given) holding live leases: re-attaching one that holds a lease is
+    /// always allowed; at the limit, [`JournalError::LimitReached`].
+    pub async fn attach_executor_within(
+        &self,
+        tenant: &TenantId,
+        executor_id: &str,
+        ttl: Duration,
+        max: Option<u64>,
+    ) -> Result<Lease, JournalError> {
+        let client = self.pool.get().await?;
+        in_tenant(client, tenant, async |c| {
+            if let Some(max) = max {
+                crate::quotas::within_quota(
+                    c,
+                    tenant,
+                    "executors",
+                    "select count(*) from executors where tenant_id = $1 \
+                       and executor_id <> $2 and lease_expires_at > now()",
+                    &[&tenant.as_str(), &executor_id],
+                    max,
+                    |max| JournalError::LimitReached {
+                        code: narad_protocol::ErrorCode::ExecutorLimitReached,
+                        message: format!(
+                            "this organisation has {max} client executors attached, its limit; \
+                             detach one or let its lease lapse, then attach again"
+                        ),
+                    },
+                )
+                .await?;
+            }
             let row = c
                 .query_one(
                     "insert into executors (tenant_id, executor_id, lease_id, lease_expires_at) \

@@ -100,8 +100,12 @@ select session_id, kind, id, state from direct
 union select session_id, kind, id, state from open_runs
 union select session_id, kind, id, state from their_workflows";
 
+/// The batch's eventIds already taken: stored, or of an erased session
+/// (a row no retry matches: an erased session's ids stay refused).
 const FIND_EVENT_IDS: &str = "select event_id, session_id, session_sequence, run_sequence, \
-    workflow_sequence, proposal_sha256 from events where tenant_id = $1 and event_id = any($2::text[])";
+    workflow_sequence, proposal_sha256 from events where tenant_id = $1 and event_id = any($2::text[]) \
+    union all select event_id, '', 0, null, null, '\\x'::bytea from erased_event_ids \
+    where tenant_id = $1 and event_id = any($2::text[])";
 
 /// Takes the first queued start of a session out of the queue, with the
 /// entities its run.started names (the run and its journal, should they

@@ -25,6 +25,7 @@ pub mod append;
 pub mod audit;
 mod combine;
 pub mod commands;
+pub mod erasure;
 pub mod error;
 pub mod executors;
 pub mod extensions;
@@ -34,6 +35,7 @@ pub mod interrupts;
 pub mod limits;
 pub mod openapi;
 pub mod operations;
+pub mod quotas;
 pub mod rebuild;
 pub mod relay;
 pub mod runtime;
@@ -52,6 +54,7 @@ pub use append::{AppendOptions, Appended, AppendedEvent, Fence};
 pub use audit::{AuditEntry, AuditFilter, AuditRecord};
 pub use combine::AppendStats;
 pub use commands::{QueuedStart, RunStart, WorkflowCancel};
+pub use erasure::{DueSession, ErasureReason, TenantErasure};
 pub use error::JournalError;
 pub use executors::{Delivery, FinishAccepted, Lease, SweepItem, SweepKind};
 pub use extensions::{ExtensionRecord, SigningKey};
@@ -59,6 +62,7 @@ pub use history::{HistoryPage, HistoryQuery};
 pub use interrupts::{DueInterrupt, InterruptCursor, OpenInterrupt};
 pub use limits::StoredLimits;
 pub use operations::{ClaimStanding, ExecutorStanding, Operations, QueueStanding};
+pub use quotas::{Rate, Taken};
 pub use relay::{AttachSnapshot, RelayCursor, Relayed};
 pub use runtime::{
     Claim, LeaseStanding, Released, Repair, RuntimeDue, RuntimeLease, WorkDefaults, WorkOrder,
@@ -348,6 +352,23 @@ where
         Ok(v) => {
             client.batch_execute("commit").await?;
             Ok(v)
+        }
+        Err(JournalError::SessionNotFound(id)) => {
+            // One answer for every route: a session that was erased says so.
+            let erased = client
+                .query_one(
+                    "select exists (select 1 from erased_sessions \
+                     where tenant_id = $1 and session_id = $2)",
+                    &[&t, &id],
+                )
+                .await
+                .is_ok_and(|r| r.get(0));
+            let _ = client.batch_execute("rollback").await;
+            Err(if erased {
+                JournalError::SessionErased(id)
+            } else {
+                JournalError::SessionNotFound(id)
+            })
         }
         Err(e) => {
             let _ = client.batch_execute("rollback").await;

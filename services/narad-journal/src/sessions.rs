@@ -120,6 +120,17 @@ impl Journal {
         tenant: &TenantId,
         new: NewSession,
     ) -> Result<SessionRecord, JournalError> {
+        self.create_session_within(tenant, new, None).await
+    }
+
+    /// Creates a session if `tenant` holds fewer than `max` (when given):
+    /// at the limit, [`JournalError::LimitReached`] and nothing written.
+    pub async fn create_session_within(
+        &self,
+        tenant: &TenantId,
+        new: NewSession,
+        max: Option<u64>,
+    ) -> Result<SessionRecord, JournalError> {
         let id = new
             .session_id
             .map(|s| s.as_str().to_owned())
@@ -127,6 +138,36 @@ impl Journal {
         let metadata = new.metadata.map(Value::Object);
         let client = self.pool.get().await?;
         in_tenant(client, tenant, async |c| {
+            if let Some(max) = max {
+                crate::quotas::within_quota(
+                    c,
+                    tenant,
+                    "sessions",
+                    "select count(*) from sessions where tenant_id = $1",
+                    &[&tenant.as_str()],
+                    max,
+                    |max| JournalError::LimitReached {
+                        code: narad_protocol::ErrorCode::SessionLimitReached,
+                        message: format!(
+                            "this organisation holds {max} sessions, its limit; erase sessions it \
+                             no longer needs (DELETE /v1/sessions/{{id}}) or ask the operator for \
+                             a higher limit"
+                        ),
+                    },
+                )
+                .await?;
+            }
+            let erased: bool = c
+                .query_one(
+                    "select exists (select 1 from erased_sessions \
+                     where tenant_id = $1 and session_id = $2)",
+                    &[&tenant.as_str(), &id],
+                )
+                .await?
+                .get(0);
+            if erased {
+                return Err(JournalError::SessionErased(id.clone()));
+            }
             let stmt = c
                 .prepare_cached(&format!(
                     "insert into sessions (tenant_id, session_id, title, metadata) \

@@ -85,6 +85,9 @@ error_codes! {
     SessionExists = "NRD-0206", 409, "Session exists";
     /// An extension with the requested publisher/name is registered already.
     ExtensionExists = "NRD-0207", 409, "Extension exists";
+    /// The session was erased: nothing of it is kept, and its id and its
+    /// events' ids cannot be used again.
+    SessionErased = "NRD-0208", 410, "Session erased";
     /// History cursors that identify different positions.
     CursorConflict = "NRD-0301", 400, "Cursor conflict";
     /// A stream cursor past anything the store holds.
@@ -104,6 +107,18 @@ error_codes! {
     RuntimeLeaseNotCurrent = "NRD-0501", 409, "Runtime lease not current";
     /// An append without the lease to a run journal a runtime holds.
     RuntimeLeaseRequired = "NRD-0502", 409, "Runtime lease required";
+    /// The tenant's rate of appended events is spent; retry after the
+    /// `Retry-After` seconds.
+    EventRateLimited = "NRD-0601", 429, "Event rate limit reached";
+    /// The tenant's rate of commands is spent; retry after the
+    /// `Retry-After` seconds.
+    CommandRateLimited = "NRD-0602", 429, "Command rate limit reached";
+    /// The tenant has as many streams open as it may.
+    OpenStreamLimitReached = "NRD-0603", 429, "Open stream limit reached";
+    /// The tenant has as many client executors attached as it may.
+    ExecutorLimitReached = "NRD-0604", 429, "Attached executor limit reached";
+    /// The tenant holds as many sessions as it may.
+    SessionLimitReached = "NRD-0605", 429, "Session limit reached";
     /// The database cannot be reached.
     DatabaseUnavailable = "NRD-0901", 503, "Database unavailable";
 }

@@ -147,6 +147,42 @@ pub struct Config {
     /// such interrupts wait as long as it takes.
     #[arg(long, env = "NARAD_INTERRUPT_DEFAULT_EXPIRY_SECONDS")]
     pub interrupt_default_expiry_seconds: Option<u64>,
+    /// Appended events per second an organisation may send, over every
+    /// replica (a token bucket); unset: no limit. Overridden per
+    /// organisation by `PUT /v1/admin/tenants/{org}/limits`.
+    #[arg(long, env = "NARAD_LIMIT_EVENTS_PER_SECOND")]
+    pub limit_events_per_second: Option<u64>,
+    /// Events an organisation may append at once above its rate; unset:
+    /// twice the rate.
+    #[arg(long, env = "NARAD_LIMIT_EVENTS_BURST")]
+    pub limit_events_burst: Option<u64>,
+    /// Commands per second an organisation may send; unset: no limit.
+    #[arg(long, env = "NARAD_LIMIT_COMMANDS_PER_SECOND")]
+    pub limit_commands_per_second: Option<u64>,
+    /// Commands an organisation may send at once above its rate; unset:
+    /// twice the rate.
+    #[arg(long, env = "NARAD_LIMIT_COMMANDS_BURST")]
+    pub limit_commands_burst: Option<u64>,
+    /// Streams (session and tenant) an organisation may have open at once;
+    /// unset: no limit.
+    #[arg(long, env = "NARAD_LIMIT_OPEN_STREAMS")]
+    pub limit_open_streams: Option<u64>,
+    /// Client executors an organisation may have attached at once; unset:
+    /// no limit.
+    #[arg(long, env = "NARAD_LIMIT_ATTACHED_EXECUTORS")]
+    pub limit_attached_executors: Option<u64>,
+    /// Sessions an organisation may hold; unset: no limit.
+    #[arg(long, env = "NARAD_LIMIT_SESSIONS")]
+    pub limit_sessions: Option<u64>,
+    /// Sessions archived, or idle, for longer than this many days are
+    /// erased (unset: kept until erased by hand). Overridden per
+    /// organisation (`retentionDays`).
+    #[arg(long, env = "NARAD_RETENTION_DAYS")]
+    pub retention_days: Option<u64>,
+    /// How often the erasure sweeper applies retention policies, in
+    /// seconds (one replica at a time).
+    #[arg(long, env = "NARAD_RETENTION_SWEEP_SECONDS", default_value_t = 300)]
+    pub retention_sweep_seconds: u64,
     /// The operator organisation: its admins read and set every
     /// organisation's limits (`/v1/admin/tenants/{org}/limits`). Unset:
     /// limits are the configured defaults for everyone.
@@ -169,6 +205,66 @@ impl Config {
         })
     }
 
+    /// The default limits of every organisation, checked.
+    pub fn limit_defaults(&self) -> Result<crate::quotas::LimitValues, String> {
+        use crate::quotas::{Limit, LimitValues};
+        let mut values = LimitValues::default();
+        for (limit, value, variable) in [
+            (
+                Limit::EventsPerSecond,
+                self.limit_events_per_second,
+                "NARAD_LIMIT_EVENTS_PER_SECOND",
+            ),
+            (
+                Limit::EventsBurst,
+                self.limit_events_burst,
+                "NARAD_LIMIT_EVENTS_BURST",
+            ),
+            (
+                Limit::CommandsPerSecond,
+                self.limit_commands_per_second,
+                "NARAD_LIMIT_COMMANDS_PER_SECOND",
+            ),
+            (
+                Limit::CommandsBurst,
+                self.limit_commands_burst,
+                "NARAD_LIMIT_COMMANDS_BURST",
+            ),
+            (
+                Limit::OpenStreams,
+                self.limit_open_streams,
+                "NARAD_LIMIT_OPEN_STREAMS",
+            ),
+            (
+                Limit::AttachedExecutors,
+                self.limit_attached_executors,
+                "NARAD_LIMIT_ATTACHED_EXECUTORS",
+            ),
+            (Limit::Sessions, self.limit_sessions, "NARAD_LIMIT_SESSIONS"),
+            (
+                Limit::RetentionDays,
+                self.retention_days,
+                "NARAD_RETENTION_DAYS",
+            ),
+            (
+                Limit::InterruptDefaultExpirySeconds,
+                self.interrupt_default_expiry_seconds,
+                "NARAD_INTERRUPT_DEFAULT_EXPIRY_SECONDS",
+            ),
+        ] {
+            if let Some(v) = value
+                && !(1..=limit.max()).contains(&v)
+            {
+                return Err(format!(
+                    "{variable} is {v}: it takes 1 to {} (leave it unset for no limit)",
+                    limit.max()
+                ));
+            }
+            values.set(limit, value);
+        }
+        Ok(values)
+    }
+
     /// The runtime timing and defaults these settings describe, checked.
     pub fn runtime_settings(&self) -> Result<crate::runtime::RuntimeSettings, String> {
         use std::time::Duration;
@@ -182,6 +278,7 @@ impl Config {
             interrupt_default_expiry: self
                 .interrupt_default_expiry_seconds
                 .map(Duration::from_secs),
+            retention_sweep: Duration::from_secs(self.retention_sweep_seconds),
             ..crate::runtime::RuntimeSettings::default()
         };
         settings.validate()?;

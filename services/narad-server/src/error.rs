@@ -15,6 +15,8 @@ use narad_protocol::{ErrorBody, ErrorCode};
 #[derive(Debug)]
 pub struct ApiError {
     body: Box<ErrorBody>,
+    /// Seconds a client waits before retrying (`Retry-After`), if any.
+    retry_after: Option<u64>,
 }
 
 impl ApiError {
@@ -22,6 +24,7 @@ impl ApiError {
     pub fn new(code: ErrorCode, message: impl Into<String>) -> ApiError {
         ApiError {
             body: Box::new(ErrorBody::new(code, message)),
+            retry_after: None,
         }
     }
 
@@ -29,6 +32,7 @@ impl ApiError {
     pub fn from_body(body: ErrorBody) -> ApiError {
         ApiError {
             body: Box::new(body),
+            retry_after: None,
         }
     }
 
@@ -36,6 +40,23 @@ impl ApiError {
     pub fn with_field(mut self, pointer: impl Into<String>, problem: impl Into<String>) -> Self {
         *self.body = self.body.with_field(pointer, problem);
         self
+    }
+
+    /// Adds structured context (`details`).
+    pub fn with_details(mut self, details: serde_json::Value) -> Self {
+        *self.body = self.body.with_details(details);
+        self
+    }
+
+    /// Answers with `Retry-After: seconds`.
+    pub fn with_retry_after(mut self, seconds: u64) -> Self {
+        self.retry_after = Some(seconds);
+        self
+    }
+
+    /// The `Retry-After` seconds, if any.
+    pub fn retry_after(&self) -> Option<u64> {
+        self.retry_after
     }
 
     /// A failure of the server itself: logged in full, answered in general.
@@ -62,7 +83,14 @@ impl ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        (self.status(), Json(*self.body)).into_response()
+        let status = self.status();
+        let mut response = (status, Json(*self.body)).into_response();
+        if let Some(seconds) = self.retry_after {
+            response
+                .headers_mut()
+                .insert(axum::http::header::RETRY_AFTER, seconds.into());
+        }
+        response
     }
 }
 

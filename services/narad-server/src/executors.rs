@@ -137,6 +137,8 @@ pub struct Channel {
     /// accepted ([`Principal::valid_until`](crate::auth::Principal)): the
     /// channel ends when it begins.
     pub credential_valid_until: Option<u64>,
+    /// The tenant's attached-executor limit, if any.
+    pub max_executors: Option<u64>,
 }
 
 /// Why a channel ended, as the close frame says it.
@@ -170,7 +172,12 @@ impl Channel {
         let mut calls = self.hub.client_calls(&self.tenant);
         let lease = self
             .journal
-            .attach_executor(&self.tenant, &self.executor_id, s.lease_ttl)
+            .attach_executor_within(
+                &self.tenant,
+                &self.executor_id,
+                s.lease_ttl,
+                self.max_executors,
+            )
             .await?;
         let _lease = Held::executor_lease();
         let mut expires_at = lease.expires_at.clone();

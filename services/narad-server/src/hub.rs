@@ -100,9 +100,20 @@ pub struct Live {
     pub graph_event: Option<Arc<narad_protocol::AuthorityEvent>>,
 }
 
-/// An SSE frame of an authority or watch event.
+/// The type of the notice an erased session leaves on its tenant's
+/// streams.
+pub const ERASED: &str = "session.erased";
+
+/// An SSE frame of an authority or watch event. The notice of an erased
+/// session is a named `session-erased` frame: a reader that knows nothing
+/// of erasure passes over it.
 pub fn frame(event_id: &str, body: &serde_json::Value) -> Bytes {
     let data = serde_json::to_string(body).expect("events serialise");
+    let name = if body["type"] == ERASED {
+        "event: session-erased\n"
+    } else {
+        ""
+    };
     // An id holding a line break would end the field early; such an id
     // travels without its `id:` line (the data still carries it).
     let id_line = if event_id.contains(['\n', '\r', '\0']) {
@@ -110,7 +121,7 @@ pub fn frame(event_id: &str, body: &serde_json::Value) -> Bytes {
     } else {
         format!("id: {event_id}\n")
     };
-    Bytes::from(format!("{id_line}data: {data}\n\n"))
+    Bytes::from(format!("{name}{id_line}data: {data}\n\n"))
 }
 
 /// The profile that defines an event's type (core for unknown types).
@@ -353,6 +364,13 @@ impl Hub {
                 continue;
             }
             coalescer.observe(&event, now);
+            // An erased session's streams end after its notice: their
+            // channel goes, and a reconnect is answered 410.
+            let erased = (!event.authority && event.body["type"] == ERASED)
+                .then(|| (event.tenant.clone(), event.session_id.clone()));
+            if let Some(key) = &erased {
+                sessions.remove(key);
+            }
             listeners.send(Live {
                 kind: if event.authority {
                     LiveKind::Authority

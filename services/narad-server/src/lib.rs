@@ -24,6 +24,7 @@ pub mod coalesce;
 pub mod config;
 pub mod console;
 pub mod cors;
+pub mod erasure;
 pub mod error;
 pub mod executors;
 pub mod expiry;
@@ -31,6 +32,7 @@ pub mod gauges;
 pub mod hub;
 pub mod input;
 pub mod metrics;
+pub mod quotas;
 pub mod routes;
 pub mod runtime;
 pub mod signature;
@@ -66,6 +68,8 @@ pub struct AppState {
     pub executors: Arc<executors::ExecutorSettings>,
     /// How agent runtimes are timed.
     pub runtime: Arc<runtime::RuntimeSettings>,
+    /// Per-tenant limits and their enforcement.
+    pub quotas: Arc<quotas::Quotas>,
 }
 
 /// The header that carries the request id, in requests and answers.

@@ -166,6 +166,17 @@ pub fn append_refused(code: narad_protocol::ErrorCode) {
     metrics::counter!("narad_append_refusals_total", "code" => code.code()).increment(1);
 }
 
+/// Counts a request a tenant limit refused (`limit`: its label, never
+/// the tenant).
+pub fn limit_refused(limit: &'static str) {
+    metrics::counter!("narad_limit_refusals_total", "limit" => limit).increment(1);
+}
+
+/// Counts an erased session, by why.
+pub fn session_erased(reason: narad_journal::ErasureReason) {
+    metrics::counter!("narad_sessions_erased_total", "reason" => reason.as_str()).increment(1);
+}
+
 /// Counts a stream closed because its client did not keep up.
 pub fn slow_consumer_dropped() {
     metrics::counter!("narad_stream_slow_consumer_drops_total").increment(1);
@@ -236,6 +247,18 @@ fn initialize() {
         kind.open_gauge().increment(0.0);
     }
     metrics::counter!("narad_stream_slow_consumer_drops_total").absolute(0);
+    for limit in [
+        "events_per_second",
+        "commands_per_second",
+        "open_streams",
+        "attached_executors",
+        "sessions",
+    ] {
+        metrics::counter!("narad_limit_refusals_total", "limit" => limit).absolute(0);
+    }
+    for reason in ["request", "retention", "tenant"] {
+        metrics::counter!("narad_sessions_erased_total", "reason" => reason).absolute(0);
+    }
     metrics::counter!("narad_executor_deliveries_total").absolute(0);
     metrics::counter!("narad_executor_token_expiries_total").absolute(0);
     metrics::gauge!("narad_executor_leases_active").increment(0.0);
@@ -267,6 +290,14 @@ fn describe() {
     describe_counter!(
         "narad_audit_write_failures_total",
         "Commands and admin actions that took effect but could not be recorded in the audit log (logged with their request id)"
+    );
+    describe_counter!(
+        "narad_sessions_erased_total",
+        "Sessions erased, by why: request (DELETE /v1/sessions/{id}), retention (the organisation's retention policy), tenant (the organisation's erasure)"
+    );
+    describe_counter!(
+        "narad_limit_refusals_total",
+        "Requests refused by a tenant limit, by limit (events_per_second, commands_per_second, open_streams, attached_executors, sessions): answered 429 with Retry-After"
     );
     describe_counter!(
         "narad_interrupts_expired_total",

@@ -29,6 +29,8 @@ pub struct RuntimeSettings {
     /// How long an interrupt that names no `expiresAt` may wait for a
     /// decision; `None`: as long as it takes.
     pub interrupt_default_expiry: Option<Duration>,
+    /// How often the erasure sweeper applies retention policies.
+    pub retention_sweep: Duration,
 }
 
 impl Default for RuntimeSettings {
@@ -39,6 +41,7 @@ impl Default for RuntimeSettings {
             stall: Duration::from_secs(30),
             defaults: WorkDefaults::default(),
             interrupt_default_expiry: None,
+            retention_sweep: Duration::from_secs(300),
         }
     }
 }
@@ -51,6 +54,7 @@ impl RuntimeSettings {
             ("runtime lease lifetime", self.lease_ttl),
             ("runtime sweep interval", self.sweep_interval),
             ("runtime repair stall deadline", self.stall),
+            ("retention sweep interval", self.retention_sweep),
         ] {
             if d.is_zero() {
                 return Err(format!("the {name} must be more than 0 ms"));

@@ -73,6 +73,14 @@ const OPERATIONS: &[(&str, &str, &str)] = &[
     ("get", "/v1/audit", "listAudit"),
     ("get", "/v1/admin/tenants/{org}/limits", "getTenantLimits"),
     ("put", "/v1/admin/tenants/{org}/limits", "setTenantLimits"),
+    ("delete", "/v1/sessions/{sessionId}", "eraseSession"),
+    ("delete", "/v1/admin/tenants/{org}", "eraseTenant"),
+    ("get", "/v1/admin/tenants/{org}/erasure", "getTenantErasure"),
+    (
+        "get",
+        "/v1/admin/tenants/{org}/retention",
+        "previewRetention",
+    ),
     (
         "patch",
         "/v1/extensions/{publisher}/{name}",

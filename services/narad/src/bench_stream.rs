@@ -51,7 +51,7 @@ pub struct StreamBench {
     only: Option<String>,
 }
 
-const SECRET: &str = "bench-secret-bench-secret-bench-secret!";
+pub(crate) const SECRET: &str = "bench-secret-bench-secret-bench-secret!";
 
 /// `narad bench stream`.
 pub async fn stream(args: &StreamBench) -> anyhow::Result<()> {
@@ -83,13 +83,19 @@ pub async fn stream(args: &StreamBench) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn scratch(args: &StreamBench) -> anyhow::Result<narad_testkit::TestDatabase> {
-    Ok(match &args.server_url {
+pub(crate) async fn scratch_on(
+    server_url: Option<&str>,
+) -> anyhow::Result<narad_testkit::TestDatabase> {
+    Ok(match server_url {
         Some(url) => narad_testkit::TestDatabase::on_server(url, &narad_journal::MIGRATOR)
             .await
             .map_err(anyhow::Error::msg)?,
         None => narad_testkit::TestDatabase::new(&narad_journal::MIGRATOR).await,
     })
+}
+
+async fn scratch(args: &StreamBench) -> anyhow::Result<narad_testkit::TestDatabase> {
+    scratch_on(args.server_url.as_deref()).await
 }
 
 /// Appends a few thousand events, then analyzes the database, as a
@@ -134,13 +140,22 @@ fn check_open_files_limit() {
 }
 
 /// `narad serve` as a child process.
-struct ServerProcess {
+pub(crate) struct ServerProcess {
     child: Child,
-    base: String,
+    pub(crate) base: String,
 }
 
 impl ServerProcess {
     fn start(database_url: &str) -> anyhow::Result<ServerProcess> {
+        ServerProcess::start_with(database_url, &[])
+    }
+
+    /// Starts `narad serve` on `database_url` with `env` besides the
+    /// bench's own settings (tokens signed with [`SECRET`]).
+    pub(crate) fn start_with(
+        database_url: &str,
+        env: &[(&str, String)],
+    ) -> anyhow::Result<ServerProcess> {
         use std::io::{BufRead, BufReader};
         let exe = std::env::current_exe()?;
         // The child raises its soft open-files limit to the hard one.
@@ -151,6 +166,7 @@ impl ServerProcess {
             .env("NARAD_JWT_HS256_SECRET", SECRET)
             .env("NARAD_LISTEN", "127.0.0.1:0")
             .env("RUST_LOG", "warn")
+            .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .spawn()?;

@@ -8,6 +8,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 mod bench;
+mod bench_limits;
 mod bench_stream;
 mod demo_agent;
 mod executor;
@@ -86,6 +87,10 @@ enum BenchCommand {
     /// latency, memory per idle stream, replay rate, fan-out beside a
     /// minimal axum server, and where the NOTIFY goes.
     Stream(bench_stream::StreamBench),
+    /// The noisy neighbour: one organisation's append latency while
+    /// another floods at ten times its event rate, with and without
+    /// per-tenant limits, beside the first alone.
+    Limits(bench_limits::LimitsBench),
 }
 
 #[derive(Subcommand)]
@@ -135,6 +140,9 @@ fn main() -> ExitCode {
             .map(|()| ExitCode::SUCCESS),
         Command::Bench(BenchCommand::Stream(args)) => runtime()
             .block_on(bench_stream::stream(&args))
+            .map(|()| ExitCode::SUCCESS),
+        Command::Bench(BenchCommand::Limits(args)) => runtime()
+            .block_on(bench_limits::limits(&args))
             .map(|()| ExitCode::SUCCESS),
         Command::Config(config) => print_config(&config),
         Command::Serve(config) => {

@@ -84,8 +84,20 @@ async fn serve_with(config: &Config, url: &Secret, embedded: bool) -> anyhow::Re
         hub.clone(),
         runtime.clone(),
     ));
+    let quotas = Arc::new(narad_server::quotas::Quotas::new(
+        journal.clone(),
+        config.limit_defaults().map_err(anyhow::Error::msg)?,
+    ));
+    tokio::spawn(quotas.clone().heartbeat());
+    tokio::spawn(narad_server::erasure::sweep(
+        journal.clone(),
+        hub.clone(),
+        quotas.clone(),
+        runtime.clone(),
+    ));
     let state = AppState {
         hub,
+        quotas,
         journal,
         verifier: Arc::new(verifier),
         openapi: Arc::new(OnceLock::new()),

@@ -93,6 +93,45 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/admin/tenants/{org}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        post?: never;
+        /**
+         * Erases an organisation: every session (in batches of 100, each in its
+         *     own transaction, resumed after a crash), then its executors,
+         *     extensions, limits and audit log. Answers at once; the erasure goes on
+         *     in the background (`GET /v1/admin/tenants/{org}/erasure`).
+         */
+        delete: operations["eraseTenant"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/admin/tenants/{org}/erasure": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Where an organisation's erasure stands. */
+        get: operations["getTenantErasure"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/admin/tenants/{org}/limits": {
         parameters: {
             query?: never;
@@ -107,6 +146,27 @@ export interface paths {
          *     the default again). Admins of the operator organisation only.
          */
         put: operations["setTenantLimits"];
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/admin/tenants/{org}/retention": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * What the organisation's retention policy would erase now, erasing
+         *     nothing: sessions archived, or without activity, for longer than
+         *     `retentionDays`. Operator admins, or the organisation's own admins.
+         */
+        get: operations["previewRetention"];
+        put?: never;
         post?: never;
         delete?: never;
         options?: never;
@@ -652,7 +712,14 @@ export interface paths {
         get: operations["getSession"];
         put?: never;
         post?: never;
-        delete?: never;
+        /**
+         * Erases a session: its events, documents, queued starts, work items,
+         *     client calls and the audit entries naming it, in one transaction. Its
+         *     streams end; afterwards it answers 410 (NRD-0208), its id cannot name
+         *     a new session and its events' ids cannot be appended again. The
+         *     tenant stream carries a `session-erased` frame (no content).
+         */
+        delete: operations["eraseSession"];
         options?: never;
         head?: never;
         patch?: never;
@@ -921,10 +988,10 @@ export interface components {
          */
         Error: {
             /**
-             * @description The catalog: NRD-0001 (500): Internal error; NRD-0002 (400): Malformed JSON; NRD-0003 (400): Invalid object; NRD-0004 (400): Unsupported protocol version; NRD-0005 (400): Unknown wire type; NRD-0006 (413): Payload too large; NRD-0007 (404): Not found; NRD-0008 (400): Invalid parameter; NRD-0009 (405): Method not allowed; NRD-0101 (401): Authentication required; NRD-0102 (403): Forbidden; NRD-0201 (409): Protocol rule violated; NRD-0202 (409): Event id conflict; NRD-0203 (409): Session sequence mismatch; NRD-0204 (409): Session busy; NRD-0205 (409): Interrupt already resolved; NRD-0206 (409): Session exists; NRD-0207 (409): Extension exists; NRD-0301 (400): Cursor conflict; NRD-0302 (409): Cursor ahead of the store; NRD-0303 (409): Cursor unknown; NRD-0401 (409): Lease not current; NRD-0402 (403): Execution token invalid; NRD-0403 (410): Execution token expired; NRD-0404 (409): Finish conflicts; NRD-0501 (409): Runtime lease not current; NRD-0502 (409): Runtime lease required; NRD-0901 (503): Database unavailable.
+             * @description The catalog: NRD-0001 (500): Internal error; NRD-0002 (400): Malformed JSON; NRD-0003 (400): Invalid object; NRD-0004 (400): Unsupported protocol version; NRD-0005 (400): Unknown wire type; NRD-0006 (413): Payload too large; NRD-0007 (404): Not found; NRD-0008 (400): Invalid parameter; NRD-0009 (405): Method not allowed; NRD-0101 (401): Authentication required; NRD-0102 (403): Forbidden; NRD-0201 (409): Protocol rule violated; NRD-0202 (409): Event id conflict; NRD-0203 (409): Session sequence mismatch; NRD-0204 (409): Session busy; NRD-0205 (409): Interrupt already resolved; NRD-0206 (409): Session exists; NRD-0207 (409): Extension exists; NRD-0208 (410): Session erased; NRD-0301 (400): Cursor conflict; NRD-0302 (409): Cursor ahead of the store; NRD-0303 (409): Cursor unknown; NRD-0401 (409): Lease not current; NRD-0402 (403): Execution token invalid; NRD-0403 (410): Execution token expired; NRD-0404 (409): Finish conflicts; NRD-0501 (409): Runtime lease not current; NRD-0502 (409): Runtime lease required; NRD-0601 (429): Event rate limit reached; NRD-0602 (429): Command rate limit reached; NRD-0603 (429): Open stream limit reached; NRD-0604 (429): Attached executor limit reached; NRD-0605 (429): Session limit reached; NRD-0901 (503): Database unavailable.
              * @enum {unknown}
              */
-            code?: "NRD-0001" | "NRD-0002" | "NRD-0003" | "NRD-0004" | "NRD-0005" | "NRD-0006" | "NRD-0007" | "NRD-0008" | "NRD-0009" | "NRD-0101" | "NRD-0102" | "NRD-0201" | "NRD-0202" | "NRD-0203" | "NRD-0204" | "NRD-0205" | "NRD-0206" | "NRD-0207" | "NRD-0301" | "NRD-0302" | "NRD-0303" | "NRD-0401" | "NRD-0402" | "NRD-0403" | "NRD-0404" | "NRD-0501" | "NRD-0502" | "NRD-0901";
+            code?: "NRD-0001" | "NRD-0002" | "NRD-0003" | "NRD-0004" | "NRD-0005" | "NRD-0006" | "NRD-0007" | "NRD-0008" | "NRD-0009" | "NRD-0101" | "NRD-0102" | "NRD-0201" | "NRD-0202" | "NRD-0203" | "NRD-0204" | "NRD-0205" | "NRD-0206" | "NRD-0207" | "NRD-0208" | "NRD-0301" | "NRD-0302" | "NRD-0303" | "NRD-0401" | "NRD-0402" | "NRD-0403" | "NRD-0404" | "NRD-0501" | "NRD-0502" | "NRD-0601" | "NRD-0602" | "NRD-0603" | "NRD-0604" | "NRD-0605" | "NRD-0901";
         } & components["schemas"]["documents.error"];
         /** @description The calls a controls poll hands over. */
         ExecutorControls: {
@@ -1039,16 +1106,58 @@ export interface components {
             stopRequested: boolean;
         };
         /**
-         * @description The body of `PUT /v1/admin/tenants/{org}/limits`: overrides by name; a
-         *     name left out takes the configured default.
+         * @description The body of `PUT /v1/admin/tenants/{org}/limits`: overrides by name
+         *     (`crate::quotas::Limit` lists them); a name left out takes the
+         *     configured default, `null` lifts the limit for the organisation.
          */
         LimitOverrides: {
             /**
              * Format: int64
+             * @description Client executors holding live leases at once.
+             */
+            attachedExecutors?: number | null;
+            /**
+             * Format: int64
+             * @description Commands sent at once above the rate (unset: twice the rate).
+             */
+            commandsBurst?: number | null;
+            /**
+             * Format: int64
+             * @description Commands per second, over every replica.
+             */
+            commandsPerSecond?: number | null;
+            /**
+             * Format: int64
+             * @description Events appended at once above the rate (unset: twice the rate).
+             */
+            eventsBurst?: number | null;
+            /**
+             * Format: int64
+             * @description Appended events per second, over every replica.
+             */
+            eventsPerSecond?: number | null;
+            /**
+             * Format: int64
              * @description How long an interrupt that names no `expiresAt` may wait for a
-             *     decision, in seconds; null: as long as it takes.
+             *     decision, in seconds.
              */
             interruptDefaultExpirySeconds?: number | null;
+            /**
+             * Format: int64
+             * @description Session and tenant streams open at once.
+             */
+            openStreams?: number | null;
+            /**
+             * Format: int64
+             * @description Days after which sessions archived, or idle, for that long are
+             *     erased by the retention sweeper.
+             */
+            retentionDays?: number | null;
+            /**
+             * Format: int64
+             * @description Sessions held (archived ones count until erased).
+             */
+            sessions?: number | null;
         };
         /** @description An OpenAPI 3.1 document (https://spec.openapis.org/oas/v3.1.0): this one. */
         OpenApiDocument: {
@@ -1165,6 +1274,27 @@ export interface components {
             /** @constant */
             type: "replay-gap";
         };
+        /** @description A session the retention policy would erase now. */
+        RetentionCandidate: {
+            /** @description When it was archived, if it was. */
+            archivedAt?: string | null;
+            /** @description Its last event, or its creation. */
+            lastActivityAt: string;
+            /** @description The session. */
+            sessionId: string;
+        };
+        /** @description The dry run of an organisation's retention policy. */
+        RetentionPreview: {
+            /** @description The sessions the next retention pass would erase (at most 500). */
+            due: components["schemas"]["RetentionCandidate"][];
+            /** @description The organisation. */
+            org: string;
+            /**
+             * Format: int64
+             * @description Its retention (`null`: sessions are kept until erased by hand).
+             */
+            retentionDays?: number | null;
+        };
         /** @description What a start-run command did. */
         RunStart: {
             appended?: null | components["schemas"]["Appended"];
@@ -1192,6 +1322,15 @@ export interface components {
             state: components["schemas"]["Document"][];
             /** @description The UI documents (`ui.state.snapshot`, `ui.state.delta`), by scope. */
             ui: components["schemas"]["Document"][];
+        };
+        /** @description What `DELETE /v1/sessions/{sessionId}` erased. */
+        SessionErased: {
+            /**
+             * Format: int64
+             * @description How many events were erased with it.
+             */
+            eventsErased: number;
+            sessionId: components["schemas"]["defs.id"];
         };
         /** @description A page of sessions. */
         SessionPage: {
@@ -1253,6 +1392,24 @@ export interface components {
              *     (add `&profiles=…` or `&lastEventId=…` as needed).
              */
             url: string;
+        };
+        /** @description Where an organisation's erasure stands. */
+        TenantErasureStatus: {
+            /** @description When it finished. */
+            finishedAt?: string | null;
+            /** @description The organisation. */
+            org: string;
+            /** @description When the erasure was asked for. */
+            requestedAt: string;
+            /** @description The operator admin who asked. */
+            requestedBy: string;
+            /**
+             * Format: int64
+             * @description Sessions erased so far.
+             */
+            sessionsErased: number;
+            /** @description `erasing` or `erased`. */
+            state: string;
         };
         /** @description An organisation's limits. */
         TenantLimits: {
@@ -5507,6 +5664,17 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
+            /** @description NRD-0602: the organisation's command rate (commandsPerSecond) is spent; retry after Retry-After */
+            429: {
+                headers: {
+                    /** @description Seconds to wait before sending the request again */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
             /** @description NRD-0001: the server failed; report the x-request-id */
             500: {
                 headers: {
@@ -5616,6 +5784,151 @@ export interface operations {
             };
         };
     };
+    eraseTenant: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The organisation (a token's `org`) */
+                org: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The erasure is under way */
+            202: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["TenantErasureStatus"];
+                };
+            };
+            /** @description NRD-0008: a parameter is missing or malformed (`fields` names it) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description NRD-0101: no valid credential */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description NRD-0102: not an admin of the operator organisation */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description NRD-0001: the server failed; report the x-request-id */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description NRD-0901: the database cannot be reached; retry with backoff */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    getTenantErasure: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The organisation (a token's `org`) */
+                org: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The erasure's progress */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["TenantErasureStatus"];
+                };
+            };
+            /** @description NRD-0008: a parameter is missing or malformed (`fields` names it) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description NRD-0101: no valid credential */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description NRD-0102: not an admin of the operator organisation */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description NRD-0007: no erasure of this organisation was asked for */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description NRD-0001: the server failed; report the x-request-id */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description NRD-0901: the database cannot be reached; retry with backoff */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
     getTenantLimits: {
         parameters: {
             query?: never;
@@ -5694,7 +6007,7 @@ export interface operations {
             };
             cookie?: never;
         };
-        /** @description Overrides by name, e.g. `{"interruptDefaultExpirySeconds": 3600}` (null: no limit for this organisation) */
+        /** @description Overrides by name, e.g. `{"eventsPerSecond": 100, "sessions": null}` (null: no limit for this organisation) */
         requestBody: {
             content: {
                 "application/json": components["schemas"]["LimitOverrides"];
@@ -5739,6 +6052,74 @@ export interface operations {
             };
             /** @description NRD-0006: the body exceeds the server's limit */
             413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description NRD-0001: the server failed; report the x-request-id */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description NRD-0901: the database cannot be reached; retry with backoff */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    previewRetention: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The organisation (a token's `org`) */
+                org: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The sessions due */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RetentionPreview"];
+                };
+            };
+            /** @description NRD-0008: a parameter is missing or malformed (`fields` names it) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description NRD-0101: no valid credential */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description NRD-0102: not an admin of the operator organisation or of this one */
+            403: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -5991,6 +6372,17 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
+            /** @description NRD-0602: the organisation's command rate (commandsPerSecond) is spent; retry after Retry-After */
+            429: {
+                headers: {
+                    /** @description Seconds to wait before sending the request again */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
             /** @description NRD-0001: the server failed; report the x-request-id */
             500: {
                 headers: {
@@ -6088,6 +6480,17 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
+            /** @description NRD-0602: the organisation's command rate (commandsPerSecond) is spent; retry after Retry-After */
+            429: {
+                headers: {
+                    /** @description Seconds to wait before sending the request again */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
             /** @description NRD-0001: the server failed; report the x-request-id */
             500: {
                 headers: {
@@ -6170,6 +6573,17 @@ export interface operations {
             /** @description NRD-0006: the body exceeds the server's limit */
             413: {
                 headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description NRD-0602: the command rate is spent; NRD-0605: the organisation holds as many sessions as it may (sessions) */
+            429: {
+                headers: {
+                    /** @description Seconds to wait before sending the request again */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -6273,6 +6687,17 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
+            /** @description NRD-0602: the organisation's command rate (commandsPerSecond) is spent; retry after Retry-After */
+            429: {
+                headers: {
+                    /** @description Seconds to wait before sending the request again */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
             /** @description NRD-0001: the server failed; report the x-request-id */
             500: {
                 headers: {
@@ -6370,6 +6795,17 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
+            /** @description NRD-0602: the organisation's command rate (commandsPerSecond) is spent; retry after Retry-After */
+            429: {
+                headers: {
+                    /** @description Seconds to wait before sending the request again */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
             /** @description NRD-0001: the server failed; report the x-request-id */
             500: {
                 headers: {
@@ -6461,6 +6897,17 @@ export interface operations {
             /** @description NRD-0006: the body exceeds the server's limit */
             413: {
                 headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description NRD-0602: the organisation's command rate (commandsPerSecond) is spent; retry after Retry-After */
+            429: {
+                headers: {
+                    /** @description Seconds to wait before sending the request again */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -6573,6 +7020,17 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
+            /** @description NRD-0602: the organisation's command rate (commandsPerSecond) is spent; retry after Retry-After */
+            429: {
+                headers: {
+                    /** @description Seconds to wait before sending the request again */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
             /** @description NRD-0001: the server failed; report the x-request-id */
             500: {
                 headers: {
@@ -6664,6 +7122,17 @@ export interface operations {
             /** @description NRD-0006: the body exceeds the server's limit */
             413: {
                 headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description NRD-0602: the organisation's command rate (commandsPerSecond) is spent; retry after Retry-After */
+            429: {
+                headers: {
+                    /** @description Seconds to wait before sending the request again */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -6767,6 +7236,17 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
+            /** @description NRD-0602: the organisation's command rate (commandsPerSecond) is spent; retry after Retry-After */
+            429: {
+                headers: {
+                    /** @description Seconds to wait before sending the request again */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
             /** @description NRD-0001: the server failed; report the x-request-id */
             500: {
                 headers: {
@@ -6849,6 +7329,17 @@ export interface operations {
             /** @description NRD-0006: the body exceeds the server's limit */
             413: {
                 headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description NRD-0602: the organisation's command rate (commandsPerSecond) is spent; retry after Retry-After */
+            429: {
+                headers: {
+                    /** @description Seconds to wait before sending the request again */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -6962,6 +7453,17 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
+            /** @description NRD-0603: the organisation has as many streams open as it may (openStreams); refused at open, open streams are never cut */
+            429: {
+                headers: {
+                    /** @description Seconds to wait before sending the request again */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
             /** @description NRD-0001: the server failed; report the x-request-id */
             500: {
                 headers: {
@@ -7027,6 +7529,17 @@ export interface operations {
             /** @description NRD-0102: no `executor` role, or the `executors` claim does not name this id */
             403: {
                 headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description NRD-0604: the organisation has as many client executors attached as it may (attachedExecutors) */
+            429: {
+                headers: {
+                    /** @description Seconds to wait before sending the request again */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -7110,6 +7623,17 @@ export interface operations {
             /** @description NRD-0102: no `executor` role, or the `executors` claim does not name this id */
             403: {
                 headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description NRD-0604: the organisation has as many client executors attached as it may (attachedExecutors) */
+            429: {
+                headers: {
+                    /** @description Seconds to wait before sending the request again */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -8253,6 +8777,17 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
+            /** @description NRD-0602: the command rate is spent; NRD-0605: the organisation holds as many sessions as it may (sessions) */
+            429: {
+                headers: {
+                    /** @description Seconds to wait before sending the request again */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
             /** @description NRD-0001: the server failed; report the x-request-id */
             500: {
                 headers: {
@@ -8323,6 +8858,92 @@ export interface operations {
             };
             /** @description NRD-0007: no such session */
             404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description NRD-0001: the server failed; report the x-request-id */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description NRD-0901: the database cannot be reached; retry with backoff */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    eraseSession: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The session */
+                sessionId: components["schemas"]["defs.id"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The session is erased */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SessionErased"];
+                };
+            };
+            /** @description NRD-0008: a parameter is missing or malformed (`fields` names it) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description NRD-0101: no valid credential */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description NRD-0102: not an admin, or the token is limited to other sessions */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description NRD-0007: no such session */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description NRD-0208: the session was erased before */
+            410: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -8622,6 +9243,17 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
+            /** @description NRD-0601: the organisation's event rate (eventsPerSecond) is spent; nothing was written; retry the same batch after Retry-After */
+            429: {
+                headers: {
+                    /** @description Seconds to wait before sending the request again */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
             /** @description NRD-0001: the server failed; report the x-request-id */
             500: {
                 headers: {
@@ -8880,6 +9512,17 @@ export interface operations {
             /** @description NRD-0302: a cursor past the session's last event (the store was replaced); NRD-0303: a Last-Event-ID of no event of this session; reconnect without it */
             409: {
                 headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description NRD-0603: the organisation has as many streams open as it may (openStreams); refused at open, open streams are never cut */
+            429: {
+                headers: {
+                    /** @description Seconds to wait before sending the request again */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {

@@ -336,6 +336,21 @@ pub async fn resolve_interrupt_alias(
     run_named(&state, &principal, &request, "resolve-interrupt", &body).await
 }
 
+/// Creates a session within the tenant's session limit: what both
+/// `create-session` routes do.
+pub(crate) async fn create_session_within_limit(
+    state: &AppState,
+    principal: &Principal,
+    cmd: narad_protocol::commands::CreateSession,
+) -> ApiResult<SessionRecord> {
+    let max = state.quotas.max_sessions(&principal.tenant).await?;
+    state
+        .journal
+        .create_session_within(&principal.tenant, cmd.into(), max)
+        .await
+        .map_err(|e| crate::quotas::journal_refusal(e.into()))
+}
+
 /// Runs a command for `principal` and records it in the audit log with its
 /// outcome: the one path of every command route.
 async fn execute(
@@ -352,7 +367,10 @@ async fn execute(
         } => Some(s.to_string()),
         _ => None,
     };
-    let outcome = authorize_and_run(state, principal, command).await;
+    let outcome = match state.quotas.take_command(&principal.tenant).await {
+        Ok(()) => authorize_and_run(state, principal, command).await,
+        Err(refused) => Err(refused),
+    };
     let answer = outcome.as_ref().ok().map(|(_, Json(answer))| answer);
     crate::audit::record(
         state,
@@ -412,9 +430,7 @@ async fn authorize_and_run(
     };
     Ok(match (command, auth) {
         (Command::CreateSession(cmd), _) => {
-            let record = journal
-                .create_session(&principal.tenant, cmd.into())
-                .await?;
+            let record = create_session_within_limit(state, principal, cmd).await?;
             created(to_json(&record))
         }
         (_, None) => unreachable!("every command but create-session acts on a session"),

@@ -63,6 +63,15 @@ pub async fn append(
     let (events, expected_session_sequence) = batch(body).inspect_err(|_| {
         crate::metrics::append_refused(ErrorCode::InvalidObject);
     })?;
+    state
+        .quotas
+        .take_events(&principal.tenant, events.len())
+        .await
+        .inspect_err(|e| {
+            if let Some(code) = ErrorCode::from_code(e.code()) {
+                crate::metrics::append_refused(code);
+            }
+        })?;
     let appended = state
         .journal
         .append(

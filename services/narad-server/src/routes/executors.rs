@@ -166,6 +166,27 @@ pub async fn connect(
     authorize(&principal, &executor_id)?;
     let upgrade = upgrade.map_err(not_a_handshake)?;
     websocket_key(&headers)?;
+    // Refused before the switch, with the status a client can read; the
+    // attach on the socket counts again under the tenant's lock.
+    let max_executors = state.quotas.max_executors(&principal.tenant).await?;
+    if let Some(max) = max_executors
+        && state
+            .journal
+            .executors_attached(&principal.tenant, &executor_id)
+            .await?
+            >= max
+    {
+        return Err(crate::quotas::journal_refusal(
+            narad_journal::JournalError::LimitReached {
+                code: ErrorCode::ExecutorLimitReached,
+                message: format!(
+                    "this organisation has {max} client executors attached, its limit; detach \
+                     one or let its lease lapse, then connect again"
+                ),
+            }
+            .into(),
+        ));
+    }
     // A browser that offered its token as a subprotocol also offered
     // `narad`, the one the server selects (never the token's).
     let upgrade = upgrade.protocols([SUBPROTOCOL]);
@@ -176,6 +197,7 @@ pub async fn connect(
         tenant: principal.tenant.clone(),
         executor_id,
         credential_valid_until: principal.valid_until,
+        max_executors,
     };
     Ok(upgrade.on_upgrade(move |socket| channel.serve(socket)))
 }
@@ -286,10 +308,12 @@ pub async fn attach(
 ) -> ApiResult<(StatusCode, Json<Value>)> {
     authorize(&principal, &executor_id)?;
     let s = &state.executors;
+    let max = state.quotas.max_executors(&principal.tenant).await?;
     let lease = state
         .journal
-        .attach_executor(&principal.tenant, &executor_id, s.lease_ttl)
-        .await?;
+        .attach_executor_within(&principal.tenant, &executor_id, s.lease_ttl, max)
+        .await
+        .map_err(|e| crate::quotas::journal_refusal(e.into()))?;
     if let Err(e) = state
         .journal
         .resume_executor_runs(&principal.tenant, &executor_id)

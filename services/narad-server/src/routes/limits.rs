@@ -9,7 +9,7 @@ use axum::http::StatusCode;
 use narad_journal::TenantId;
 use narad_protocol::ErrorCode;
 use serde::{Deserialize, Serialize};
-use serde_json::{Map, Value, json};
+use serde_json::{Map, Value};
 use utoipa::ToSchema;
 
 use crate::AppState;
@@ -18,24 +18,41 @@ use crate::auth::{Permission, Principal};
 use crate::body::JsonBody;
 use crate::error::{ApiError, ApiResult};
 
-/// The longest default expiry a tenant may be given: ten years.
-const MAX_EXPIRY_SECONDS: u64 = 315_360_000;
-
-/// The limits an organisation may have, by name, with what each means.
-pub const LIMITS: &[(&str, &str)] = &[(
-    "interruptDefaultExpirySeconds",
-    "how long an interrupt that names no expiresAt may wait for a decision (null: as long as it takes)",
-)];
-
-/// The body of `PUT /v1/admin/tenants/{org}/limits`: overrides by name; a
-/// name left out takes the configured default.
+/// The body of `PUT /v1/admin/tenants/{org}/limits`: overrides by name
+/// (`crate::quotas::Limit` lists them); a name left out takes the
+/// configured default, `null` lifts the limit for the organisation.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct LimitOverrides {
+    /// Appended events per second, over every replica.
+    #[schema(minimum = 1, maximum = 1_000_000_000)]
+    pub events_per_second: Option<u64>,
+    /// Events appended at once above the rate (unset: twice the rate).
+    #[schema(minimum = 1, maximum = 1_000_000_000)]
+    pub events_burst: Option<u64>,
+    /// Commands per second, over every replica.
+    #[schema(minimum = 1, maximum = 1_000_000_000)]
+    pub commands_per_second: Option<u64>,
+    /// Commands sent at once above the rate (unset: twice the rate).
+    #[schema(minimum = 1, maximum = 1_000_000_000)]
+    pub commands_burst: Option<u64>,
+    /// Session and tenant streams open at once.
+    #[schema(minimum = 1, maximum = 1_000_000_000)]
+    pub open_streams: Option<u64>,
+    /// Client executors holding live leases at once.
+    #[schema(minimum = 1, maximum = 1_000_000_000)]
+    pub attached_executors: Option<u64>,
+    /// Sessions held (archived ones count until erased).
+    #[schema(minimum = 1, maximum = 1_000_000_000)]
+    pub sessions: Option<u64>,
     /// How long an interrupt that names no `expiresAt` may wait for a
-    /// decision, in seconds; null: as long as it takes.
+    /// decision, in seconds.
     #[schema(minimum = 1, maximum = 315_360_000)]
     pub interrupt_default_expiry_seconds: Option<u64>,
+    /// Days after which sessions archived, or idle, for that long are
+    /// erased by the retention sweeper.
+    #[schema(minimum = 1, maximum = 36_500)]
+    pub retention_days: Option<u64>,
 }
 
 /// An organisation's limits.
@@ -73,72 +90,18 @@ fn tenant(org: &str) -> ApiResult<TenantId> {
     })
 }
 
-fn defaults(state: &AppState) -> Map<String, Value> {
-    let mut d = Map::new();
-    d.insert(
-        "interruptDefaultExpirySeconds".into(),
-        json!(state.runtime.interrupt_default_expiry.map(|e| e.as_secs())),
-    );
-    d
-}
-
 async fn read(state: &AppState, org: &TenantId) -> ApiResult<TenantLimits> {
     let stored = state.journal.tenant_limits(org).await?;
-    let defaults = defaults(state);
-    let mut effective = defaults.clone();
-    effective.extend(stored.overrides.clone());
+    let defaults = state.quotas.defaults();
+    let effective = defaults.overridden(&stored.overrides).to_map();
     Ok(TenantLimits {
         org: org.to_string(),
-        defaults,
+        defaults: defaults.to_map(),
         overrides: stored.overrides,
         effective,
         updated_at: stored.updated_at,
         updated_by: stored.updated_by,
     })
-}
-
-/// The overrides a body gives, checked: known names only, each a value it
-/// may take.
-fn overrides_of(body: &Value) -> ApiResult<Map<String, Value>> {
-    let Some(object) = body.as_object() else {
-        return Err(ApiError::new(
-            ErrorCode::InvalidObject,
-            "the body is an object of limits by name, e.g. {\"interruptDefaultExpirySeconds\": 3600}",
-        ));
-    };
-    for (name, value) in object {
-        let pointer = format!("/{}", name.replace('~', "~0").replace('/', "~1"));
-        match name.as_str() {
-            "interruptDefaultExpirySeconds" => {
-                let ok = value.is_null()
-                    || value
-                        .as_u64()
-                        .is_some_and(|s| (1..=MAX_EXPIRY_SECONDS).contains(&s));
-                if !ok {
-                    return Err(ApiError::new(
-                        ErrorCode::InvalidObject,
-                        format!(
-                            "interruptDefaultExpirySeconds is a whole number of seconds from 1 to \
-                             {MAX_EXPIRY_SECONDS}, or null for no default expiry"
-                        ),
-                    )
-                    .with_field(pointer, "1 to 315360000, or null"));
-                }
-            }
-            _ => {
-                let known: Vec<&str> = LIMITS.iter().map(|(n, _)| *n).collect();
-                return Err(ApiError::new(
-                    ErrorCode::InvalidObject,
-                    format!(
-                        "no limit is named {name:?}; the limits are {}",
-                        known.join(", ")
-                    ),
-                )
-                .with_field(pointer, "unknown limit"));
-            }
-        }
-    }
-    Ok(object.clone())
 }
 
 /// An organisation's limits: the defaults, its overrides and what holds.
@@ -169,7 +132,7 @@ pub async fn get(
 /// the default again). Admins of the operator organisation only.
 #[utoipa::path(put, path = "/v1/admin/tenants/{org}/limits", operation_id = "setTenantLimits", tag = "operations",
     params(("org" = String, Path, min_length = 1, max_length = 256, description = "The organisation (a token's `org`)")),
-    request_body(content = LimitOverrides, description = "Overrides by name, e.g. `{\"interruptDefaultExpirySeconds\": 3600}` (null: no limit for this organisation)"),
+    request_body(content = LimitOverrides, description = "Overrides by name, e.g. `{\"eventsPerSecond\": 100, \"sessions\": null}` (null: no limit for this organisation)"),
     responses(
         (status = 200, description = "The organisation's limits", body = TenantLimits),
         (status = 400, description = "NRD-0003: an unknown limit, or a value it cannot take"),
@@ -192,11 +155,12 @@ pub async fn set(
             ));
         }
         let org = tenant(&org)?;
-        let overrides = overrides_of(&body)?;
+        let overrides = crate::quotas::check_overrides(&body)?;
         state
             .journal
             .set_tenant_limits(&org, &overrides, &principal.subject)
             .await?;
+        state.quotas.overrides_changed(&org);
         Ok((StatusCode::OK, Json(read(&state, &org).await?)))
     }
     .await;

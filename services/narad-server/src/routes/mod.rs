@@ -3,6 +3,7 @@
 
 pub mod audit;
 pub mod commands;
+pub mod erasure;
 pub mod events;
 pub mod executors;
 pub mod extensions;
@@ -85,7 +86,10 @@ impl Modify for BearerScheme {
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::with_openapi(ApiDoc::openapi())
         .routes(routes!(sessions::create, sessions::list))
-        .routes(routes!(sessions::read))
+        .routes(routes!(sessions::read, erasure::erase_session))
+        .routes(routes!(erasure::erase_tenant))
+        .routes(routes!(erasure::tenant_erasure))
+        .routes(routes!(erasure::preview_retention))
         .routes(routes!(interrupts::open))
         .routes(routes!(operations::read))
         .routes(routes!(audit::list))

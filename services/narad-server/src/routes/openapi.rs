@@ -95,7 +95,8 @@ pub fn complete(api: &utoipa::openapi::OpenApi) -> Value {
     }
     let mut optional_bodies = 0;
     if let Some(paths) = doc["paths"].as_object_mut() {
-        for item in paths.values_mut() {
+        for (path, item) in paths.iter_mut() {
+            let names_session = path.contains("{sessionId}");
             for (method, op) in item.as_object_mut().into_iter().flatten() {
                 if !is_method(method) {
                     continue;
@@ -105,7 +106,7 @@ pub fn complete(api: &utoipa::openapi::OpenApi) -> Value {
                     optional_bodies += usize::from(optional);
                     op["requestBody"]["required"] = json!(!optional);
                 }
-                complete_operation(op);
+                complete_operation(op, names_session);
             }
         }
     }
@@ -735,9 +736,39 @@ fn path_parameter(name: &str) -> Value {
     }
 }
 
+/// The tenant limit an operation answers 429 for, described.
+fn limit_of(operation_id: &str) -> Option<&'static str> {
+    const COMMAND: &str = "NRD-0602: the organisation's command rate (commandsPerSecond) is spent; retry after Retry-After";
+    match operation_id {
+        "appendEvents" => Some(
+            "NRD-0601: the organisation's event rate (eventsPerSecond) is spent; nothing was written; retry the same batch after Retry-After",
+        ),
+        "createSession" | "createSessionCommand" => Some(
+            "NRD-0602: the command rate is spent; NRD-0605: the organisation holds as many sessions as it may (sessions)",
+        ),
+        "streamSession" | "streamTenantEvents" => Some(
+            "NRD-0603: the organisation has as many streams open as it may (openStreams); refused at open, open streams are never cut",
+        ),
+        "attachExecutor" | "connectExecutor" => Some(
+            "NRD-0604: the organisation has as many client executors attached as it may (attachedExecutors)",
+        ),
+        "archiveSession"
+        | "cancelWorkflow"
+        | "recordUserMessage"
+        | "redactMessage"
+        | "resolveInterrupt"
+        | "resolveInterruptAtSpecPath"
+        | "startRun"
+        | "startWorkflow"
+        | "stopRun"
+        | "updateSession" => Some(COMMAND),
+        _ => None,
+    }
+}
+
 /// Adds the statuses every operation of its kind can answer, and the
 /// `Error` envelope to every error answer.
-fn complete_operation(op: &mut Value) {
+fn complete_operation(op: &mut Value, names_session: bool) {
     let parameters = op.get_mut("parameters").and_then(Value::as_array_mut);
     for parameter in parameters.into_iter().flatten() {
         if parameter["in"] == "path" && parameter["schema"] == json!({ "type": "string" }) {
@@ -759,6 +790,15 @@ fn complete_operation(op: &mut Value) {
         s.iter()
             .any(|r| r.as_object().is_some_and(|r| !r.is_empty()))
     });
+    let limited = limit_of(op["operationId"].as_str().unwrap_or_default());
+    let reads_session = names_session
+        || op["tags"]
+            .as_array()
+            .is_some_and(|t| t.contains(&json!("commands")))
+        || matches!(
+            op["operationId"].as_str(),
+            Some("streamTenantEvents" | "createStreamTicket" | "createSession")
+        );
     let has_body = op.get("requestBody").is_some();
     let has_parameters = op["parameters"].as_array().is_some_and(|p| !p.is_empty());
     let responses = op["responses"]
@@ -796,6 +836,22 @@ fn complete_operation(op: &mut Value) {
             "503",
             "NRD-0901: the database cannot be reached; retry with backoff",
         );
+    }
+    if reads_session {
+        responses.entry("410").or_insert_with(|| {
+            json!({"description": "NRD-0208: the session was erased; nothing of it is kept, and its id cannot be used again"})
+        });
+    }
+    if let Some(description) = limited {
+        responses.entry("429").or_insert_with(|| {
+            json!({
+                "description": description,
+                "headers": {"Retry-After": {
+                    "description": "Seconds to wait before sending the request again",
+                    "schema": {"type": "integer", "minimum": 1}
+                }}
+            })
+        });
     }
     for (status, response) in responses.iter_mut() {
         let is_error = status.starts_with('4') || status.starts_with('5');

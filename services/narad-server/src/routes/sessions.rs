@@ -38,10 +38,8 @@ pub async fn create(
         let Command::CreateSession(cmd) = parse_command("create-session", &body)? else {
             unreachable!("create-session parses as itself")
         };
-        let record = state
-            .journal
-            .create_session(&principal.tenant, cmd.into())
-            .await?;
+        state.quotas.take_command(&principal.tenant).await?;
+        let record = super::commands::create_session_within_limit(&state, &principal, cmd).await?;
         Ok((StatusCode::CREATED, Json(record)))
     }
     .await;

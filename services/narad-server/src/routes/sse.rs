@@ -293,9 +293,17 @@ pub struct Connection {
     /// Frames handed to the queue (`narad_stream_frames_total`).
     frames: metrics::Counter,
     _open: Held,
+    /// The stream's place under its tenant's open-stream limit.
+    _slot: Option<crate::quotas::StreamSlot>,
 }
 
 impl Connection {
+    /// Holds `slot` (the stream's place under its tenant's open-stream
+    /// limit) until the connection ends.
+    pub fn hold(&mut self, slot: crate::quotas::StreamSlot) {
+        self._slot = Some(slot);
+    }
+
     /// A connection of a stream of `kind`, and the receiver its response
     /// drains.
     pub fn new(
@@ -311,6 +319,7 @@ impl Connection {
                 principal,
                 frames: kind.frames(),
                 _open: Held::stream(kind),
+                _slot: None,
             },
             rx,
         )
@@ -458,6 +467,10 @@ mod tests {
         .expect("a verifier");
         AppState {
             hub: crate::hub::Hub::new(journal.clone(), Duration::from_millis(50)),
+            quotas: Arc::new(crate::quotas::Quotas::new(
+                journal.clone(),
+                Default::default(),
+            )),
             journal,
             verifier: Arc::new(verifier),
             openapi: Arc::new(OnceLock::new()),

@@ -107,6 +107,8 @@ pub async fn stream(
             ),
         ));
     }
+    // Refused at open over the tenant's limit, never cut later.
+    let slot = state.quotas.open_stream(&tenant).await?;
     // Subscribe first: what commits from here on waits in `live`.
     let live = state.hub.subscribe(&tenant, &session_id);
     let mut capabilities =
@@ -117,8 +119,9 @@ pub async fn stream(
             .map(narad_protocol::profile::Profile::id)
             .collect::<Vec<_>>()
     );
-    let (connection, rx) =
+    let (mut connection, rx) =
         Connection::new(crate::metrics::StreamKind::Session, profiles, principal);
+    connection.hold(slot);
     let first = sse::capabilities_frame(&capabilities);
     tokio::spawn(feed(
         state, connection, session_id, after, hydrate, live, first,

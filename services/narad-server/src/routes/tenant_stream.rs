@@ -99,6 +99,8 @@ pub async fn events(
         principal.require_session(s)?;
         state.journal.session(&tenant, s).await?;
     }
+    // Refused at open over the tenant's limit, never cut later.
+    let slot = state.quotas.open_stream(&tenant).await?;
     let start = match last_event_id {
         Some(id) => Start::After(position_of(&state, &tenant, &id).await?),
         None => Start::Live,
@@ -146,7 +148,9 @@ pub async fn events(
             cursor
         }
     };
-    let (connection, rx) = Connection::new(crate::metrics::StreamKind::Tenant, profiles, principal);
+    let (mut connection, rx) =
+        Connection::new(crate::metrics::StreamKind::Tenant, profiles, principal);
+    connection.hold(slot);
     tokio::spawn(feed(
         state, connection, session_id, cursor, attached, live, first,
     ));

@@ -1,0 +1,91 @@
+//! The erasure sweeper: on one replica at a time, it works through the
+//! tenant erasures asked for (a bounded batch of sessions each pass,
+//! resumable after a crash) and applies each organisation's retention
+//! policy (`retentionDays`).
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use narad_journal::{ErasureReason, Journal, JournalError};
+
+use crate::hub::Hub;
+use crate::quotas::{Limit, Quotas};
+use crate::runtime::RuntimeSettings;
+
+/// Sessions one pass erases per tenant erasure, each in its own
+/// transaction.
+pub const TENANT_BATCH: i64 = 100;
+
+/// Sessions one retention pass erases per tenant, at most.
+const RETENTION_BATCH: i32 = 100;
+
+/// Runs until the hub closes: tenant erasures every sweep interval,
+/// retention every retention interval.
+pub async fn sweep(
+    journal: Journal,
+    hub: Arc<Hub>,
+    quotas: Arc<Quotas>,
+    settings: Arc<RuntimeSettings>,
+) {
+    let mut retained_at: Option<Instant> = None;
+    loop {
+        tokio::select! {
+            _ = hub.closed() => return,
+            _ = tokio::time::sleep(settings.sweep_interval) => {}
+        }
+        let retention_due = retained_at.is_none_or(|at| at.elapsed() >= settings.retention_sweep);
+        let pass = journal
+            .as_erasure_sweeper(async || {
+                erase_tenants(&journal).await?;
+                if retention_due {
+                    apply_retention(&journal, &quotas).await?;
+                }
+                Ok::<_, JournalError>(())
+            })
+            .await;
+        match pass {
+            Ok(Some(Err(e))) | Err(e) => {
+                tracing::warn!(error = %e, "an erasure sweep failed; it runs again")
+            }
+            Ok(Some(Ok(()))) if retention_due => retained_at = Some(Instant::now()),
+            Ok(_) => {}
+        }
+    }
+}
+
+/// One batch of every unfinished tenant erasure.
+pub async fn erase_tenants(journal: &Journal) -> Result<(), JournalError> {
+    for tenant in journal.tenant_erasures_pending().await? {
+        let (erased, done) = journal.erase_tenant_batch(&tenant, TENANT_BATCH).await?;
+        for _ in 0..erased {
+            crate::metrics::session_erased(ErasureReason::Tenant);
+        }
+        if done {
+            tracing::info!(tenant = %tenant, "a tenant's erasure finished");
+        }
+    }
+    Ok(())
+}
+
+/// Erases the sessions each organisation's retention makes due.
+pub async fn apply_retention(journal: &Journal, quotas: &Quotas) -> Result<(), JournalError> {
+    for tenant in journal.session_tenants().await? {
+        let Some(days) = quotas.effective(&tenant).await?.get(Limit::RetentionDays) else {
+            continue;
+        };
+        for due in journal
+            .retention_due(&tenant, days as f64, RETENTION_BATCH)
+            .await?
+        {
+            match journal
+                .erase_session(&tenant, &due.session_id, ErasureReason::Retention)
+                .await
+            {
+                Ok(_) => crate::metrics::session_erased(ErasureReason::Retention),
+                Err(JournalError::SessionNotFound(_) | JournalError::SessionErased(_)) => {}
+                Err(e) => return Err(e),
+            }
+        }
+    }
+    Ok(())
+}
