@@ -406,6 +406,8 @@ const ROUTES: &[(&str, &str)] = &[
     ("get", "/v1/admin/tenants/{org}/erasure"),
     ("get", "/v1/admin/tenants/{org}/retention"),
     ("delete", "/v1/sessions/{sessionId}"),
+    ("post", "/v1/sessions/{sessionId}/blobs"),
+    ("get", "/v1/blobs/{blobId}"),
     ("get", "/v1/sessions/{sessionId}/queued-starts"),
     ("delete", "/v1/sessions/{sessionId}/queued-starts/{queueId}"),
     ("post", "/v1/commands/create-session"),
@@ -475,6 +477,7 @@ async fn the_openapi_document_lists_exactly_the_routes_that_answer() {
             .replace("{sessionId}", "s-none")
             .replace("{queueId}", "q-none")
             .replace("{clientExecutorId}", "x-none")
+            .replace("{blobId}", "b-none")
             .replace("{publisher}", "p")
             .replace("{name}", "n");
         // The tenant stream never ends; narrowed to no session it answers.

@@ -189,7 +189,8 @@ async fn an_erased_session_is_gone_everywhere_and_stays_gone() {
             &json!({"events": [delta("d9")]}),
         )
         .await;
-    assert!([404, 410].contains(&appended.status), "{}", appended.body);
+    assert_eq!(appended.status, 410, "{}", appended.body);
+    assert_eq!(appended.body["code"], "NRD-0208");
 
     // The audit log keeps only the erasure itself for this session.
     let log = s.get("/v1/audit?sessionId=a", &admin).await;

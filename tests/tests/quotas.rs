@@ -148,6 +148,21 @@ async fn commands_and_sessions_have_limits_of_their_own() {
         .filter_map(|r| r["sessionId"].as_str())
         .collect();
     assert_eq!(ids.len(), 2, "{ids:?}");
+    // Rate refusals are counted, not written to the audit log one by one.
+    let log = s
+        .get("/v1/audit?limit=100", &token("acme", &[Role::Admin]))
+        .await;
+    let statuses: Vec<u64> = log.expect(200)["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["status"].as_u64().unwrap())
+        .collect();
+    assert_eq!(
+        statuses,
+        [201, 201, 429],
+        "the session limit's refusal is audited"
+    );
     s.stop().await;
 }
 
@@ -280,5 +295,38 @@ async fn an_operator_override_lifts_or_tightens_one_organisation_at_once() {
         s.post("/v1/sessions", &globex, &json!({})).await.status,
         429
     );
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn one_rate_holds_over_every_replica_together() {
+    let l = limits(&[(Limit::EventsPerSecond, 1), (Limit::EventsBurst, 20)]);
+    let s = Server::start_with_limits(l).await;
+    let replica = s.replica_with_limits(l).await;
+    let acme = token("acme", &[Role::Writer, Role::Backend, Role::Reader]);
+    open_session(&s, &acme, "a").await;
+    // Appends alternate between the replicas until both refuse: together
+    // they let through about one burst (each takes chunks of one token at
+    // this rate), not a burst each.
+    let mut accepted = 0;
+    let mut refused = [false, false];
+    for i in 0..100 {
+        let server = if i % 2 == 0 { &s } else { &replica };
+        let a = append_one(server, &acme, "a", &format!("e{i}")).await;
+        match a.status {
+            201 => accepted += 1,
+            429 => refused[i % 2] = true,
+            other => panic!("{other}: {}", a.body),
+        }
+        if refused == [true, true] {
+            break;
+        }
+    }
+    assert_eq!(refused, [true, true]);
+    assert!(
+        (16..=22).contains(&accepted),
+        "one burst over both replicas: {accepted}"
+    );
+    replica.stop().await;
     s.stop().await;
 }

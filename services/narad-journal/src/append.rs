@@ -261,14 +261,41 @@ impl Journal {
             .enumerate()
             .map(|(i, p)| prepare(i, p, session_id))
             .collect::<Result<Vec<_>, _>>()?;
-        self.combiner
+        let appended = self
+            .combiner
             .submit(Request {
                 tenant: tenant.clone(),
                 session: session_id.clone(),
                 prepared,
                 options,
             })
-            .await
+            .await;
+        match appended {
+            // Said as every other route says it: an erased session is 410.
+            Err(JournalError::SessionNotFound(id)) if self.session_erased(tenant, &id).await => {
+                Err(JournalError::SessionErased(id))
+            }
+            other => other,
+        }
+    }
+
+    /// Whether `session` of `tenant` was erased (false when that cannot be
+    /// read now).
+    pub async fn session_erased(&self, tenant: &TenantId, session: &str) -> bool {
+        let Ok(client) = self.pool.get().await else {
+            return false;
+        };
+        crate::in_tenant(client, tenant, async |c| {
+            Ok(c.query_one(
+                "select exists (select 1 from erased_sessions \
+                 where tenant_id = $1 and session_id = $2)",
+                &[&tenant.as_str(), &session],
+            )
+            .await?
+            .get::<_, bool>(0))
+        })
+        .await
+        .unwrap_or(false)
     }
 }
 

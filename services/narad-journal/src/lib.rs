@@ -23,6 +23,7 @@
 pub mod access;
 pub mod append;
 pub mod audit;
+pub mod blobs;
 mod combine;
 pub mod commands;
 pub mod erasure;
@@ -52,6 +53,7 @@ use tokio_postgres::NoTls;
 pub use access::{Authorized, Caller};
 pub use append::{AppendOptions, Appended, AppendedEvent, Fence};
 pub use audit::{AuditEntry, AuditFilter, AuditRecord};
+pub use blobs::BlobRecord;
 pub use combine::AppendStats;
 pub use commands::{QueuedStart, RunStart, WorkflowCancel};
 pub use erasure::{DueSession, ErasureReason, TenantErasure};

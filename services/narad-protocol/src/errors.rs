@@ -67,6 +67,8 @@ error_codes! {
     InvalidParameter = "NRD-0008", 400, "Invalid parameter";
     /// The route exists, but does not take this method.
     MethodNotAllowed = "NRD-0009", 405, "Method not allowed";
+    /// A `Range` no byte of the resource falls in, or that cannot be read.
+    RangeNotSatisfiable = "NRD-0010", 416, "Range not satisfiable";
     /// No valid credential was presented.
     Unauthenticated = "NRD-0101", 401, "Authentication required";
     /// The caller's role lacks the permission.
@@ -119,6 +121,8 @@ error_codes! {
     ExecutorLimitReached = "NRD-0604", 429, "Attached executor limit reached";
     /// The tenant holds as many sessions as it may.
     SessionLimitReached = "NRD-0605", 429, "Session limit reached";
+    /// The tenant's blobs hold as many bytes as they may.
+    StoredBytesLimitReached = "NRD-0606", 429, "Stored bytes limit reached";
     /// The database cannot be reached.
     DatabaseUnavailable = "NRD-0901", 503, "Database unavailable";
 }

@@ -174,6 +174,12 @@ pub struct Config {
     /// Sessions an organisation may hold; unset: no limit.
     #[arg(long, env = "NARAD_LIMIT_SESSIONS")]
     pub limit_sessions: Option<u64>,
+    /// The largest blob (attachment or artifact bytes) one upload may hold.
+    #[arg(long, env = "NARAD_BLOB_MAX_BYTES", default_value_t = 256 * 1024 * 1024)]
+    pub blob_max_bytes: u64,
+    /// The bytes an organisation's blobs may hold together; unset: no limit.
+    #[arg(long, env = "NARAD_LIMIT_STORED_BYTES")]
+    pub limit_stored_bytes: Option<u64>,
     /// Sessions archived, or idle, for longer than this many days are
     /// erased (unset: kept until erased by hand). Overridden per
     /// organisation (`retentionDays`).

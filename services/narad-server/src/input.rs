@@ -55,6 +55,10 @@ pub async fn request_id(mut req: Request, next: Next) -> Response {
 /// `limit`. A body without a length (chunked) is still cut off at the limit
 /// where it is read.
 pub async fn announced_length(State(limit): State<usize>, req: Request, next: Next) -> Response {
+    // A blob upload streams its body, under limits of its own.
+    if is_blob_upload(&req) {
+        return next.run(req).await;
+    }
     let announced = req
         .headers()
         .get(header::CONTENT_LENGTH)
@@ -64,6 +68,18 @@ pub async fn announced_length(State(limit): State<usize>, req: Request, next: Ne
         return too_large().into_response();
     }
     next.run(req).await
+}
+
+/// Whether `req` is a blob upload (`POST /v1/sessions/{id}/blobs`), whose
+/// body is streamed and limited by `blobMaxBytes`, not the body limit.
+pub fn is_blob_upload(req: &Request) -> bool {
+    req.method() == axum::http::Method::POST
+        && req
+            .uri()
+            .path()
+            .strip_prefix("/v1/sessions/")
+            .and_then(|rest| rest.strip_suffix("/blobs"))
+            .is_some_and(|id| !id.is_empty() && !id.contains('/'))
 }
 
 /// Headers the routes read as text: when present, they must be text.

@@ -253,6 +253,8 @@ fn initialize() {
         "open_streams",
         "attached_executors",
         "sessions",
+        "stored_bytes",
+        "blob_bytes",
     ] {
         metrics::counter!("narad_limit_refusals_total", "limit" => limit).absolute(0);
     }

@@ -64,11 +64,15 @@ pub enum Limit {
     InterruptDefaultExpirySeconds,
     /// Days after which archived or idle sessions are erased.
     RetentionDays,
+    /// The largest blob (attachment or artifact bytes) one upload may hold.
+    BlobMaxBytes,
+    /// The bytes an organisation's blobs may hold together.
+    StoredBytes,
 }
 
 impl Limit {
     /// Every limit, in the order the API lists them.
-    pub const ALL: [Limit; 9] = [
+    pub const ALL: [Limit; 11] = [
         Limit::EventsPerSecond,
         Limit::EventsBurst,
         Limit::CommandsPerSecond,
@@ -78,6 +82,8 @@ impl Limit {
         Limit::Sessions,
         Limit::InterruptDefaultExpirySeconds,
         Limit::RetentionDays,
+        Limit::BlobMaxBytes,
+        Limit::StoredBytes,
     ];
 
     /// Its name in the admin API.
@@ -92,6 +98,8 @@ impl Limit {
             Limit::Sessions => "sessions",
             Limit::InterruptDefaultExpirySeconds => "interruptDefaultExpirySeconds",
             Limit::RetentionDays => "retentionDays",
+            Limit::BlobMaxBytes => "blobMaxBytes",
+            Limit::StoredBytes => "storedBytes",
         }
     }
 
@@ -105,6 +113,8 @@ impl Limit {
             Limit::Sessions => "sessions",
             Limit::InterruptDefaultExpirySeconds => "interrupt_default_expiry",
             Limit::RetentionDays => "retention_days",
+            Limit::BlobMaxBytes => "blob_bytes",
+            Limit::StoredBytes => "stored_bytes",
         }
     }
 
@@ -126,6 +136,8 @@ impl Limit {
                 "seconds an interrupt that names no expiresAt waits for a decision"
             }
             Limit::RetentionDays => "days after which archived or idle sessions are erased",
+            Limit::BlobMaxBytes => "the largest blob one upload may hold, in bytes",
+            Limit::StoredBytes => "the bytes an organisation's blobs may hold together",
         }
     }
 
@@ -134,6 +146,7 @@ impl Limit {
         match self {
             Limit::InterruptDefaultExpirySeconds => 315_360_000,
             Limit::RetentionDays => 36_500,
+            Limit::BlobMaxBytes | Limit::StoredBytes => 1 << 50,
             _ => 1_000_000_000,
         }
     }
@@ -150,6 +163,8 @@ impl Limit {
             Limit::CommandsPerSecond | Limit::CommandsBurst => ErrorCode::CommandRateLimited,
             Limit::OpenStreams => ErrorCode::OpenStreamLimitReached,
             Limit::AttachedExecutors => ErrorCode::ExecutorLimitReached,
+            Limit::StoredBytes => ErrorCode::StoredBytesLimitReached,
+            Limit::BlobMaxBytes => ErrorCode::PayloadTooLarge,
             Limit::Sessions | Limit::InterruptDefaultExpirySeconds | Limit::RetentionDays => {
                 ErrorCode::SessionLimitReached
             }
@@ -159,7 +174,7 @@ impl Limit {
 
 /// A value of every limit: `None` is no limit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct LimitValues([Option<u64>; 9]);
+pub struct LimitValues([Option<u64>; 11]);
 
 impl LimitValues {
     /// The value of `limit`.
@@ -434,6 +449,15 @@ impl Quotas {
     /// The most sessions `tenant` may hold, if limited.
     pub async fn max_sessions(&self, tenant: &TenantId) -> Result<Option<u64>, JournalError> {
         Ok(self.effective(tenant).await?.get(Limit::Sessions))
+    }
+
+    /// The largest blob and the stored bytes `tenant` may have, if limited.
+    pub async fn blob_limits(
+        &self,
+        tenant: &TenantId,
+    ) -> Result<(Option<u64>, Option<u64>), JournalError> {
+        let l = self.effective(tenant).await?;
+        Ok((l.get(Limit::BlobMaxBytes), l.get(Limit::StoredBytes)))
     }
 
     /// The most client executors `tenant` may have attached, if limited.

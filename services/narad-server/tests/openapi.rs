@@ -81,6 +81,8 @@ const OPERATIONS: &[(&str, &str, &str)] = &[
         "/v1/admin/tenants/{org}/retention",
         "previewRetention",
     ),
+    ("post", "/v1/sessions/{sessionId}/blobs", "uploadBlob"),
+    ("get", "/v1/blobs/{blobId}", "downloadBlob"),
     (
         "patch",
         "/v1/extensions/{publisher}/{name}",

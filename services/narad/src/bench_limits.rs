@@ -173,7 +173,7 @@ async fn run_phase(
     phase: Duration,
 ) -> anyhow::Result<(Stats, Arc<Answers>)> {
     let b = Org::new(base, "org-b")?;
-    let a = Arc::new(Org::new(base, "org-a")?);
+    let a = Org::new(base, "org-a")?;
     b.session("b").await?;
     a.session("a").await?;
     // Warm B's connection and bucket.
@@ -182,34 +182,19 @@ async fn run_phase(
     }
     let answers = Arc::new(Answers::default());
     let deadline = Instant::now() + phase;
-    let mut flooders = Vec::new();
-    if flood > 0 {
-        // A paces itself to the offered rate over a few writers, each
-        // sending its next append at its due time (never waiting for a
-        // Retry-After: a flood does not).
-        let writers = 16u64;
+    // A floods from a thread and a runtime of its own: B's measured
+    // appends never wait behind A's tasks in this process.
+    let flooder = (flood > 0).then(|| {
+        let (base, answers) = (base.to_owned(), answers.clone());
         let per_second = (args.rate * flood) as f64 / args.a_batch as f64;
-        let per_writer = Duration::from_secs_f64(writers as f64 / per_second);
         let batch = args.a_batch;
-        for w in 0..writers {
-            let a = a.clone();
-            let answers = answers.clone();
-            flooders.push(tokio::spawn(async move {
-                let mut next = Instant::now();
-                let mut n = 0u64;
-                while Instant::now() < deadline {
-                    n += 1;
-                    match a.append("a", &format!("a-{w}-{n}"), batch).await {
-                        Ok(201) => answers.accepted.fetch_add(1, Ordering::Relaxed),
-                        Ok(429) => answers.limited.fetch_add(1, Ordering::Relaxed),
-                        _ => answers.other.fetch_add(1, Ordering::Relaxed),
-                    };
-                    next += per_writer;
-                    tokio::time::sleep_until(next.into()).await;
-                }
-            }));
-        }
-    }
+        std::thread::spawn(move || -> anyhow::Result<()> {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()?;
+            runtime.block_on(flood_until(&base, answers, per_second, batch, deadline))
+        })
+    });
     let interval = Duration::from_secs_f64(1.0 / args.b_rate as f64);
     let mut stats = Stats::default();
     let start = Instant::now();
@@ -226,8 +211,47 @@ async fn run_phase(
         tokio::time::sleep_until(next.into()).await;
     }
     stats.elapsed = start.elapsed();
-    for f in flooders {
-        f.await?;
+    if let Some(flooder) = flooder {
+        flooder
+            .join()
+            .map_err(|_| anyhow::anyhow!("the flooding thread panicked"))??;
     }
     Ok((stats, answers))
+}
+
+/// A's flood: `per_second` appends of `batch` events over 16 writers,
+/// each sending its next append at its due time (never waiting for a
+/// `Retry-After`: a flood does not), until `deadline`.
+async fn flood_until(
+    base: &str,
+    answers: Arc<Answers>,
+    per_second: f64,
+    batch: u64,
+    deadline: Instant,
+) -> anyhow::Result<()> {
+    let a = Arc::new(Org::new(base, "org-a")?);
+    let writers = 16u64;
+    let per_writer = Duration::from_secs_f64(writers as f64 / per_second);
+    let mut tasks = Vec::new();
+    for w in 0..writers {
+        let (a, answers) = (a.clone(), answers.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut next = Instant::now();
+            let mut n = 0u64;
+            while Instant::now() < deadline {
+                n += 1;
+                match a.append("a", &format!("a-{w}-{n}"), batch).await {
+                    Ok(201) => answers.accepted.fetch_add(1, Ordering::Relaxed),
+                    Ok(429) => answers.limited.fetch_add(1, Ordering::Relaxed),
+                    _ => answers.other.fetch_add(1, Ordering::Relaxed),
+                };
+                next += per_writer;
+                tokio::time::sleep_until(next.into()).await;
+            }
+        }));
+    }
+    for t in tasks {
+        t.await?;
+    }
+    Ok(())
 }

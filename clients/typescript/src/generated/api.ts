@@ -195,6 +195,30 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/blobs/{blobId}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Downloads a blob, with the authorization of its session. `Range`
+         *     (one range) answers 206; `ETag` is the SHA-256 (`If-None-Match`
+         *     answers 304); raster images are `inline`, anything else an
+         *     `attachment`; never sniffed (`X-Content-Type-Options: nosniff`), never
+         *     run (`Content-Security-Policy: sandbox`). Another organisation's blob
+         *     is 404.
+         */
+        get: operations["downloadBlob"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/capabilities": {
         parameters: {
             query?: never;
@@ -725,6 +749,29 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/sessions/{sessionId}/blobs": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Uploads a blob of a session: the body is the bytes, streamed (never held
+         *     whole); `Content-Type` declares its media type and `?name=` its file
+         *     name. Beyond the organisation's largest blob (`blobMaxBytes`,
+         *     `NARAD_BLOB_MAX_BYTES`): 413 and nothing kept; beyond its stored bytes
+         *     (`storedBytes`): 429. Answers the blob with its reference and digest.
+         */
+        post: operations["uploadBlob"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/sessions/{sessionId}/documents": {
         parameters: {
             query?: never;
@@ -914,6 +961,28 @@ export interface components {
         };
         /** @description An authority event of the journal (§5), any type of schema/events/. */
         AuthorityEvent: components["schemas"]["events.artifact.added"] | components["schemas"]["events.artifact.failed"] | components["schemas"]["events.artifact.ready"] | components["schemas"]["events.attachment.added"] | components["schemas"]["events.attachment.failed"] | components["schemas"]["events.attachment.ready"] | components["schemas"]["events.attachment.removed"] | components["schemas"]["events.interrupt.requested"] | components["schemas"]["events.interrupt.resolved"] | components["schemas"]["events.message.redacted"] | components["schemas"]["events.message.text.completed"] | components["schemas"]["events.message.text.delta"] | components["schemas"]["events.message.text.started"] | components["schemas"]["events.message.user.recorded"] | components["schemas"]["events.node.custom"] | components["schemas"]["events.node.raw"] | components["schemas"]["events.progress.recorded"] | components["schemas"]["events.reasoning.completed"] | components["schemas"]["events.reasoning.delta"] | components["schemas"]["events.reasoning.started"] | components["schemas"]["events.run.cancelled"] | components["schemas"]["events.run.custom"] | components["schemas"]["events.run.error"] | components["schemas"]["events.run.finished"] | components["schemas"]["events.run.paused"] | components["schemas"]["events.run.raw"] | components["schemas"]["events.run.resumed"] | components["schemas"]["events.run.started"] | components["schemas"]["events.run.stop.requested"] | components["schemas"]["events.session.custom"] | components["schemas"]["events.session.raw"] | components["schemas"]["events.state.compacted"] | components["schemas"]["events.state.delta"] | components["schemas"]["events.state.snapshot"] | components["schemas"]["events.tool.call.finished"] | components["schemas"]["events.tool.call.started"] | components["schemas"]["events.ui.state.delta"] | components["schemas"]["events.ui.state.snapshot"] | components["schemas"]["events.view.closed"] | components["schemas"]["events.view.opened"] | components["schemas"]["events.view.updated"] | components["schemas"]["events.workflow.cancelled"] | components["schemas"]["events.workflow.custom"] | components["schemas"]["events.workflow.edge.taken"] | components["schemas"]["events.workflow.error"] | components["schemas"]["events.workflow.finished"] | components["schemas"]["events.workflow.paused"] | components["schemas"]["events.workflow.raw"] | components["schemas"]["events.workflow.resumed"] | components["schemas"]["events.workflow.started"] | components["schemas"]["events.workflow.step.started"];
+        /** @description A stored blob, as the API answers it. */
+        Blob: {
+            /** @description The blob's id. */
+            blobId: string;
+            /** @description The media type it was declared with (never sniffed). */
+            mediaType: string;
+            /** @description The file name it was uploaded with. */
+            name: string;
+            /** @description The session it belongs to (and is erased with). */
+            sessionId: string;
+            /** @description SHA-256 of its bytes, hex (also its `ETag`). */
+            sha256: string;
+            /**
+             * Format: int64
+             * @description Its size in bytes.
+             */
+            sizeBytes: number;
+            /** @description What events name it by: `narad://blobs/{blobId}`. */
+            uri: string;
+            /** @description Where it is downloaded: `/v1/blobs/{blobId}`. */
+            url: string;
+        };
         /** @description A run handed to a runtime. */
         Claim: {
             /**
@@ -988,10 +1057,10 @@ export interface components {
          */
         Error: {
             /**
-             * @description The catalog: NRD-0001 (500): Internal error; NRD-0002 (400): Malformed JSON; NRD-0003 (400): Invalid object; NRD-0004 (400): Unsupported protocol version; NRD-0005 (400): Unknown wire type; NRD-0006 (413): Payload too large; NRD-0007 (404): Not found; NRD-0008 (400): Invalid parameter; NRD-0009 (405): Method not allowed; NRD-0101 (401): Authentication required; NRD-0102 (403): Forbidden; NRD-0201 (409): Protocol rule violated; NRD-0202 (409): Event id conflict; NRD-0203 (409): Session sequence mismatch; NRD-0204 (409): Session busy; NRD-0205 (409): Interrupt already resolved; NRD-0206 (409): Session exists; NRD-0207 (409): Extension exists; NRD-0208 (410): Session erased; NRD-0301 (400): Cursor conflict; NRD-0302 (409): Cursor ahead of the store; NRD-0303 (409): Cursor unknown; NRD-0401 (409): Lease not current; NRD-0402 (403): Execution token invalid; NRD-0403 (410): Execution token expired; NRD-0404 (409): Finish conflicts; NRD-0501 (409): Runtime lease not current; NRD-0502 (409): Runtime lease required; NRD-0601 (429): Event rate limit reached; NRD-0602 (429): Command rate limit reached; NRD-0603 (429): Open stream limit reached; NRD-0604 (429): Attached executor limit reached; NRD-0605 (429): Session limit reached; NRD-0901 (503): Database unavailable.
+             * @description The catalog: NRD-0001 (500): Internal error; NRD-0002 (400): Malformed JSON; NRD-0003 (400): Invalid object; NRD-0004 (400): Unsupported protocol version; NRD-0005 (400): Unknown wire type; NRD-0006 (413): Payload too large; NRD-0007 (404): Not found; NRD-0008 (400): Invalid parameter; NRD-0009 (405): Method not allowed; NRD-0010 (416): Range not satisfiable; NRD-0101 (401): Authentication required; NRD-0102 (403): Forbidden; NRD-0201 (409): Protocol rule violated; NRD-0202 (409): Event id conflict; NRD-0203 (409): Session sequence mismatch; NRD-0204 (409): Session busy; NRD-0205 (409): Interrupt already resolved; NRD-0206 (409): Session exists; NRD-0207 (409): Extension exists; NRD-0208 (410): Session erased; NRD-0301 (400): Cursor conflict; NRD-0302 (409): Cursor ahead of the store; NRD-0303 (409): Cursor unknown; NRD-0401 (409): Lease not current; NRD-0402 (403): Execution token invalid; NRD-0403 (410): Execution token expired; NRD-0404 (409): Finish conflicts; NRD-0501 (409): Runtime lease not current; NRD-0502 (409): Runtime lease required; NRD-0601 (429): Event rate limit reached; NRD-0602 (429): Command rate limit reached; NRD-0603 (429): Open stream limit reached; NRD-0604 (429): Attached executor limit reached; NRD-0605 (429): Session limit reached; NRD-0606 (429): Stored bytes limit reached; NRD-0901 (503): Database unavailable.
              * @enum {unknown}
              */
-            code?: "NRD-0001" | "NRD-0002" | "NRD-0003" | "NRD-0004" | "NRD-0005" | "NRD-0006" | "NRD-0007" | "NRD-0008" | "NRD-0009" | "NRD-0101" | "NRD-0102" | "NRD-0201" | "NRD-0202" | "NRD-0203" | "NRD-0204" | "NRD-0205" | "NRD-0206" | "NRD-0207" | "NRD-0208" | "NRD-0301" | "NRD-0302" | "NRD-0303" | "NRD-0401" | "NRD-0402" | "NRD-0403" | "NRD-0404" | "NRD-0501" | "NRD-0502" | "NRD-0601" | "NRD-0602" | "NRD-0603" | "NRD-0604" | "NRD-0605" | "NRD-0901";
+            code?: "NRD-0001" | "NRD-0002" | "NRD-0003" | "NRD-0004" | "NRD-0005" | "NRD-0006" | "NRD-0007" | "NRD-0008" | "NRD-0009" | "NRD-0010" | "NRD-0101" | "NRD-0102" | "NRD-0201" | "NRD-0202" | "NRD-0203" | "NRD-0204" | "NRD-0205" | "NRD-0206" | "NRD-0207" | "NRD-0208" | "NRD-0301" | "NRD-0302" | "NRD-0303" | "NRD-0401" | "NRD-0402" | "NRD-0403" | "NRD-0404" | "NRD-0501" | "NRD-0502" | "NRD-0601" | "NRD-0602" | "NRD-0603" | "NRD-0604" | "NRD-0605" | "NRD-0606" | "NRD-0901";
         } & components["schemas"]["documents.error"];
         /** @description The calls a controls poll hands over. */
         ExecutorControls: {
@@ -1118,6 +1187,11 @@ export interface components {
             attachedExecutors?: number | null;
             /**
              * Format: int64
+             * @description The largest blob one upload may hold, in bytes.
+             */
+            blobMaxBytes?: number | null;
+            /**
+             * Format: int64
              * @description Commands sent at once above the rate (unset: twice the rate).
              */
             commandsBurst?: number | null;
@@ -1158,6 +1232,11 @@ export interface components {
              * @description Sessions held (archived ones count until erased).
              */
             sessions?: number | null;
+            /**
+             * Format: int64
+             * @description The bytes an organisation's blobs may hold together.
+             */
+            storedBytes?: number | null;
         };
         /** @description An OpenAPI 3.1 document (https://spec.openapis.org/oas/v3.1.0): this one. */
         OpenApiDocument: {
@@ -5655,6 +5734,15 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
+            /** @description NRD-0208: the session was erased; nothing of it is kept, and its id cannot be used again */
+            410: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
             /** @description NRD-0006: the body exceeds the server's limit */
             413: {
                 headers: {
@@ -6227,6 +6315,108 @@ export interface operations {
             };
         };
     };
+    downloadBlob: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The blob (what follows narad://blobs/ in its reference) */
+                blobId: components["schemas"]["defs.id"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The bytes */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/octet-stream": number[];
+                };
+            };
+            /** @description The bytes of the range asked for */
+            206: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/octet-stream": number[];
+                };
+            };
+            /** @description Not modified: the ETag matches If-None-Match */
+            304: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description NRD-0008: a parameter is missing or malformed (`fields` names it) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description NRD-0101: no valid credential */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description NRD-0102: no `reader` role, or the token is limited to other sessions */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description NRD-0007: no such blob, or its upload has not finished */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description NRD-0010: the range names no byte of the blob */
+            416: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description NRD-0001: the server failed; report the x-request-id */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description NRD-0901: the database cannot be reached; retry with backoff */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
     getCapabilities: {
         parameters: {
             query?: {
@@ -6363,6 +6553,15 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
+            /** @description NRD-0208: the session was erased; nothing of it is kept, and its id cannot be used again */
+            410: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
             /** @description NRD-0006: the body exceeds the server's limit */
             413: {
                 headers: {
@@ -6471,6 +6670,15 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
+            /** @description NRD-0208: the session was erased; nothing of it is kept, and its id cannot be used again */
+            410: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
             /** @description NRD-0006: the body exceeds the server's limit */
             413: {
                 headers: {
@@ -6563,6 +6771,15 @@ export interface operations {
             };
             /** @description NRD-0206: a session with this id exists */
             409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description NRD-0208: the session was erased; nothing of it is kept, and its id cannot be used again */
+            410: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -6678,6 +6895,15 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
+            /** @description NRD-0208: the session was erased; nothing of it is kept, and its id cannot be used again */
+            410: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
             /** @description NRD-0006: the body exceeds the server's limit */
             413: {
                 headers: {
@@ -6786,6 +7012,15 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
+            /** @description NRD-0208: the session was erased; nothing of it is kept, and its id cannot be used again */
+            410: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
             /** @description NRD-0006: the body exceeds the server's limit */
             413: {
                 headers: {
@@ -6887,6 +7122,15 @@ export interface operations {
             };
             /** @description NRD-0205: resolved before (`details.decision`); NRD-0201 with the rule */
             409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description NRD-0208: the session was erased; nothing of it is kept, and its id cannot be used again */
+            410: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -7011,6 +7255,15 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
+            /** @description NRD-0208: the session was erased; nothing of it is kept, and its id cannot be used again */
+            410: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
             /** @description NRD-0006: the body exceeds the server's limit */
             413: {
                 headers: {
@@ -7112,6 +7365,15 @@ export interface operations {
             };
             /** @description NRD-0204: the slot is taken (`details.activeExecution`); NRD-0201 with the rule */
             409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description NRD-0208: the session was erased; nothing of it is kept, and its id cannot be used again */
+            410: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -7227,6 +7489,15 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
+            /** @description NRD-0208: the session was erased; nothing of it is kept, and its id cannot be used again */
+            410: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
             /** @description NRD-0006: the body exceeds the server's limit */
             413: {
                 headers: {
@@ -7319,6 +7590,15 @@ export interface operations {
             };
             /** @description NRD-0007: no such session */
             404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description NRD-0208: the session was erased; nothing of it is kept, and its id cannot be used again */
+            410: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -7446,6 +7726,15 @@ export interface operations {
             };
             /** @description NRD-0302: a Last-Event-ID past anything this store holds; NRD-0303: one this store never held for you; reconnect without it */
             409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description NRD-0208: the session was erased; nothing of it is kept, and its id cannot be used again */
+            410: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -8768,6 +9057,15 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
+            /** @description NRD-0208: the session was erased; nothing of it is kept, and its id cannot be used again */
+            410: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
             /** @description NRD-0006: the body exceeds the server's limit */
             413: {
                 headers: {
@@ -8858,6 +9156,15 @@ export interface operations {
             };
             /** @description NRD-0007: no such session */
             404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description NRD-0208: the session was erased; nothing of it is kept, and its id cannot be used again */
+            410: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -8971,6 +9278,118 @@ export interface operations {
             };
         };
     };
+    uploadBlob: {
+        parameters: {
+            query: {
+                /** @description The file name: no path separators, no control characters */
+                name: string;
+            };
+            header?: never;
+            path: {
+                /** @description The session the blob belongs to */
+                sessionId: components["schemas"]["defs.id"];
+            };
+            cookie?: never;
+        };
+        /** @description The bytes; Content-Type declares their media type */
+        requestBody: {
+            content: {
+                "application/octet-stream": number[];
+            };
+        };
+        responses: {
+            /** @description The blob, stored */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Blob"];
+                };
+            };
+            /** @description NRD-0002: the body is not JSON; NRD-0003: it lacks the structure its type requires (`fields` points at the problem) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description NRD-0101: no valid credential */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description NRD-0102: no `writer` or `backend` role, or the token is limited to other sessions */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description NRD-0007: no such session */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description NRD-0208: the session was erased; nothing of it is kept, and its id cannot be used again */
+            410: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description NRD-0006: larger than the organisation's largest blob */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description NRD-0606: the organisation's blobs hold as many bytes as they may */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description NRD-0001: the server failed; report the x-request-id */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description NRD-0901: the database cannot be reached; retry with backoff */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
     getSessionDocuments: {
         parameters: {
             query?: never;
@@ -9021,6 +9440,15 @@ export interface operations {
             };
             /** @description NRD-0007: no such session */
             404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description NRD-0208: the session was erased; nothing of it is kept, and its id cannot be used again */
+            410: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -9131,6 +9559,15 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
+            /** @description NRD-0208: the session was erased; nothing of it is kept, and its id cannot be used again */
+            410: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
             /** @description NRD-0001: the server failed; report the x-request-id */
             500: {
                 headers: {
@@ -9227,6 +9664,15 @@ export interface operations {
             };
             /** @description NRD-0201 with the rule id (the issuer.* rules too: a backend approves nothing, gives no client call its result, and stamps no actor), NRD-0202 eventId reused, NRD-0203 expectedSessionSequence, NRD-0501 a runtime lease that is not current, NRD-0502 a run held by a runtime appended to without its lease */
             409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description NRD-0208: the session was erased; nothing of it is kept, and its id cannot be used again */
+            410: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -9331,6 +9777,15 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
+            /** @description NRD-0208: the session was erased; nothing of it is kept, and its id cannot be used again */
+            410: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
             /** @description NRD-0001: the server failed; report the x-request-id */
             500: {
                 headers: {
@@ -9401,6 +9856,15 @@ export interface operations {
             };
             /** @description NRD-0007: no such queued start (it may have started) */
             404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description NRD-0208: the session was erased; nothing of it is kept, and its id cannot be used again */
+            410: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -9518,6 +9982,15 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
+            /** @description NRD-0208: the session was erased; nothing of it is kept, and its id cannot be used again */
+            410: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
             /** @description NRD-0603: the organisation has as many streams open as it may (openStreams); refused at open, open streams are never cut */
             429: {
                 headers: {
@@ -9592,6 +10065,15 @@ export interface operations {
             };
             /** @description NRD-0102: no `reader` role, or the token does not reach the session */
             403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description NRD-0208: the session was erased; nothing of it is kept, and its id cannot be used again */
+            410: {
                 headers: {
                     [name: string]: unknown;
                 };

@@ -53,6 +53,12 @@ pub struct LimitOverrides {
     /// erased by the retention sweeper.
     #[schema(minimum = 1, maximum = 36_500)]
     pub retention_days: Option<u64>,
+    /// The largest blob one upload may hold, in bytes.
+    #[schema(minimum = 1, maximum = 1_125_899_906_842_624u64)]
+    pub blob_max_bytes: Option<u64>,
+    /// The bytes an organisation's blobs may hold together.
+    #[schema(minimum = 1, maximum = 1_125_899_906_842_624u64)]
+    pub stored_bytes: Option<u64>,
 }
 
 /// An organisation's limits.

@@ -2,6 +2,7 @@
 //! the OpenAPI document come from the same list.
 
 pub mod audit;
+pub mod blobs;
 pub mod commands;
 pub mod erasure;
 pub mod events;
@@ -87,6 +88,8 @@ pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::with_openapi(ApiDoc::openapi())
         .routes(routes!(sessions::create, sessions::list))
         .routes(routes!(sessions::read, erasure::erase_session))
+        .routes(routes!(blobs::upload))
+        .routes(routes!(blobs::download))
         .routes(routes!(erasure::erase_tenant))
         .routes(routes!(erasure::tenant_erasure))
         .routes(routes!(erasure::preview_retention))

@@ -33,12 +33,14 @@ pub async fn create(
     request: RequestId,
     JsonBody(body): JsonBody,
 ) -> ApiResult<(StatusCode, Json<SessionRecord>)> {
+    // Over the command rate: refused before anything, not audited (see
+    // `commands::execute`).
+    state.quotas.take_command(&principal.tenant).await?;
     let outcome = async {
         principal.require(Permission::Command)?;
         let Command::CreateSession(cmd) = parse_command("create-session", &body)? else {
             unreachable!("create-session parses as itself")
         };
-        state.quotas.take_command(&principal.tenant).await?;
         let record = super::commands::create_session_within_limit(&state, &principal, cmd).await?;
         Ok((StatusCode::CREATED, Json(record)))
     }

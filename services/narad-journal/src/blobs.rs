@@ -1,0 +1,205 @@
+//! Attachment and artifact bytes (§9.5) in Postgres: a blob belongs to one
+//! session of one tenant, is written in chunks of at most [`CHUNK`] bytes
+//! (each in its own transaction, so that a slow upload holds no connection
+//! between chunks), and becomes `stored` once complete with its SHA-256.
+
+use crate::{Journal, JournalError, TenantId, in_tenant};
+
+/// The largest chunk stored in one row: an upload holds at most this much
+/// in memory, and a download reads this much at a time.
+pub const CHUNK: usize = 1024 * 1024;
+
+/// A blob as stored.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BlobRecord {
+    /// Its id (`narad://blobs/{blob_id}`).
+    pub blob_id: String,
+    /// The session it belongs to.
+    pub session_id: String,
+    /// The file name it was uploaded with.
+    pub name: String,
+    /// The media type it was declared with.
+    pub media_type: String,
+    /// Its size in bytes (so far, while uploading).
+    pub size_bytes: u64,
+    /// SHA-256 of its bytes, hex, once stored.
+    pub sha256: Option<String>,
+    /// Whether every byte is there.
+    pub stored: bool,
+    /// When the upload began (RFC 3339).
+    pub created_at: String,
+}
+
+const COLUMNS: &str = "blob_id, session_id, name, media_type, size_bytes, \
+    encode(sha256, 'hex'), state = 'stored', \
+    to_char(created_at at time zone 'utc', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"')";
+
+fn record(r: &tokio_postgres::Row) -> BlobRecord {
+    BlobRecord {
+        blob_id: r.get(0),
+        session_id: r.get(1),
+        name: r.get(2),
+        media_type: r.get(3),
+        size_bytes: u64::try_from(r.get::<_, i64>(4)).unwrap_or(0),
+        sha256: r.get(5),
+        stored: r.get(6),
+        created_at: r.get(7),
+    }
+}
+
+impl Journal {
+    /// Begins a blob of `session` (which must exist): answers its id.
+    pub async fn create_blob(
+        &self,
+        tenant: &TenantId,
+        session: &str,
+        name: &str,
+        media_type: &str,
+    ) -> Result<String, JournalError> {
+        let blob_id = narad_protocol::primitives::EventId::new_v7().to_string();
+        let client = self.pool.get().await?;
+        in_tenant(client, tenant, async |c| {
+            let n = c
+                .execute(
+                    "insert into blobs (tenant_id, blob_id, session_id, name, media_type) \
+                     select $1, $2, $3, $4, $5 from sessions \
+                     where tenant_id = $1 and session_id = $3",
+                    &[&tenant.as_str(), &blob_id, &session, &name, &media_type],
+                )
+                .await?;
+            if n == 0 {
+                return Err(JournalError::SessionNotFound(session.to_owned()));
+            }
+            Ok(())
+        })
+        .await?;
+        Ok(blob_id)
+    }
+
+    /// Stores chunk `seq` of an uploading blob.
+    pub async fn put_blob_chunk(
+        &self,
+        tenant: &TenantId,
+        blob_id: &str,
+        seq: i32,
+        data: &[u8],
+    ) -> Result<(), JournalError> {
+        let client = self.pool.get().await?;
+        in_tenant(client, tenant, async |c| {
+            c.execute(
+                "insert into blob_chunks (tenant_id, blob_id, seq, data) values ($1, $2, $3, $4)",
+                &[&tenant.as_str(), &blob_id, &seq, &data],
+            )
+            .await?;
+            // The size so far counts in the tenant's stored bytes at once.
+            c.execute(
+                "update blobs set size_bytes = size_bytes + $3 where tenant_id = $1 and blob_id = $2",
+                &[&tenant.as_str(), &blob_id, &(data.len() as i64)],
+            )
+            .await?;
+            Ok(())
+        })
+        .await
+    }
+
+    /// Marks a blob stored, with its size and digest.
+    pub async fn finish_blob(
+        &self,
+        tenant: &TenantId,
+        blob_id: &str,
+        size: u64,
+        sha256: &[u8],
+    ) -> Result<BlobRecord, JournalError> {
+        let client = self.pool.get().await?;
+        in_tenant(client, tenant, async |c| {
+            let row = c
+                .query_one(
+                    &format!(
+                        "update blobs set state = 'stored', size_bytes = $3, sha256 = $4, \
+                         stored_at = now() where tenant_id = $1 and blob_id = $2 \
+                         returning {COLUMNS}"
+                    ),
+                    &[&tenant.as_str(), &blob_id, &(size as i64), &sha256],
+                )
+                .await?;
+            Ok(record(&row))
+        })
+        .await
+    }
+
+    /// Deletes a blob and its chunks (an upload refused or abandoned).
+    pub async fn discard_blob(&self, tenant: &TenantId, blob_id: &str) -> Result<(), JournalError> {
+        let client = self.pool.get().await?;
+        in_tenant(client, tenant, async |c| {
+            c.execute(
+                "delete from blob_chunks where tenant_id = $1 and blob_id = $2",
+                &[&tenant.as_str(), &blob_id],
+            )
+            .await?;
+            c.execute(
+                "delete from blobs where tenant_id = $1 and blob_id = $2",
+                &[&tenant.as_str(), &blob_id],
+            )
+            .await?;
+            Ok(())
+        })
+        .await
+    }
+
+    /// A blob of `tenant`, if it has one by that id.
+    pub async fn blob(
+        &self,
+        tenant: &TenantId,
+        blob_id: &str,
+    ) -> Result<Option<BlobRecord>, JournalError> {
+        let client = self.pool.get().await?;
+        in_tenant(client, tenant, async |c| {
+            let row = c
+                .query_opt(
+                    &format!("select {COLUMNS} from blobs where tenant_id = $1 and blob_id = $2"),
+                    &[&tenant.as_str(), &blob_id],
+                )
+                .await?;
+            Ok(row.as_ref().map(record))
+        })
+        .await
+    }
+
+    /// Chunk `seq` of a blob.
+    pub async fn blob_chunk(
+        &self,
+        tenant: &TenantId,
+        blob_id: &str,
+        seq: i32,
+    ) -> Result<Option<Vec<u8>>, JournalError> {
+        let client = self.pool.get().await?;
+        let stmt = client
+            .prepare_cached(
+                "select data from blob_chunks where tenant_id = $1 and blob_id = $2 and seq = $3",
+            )
+            .await?;
+        in_tenant(client, tenant, async |c| {
+            let row = c
+                .query_opt(&stmt, &[&tenant.as_str(), &blob_id, &seq])
+                .await?;
+            Ok(row.map(|r| r.get(0)))
+        })
+        .await
+    }
+
+    /// The bytes `tenant`'s blobs hold, uploads under way included.
+    pub async fn stored_bytes(&self, tenant: &TenantId) -> Result<u64, JournalError> {
+        let client = self.pool.get().await?;
+        in_tenant(client, tenant, async |c| {
+            let n: i64 = c
+                .query_one(
+                    "select coalesce(sum(size_bytes), 0)::bigint from blobs where tenant_id = $1",
+                    &[&tenant.as_str()],
+                )
+                .await?
+                .get(0);
+            Ok(u64::try_from(n).unwrap_or(0))
+        })
+        .await
+    }
+}

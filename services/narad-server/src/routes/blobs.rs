@@ -1,0 +1,467 @@
+//! Attachment and artifact bytes (§9.5): `POST /v1/sessions/{sessionId}/blobs`
+//! streams an upload into the journal's database (never whole in memory),
+//! digesting it as it comes; `GET /v1/blobs/{blobId}` serves it back with
+//! the session's authorization, `Range`, `ETag` = its SHA-256, and headers
+//! that keep a browser from running what it downloads. Events name a blob
+//! by its reference, `narad://blobs/{blobId}`.
+
+use axum::Json;
+use axum::body::Body;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use futures::StreamExt;
+use narad_journal::BlobRecord;
+use narad_journal::blobs::CHUNK;
+use narad_protocol::ErrorCode;
+use serde::Serialize;
+use serde_json::json;
+use sha2::{Digest, Sha256};
+use utoipa::ToSchema;
+
+use crate::AppState;
+use crate::auth::{Permission, Principal};
+use crate::body::Query;
+use crate::error::{ApiError, ApiResult};
+
+/// The scheme and authority of a blob's reference in events.
+pub const REFERENCE_PREFIX: &str = "narad://blobs/";
+
+/// Media types a browser may show in the page: raster images. Anything
+/// else (SVG and HTML included) is served as a download.
+const INLINE: &[&str] = &[
+    "image/png",
+    "image/jpeg",
+    "image/gif",
+    "image/webp",
+    "image/avif",
+];
+
+/// A stored blob, as the API answers it.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Blob {
+    /// The blob's id.
+    pub blob_id: String,
+    /// What events name it by: `narad://blobs/{blobId}`.
+    pub uri: String,
+    /// Where it is downloaded: `/v1/blobs/{blobId}`.
+    pub url: String,
+    /// The session it belongs to (and is erased with).
+    pub session_id: String,
+    /// The file name it was uploaded with.
+    pub name: String,
+    /// The media type it was declared with (never sniffed).
+    pub media_type: String,
+    /// Its size in bytes.
+    pub size_bytes: u64,
+    /// SHA-256 of its bytes, hex (also its `ETag`).
+    pub sha256: String,
+}
+
+impl Blob {
+    fn of(r: BlobRecord) -> Blob {
+        Blob {
+            uri: format!("{REFERENCE_PREFIX}{}", r.blob_id),
+            url: format!("/v1/blobs/{}", r.blob_id),
+            blob_id: r.blob_id,
+            session_id: r.session_id,
+            name: r.name,
+            media_type: r.media_type,
+            size_bytes: r.size_bytes,
+            sha256: r.sha256.unwrap_or_default(),
+        }
+    }
+}
+
+/// The file name of an upload: 1 to 255 characters, no control
+/// characters, no path separators.
+fn file_name(name: Option<String>) -> ApiResult<String> {
+    let Some(name) = name else {
+        return Err(ApiError::new(
+            ErrorCode::InvalidParameter,
+            "name the file: ?name=report.pdf (URL-encoded)",
+        )
+        .with_field("name", "required"));
+    };
+    let ok = !name.is_empty()
+        && name.chars().count() <= 255
+        && !name
+            .chars()
+            .any(|c| c.is_control() || c == '/' || c == '\\');
+    if !ok {
+        return Err(ApiError::new(
+            ErrorCode::InvalidParameter,
+            "name: 1 to 255 characters, without control characters or path separators",
+        )
+        .with_field("name", "not a file name"));
+    }
+    Ok(name)
+}
+
+/// The declared media type: `type/subtype` with optional parameters, in
+/// printable ASCII; `application/octet-stream` when none is declared.
+fn media_type(headers: &HeaderMap) -> ApiResult<String> {
+    let Some(value) = headers.get(header::CONTENT_TYPE) else {
+        return Ok("application/octet-stream".to_owned());
+    };
+    let text = value.to_str().ok().map(str::trim).unwrap_or_default();
+    let essence = text.split(';').next().unwrap_or_default().trim();
+    let token = |s: &str| {
+        !s.is_empty()
+            && s.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"!#$&^_.+-".contains(&b))
+    };
+    let well_formed = text.len() <= 255
+        && essence
+            .split_once('/')
+            .is_some_and(|(t, s)| token(t) && token(s));
+    if !well_formed {
+        return Err(ApiError::new(
+            ErrorCode::InvalidParameter,
+            "Content-Type: the blob's media type, e.g. application/pdf",
+        )
+        .with_field("Content-Type", "not a media type"));
+    }
+    Ok(text.to_ascii_lowercase())
+}
+
+/// Uploads a blob of a session: the body is the bytes, streamed (never held
+/// whole); `Content-Type` declares its media type and `?name=` its file
+/// name. Beyond the organisation's largest blob (`blobMaxBytes`,
+/// `NARAD_BLOB_MAX_BYTES`): 413 and nothing kept; beyond its stored bytes
+/// (`storedBytes`): 429. Answers the blob with its reference and digest.
+#[utoipa::path(post, path = "/v1/sessions/{sessionId}/blobs", operation_id = "uploadBlob", tag = "blobs",
+    params(
+        ("sessionId" = String, Path, description = "The session the blob belongs to"),
+        ("name" = String, Query, min_length = 1, max_length = 255, pattern = r"^[^/\\\u0000-\u001F\u007F-\u009F]+$", description = "The file name: no path separators, no control characters"),
+    ),
+    request_body(content = Vec<u8>, content_type = "application/octet-stream", description = "The bytes; Content-Type declares their media type"),
+    responses(
+        (status = 201, description = "The blob, stored", body = Blob),
+        (status = 403, description = "NRD-0102: no `writer` or `backend` role, or the token is limited to other sessions"),
+        (status = 404, description = "NRD-0007: no such session"),
+        (status = 413, description = "NRD-0006: larger than the organisation's largest blob"),
+        (status = 429, description = "NRD-0606: the organisation's blobs hold as many bytes as they may"),
+    ),
+    security(("bearer" = [])))]
+pub async fn upload(
+    State(state): State<AppState>,
+    principal: Principal,
+    Path(session_id): Path<String>,
+    mut query: Query,
+    headers: HeaderMap,
+    body: Body,
+) -> ApiResult<(StatusCode, Json<Blob>)> {
+    principal
+        .require(Permission::Command)
+        .or_else(|_| principal.require(Permission::Append))?;
+    principal.require_session(&session_id)?;
+    let name = file_name(query.text("name"))?;
+    query.finish()?;
+    let media_type = media_type(&headers)?;
+    let tenant = &principal.tenant;
+    let (max_blob, max_stored) = state.quotas.blob_limits(tenant).await?;
+    let announced = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if let (Some(max), Some(n)) = (max_blob, announced)
+        && n > max
+    {
+        return Err(too_large(max));
+    }
+    let stored_before = match max_stored {
+        Some(_) => state.journal.stored_bytes(tenant).await?,
+        None => 0,
+    };
+    let over_stored = |size: u64| max_stored.is_some_and(|m| stored_before + size > m);
+    if over_stored(announced.unwrap_or(0)) {
+        return Err(stored_full(max_stored.unwrap_or(0)));
+    }
+    let blob_id = state
+        .journal
+        .create_blob(tenant, &session_id, &name, &media_type)
+        .await?;
+    let stored = receive(&state, &principal, &blob_id, body, |size| {
+        if max_blob.is_some_and(|m| size > m) {
+            return Err(too_large(max_blob.unwrap_or(0)));
+        }
+        if over_stored(size) {
+            return Err(stored_full(max_stored.unwrap_or(0)));
+        }
+        Ok(())
+    })
+    .await;
+    match stored {
+        Ok(record) => Ok((StatusCode::CREATED, Json(Blob::of(record)))),
+        Err(e) => {
+            // Nothing of a refused or broken upload is kept.
+            if let Err(d) = state.journal.discard_blob(tenant, &blob_id).await {
+                tracing::warn!(error = %d, blob = %blob_id, "cannot discard a failed upload; the collector will");
+            }
+            Err(e)
+        }
+    }
+}
+
+/// Reads the body into chunks of [`CHUNK`] bytes, each stored as it fills,
+/// digesting as it goes; `check` sees the size so far before each chunk.
+async fn receive(
+    state: &AppState,
+    principal: &Principal,
+    blob_id: &str,
+    body: Body,
+    check: impl Fn(u64) -> ApiResult<()>,
+) -> ApiResult<BlobRecord> {
+    let tenant = &principal.tenant;
+    let mut stream = body.into_data_stream();
+    let mut digest = Sha256::new();
+    let mut pending: Vec<u8> = Vec::with_capacity(CHUNK);
+    let mut size = 0u64;
+    let mut seq = 0i32;
+    loop {
+        let next = stream.next().await;
+        let done = next.is_none();
+        if let Some(frame) = next {
+            let bytes = frame.map_err(|e| {
+                ApiError::new(
+                    ErrorCode::InvalidObject,
+                    format!("the upload broke off ({e}); nothing of it was kept: send it again"),
+                )
+            })?;
+            size += bytes.len() as u64;
+            check(size)?;
+            digest.update(&bytes);
+            let mut rest = &bytes[..];
+            while !rest.is_empty() {
+                let take = (CHUNK - pending.len()).min(rest.len());
+                pending.extend_from_slice(&rest[..take]);
+                rest = &rest[take..];
+                if pending.len() == CHUNK {
+                    state
+                        .journal
+                        .put_blob_chunk(tenant, blob_id, seq, &pending)
+                        .await?;
+                    seq += 1;
+                    pending.clear();
+                }
+            }
+        }
+        if done {
+            break;
+        }
+    }
+    if !pending.is_empty() {
+        state
+            .journal
+            .put_blob_chunk(tenant, blob_id, seq, &pending)
+            .await?;
+    }
+    Ok(state
+        .journal
+        .finish_blob(tenant, blob_id, size, &digest.finalize())
+        .await?)
+}
+
+fn too_large(max: u64) -> ApiError {
+    crate::metrics::limit_refused("blob_bytes");
+    ApiError::new(
+        ErrorCode::PayloadTooLarge,
+        format!(
+            "a blob holds at most {max} bytes here (blobMaxBytes); nothing of this one was kept"
+        ),
+    )
+    .with_details(json!({"limit": "blobMaxBytes", "value": max}))
+}
+
+fn stored_full(max: u64) -> ApiError {
+    crate::metrics::limit_refused("stored_bytes");
+    ApiError::new(
+        ErrorCode::StoredBytesLimitReached,
+        format!(
+            "this organisation's blobs may hold {max} bytes together (storedBytes), and this \
+             upload would pass that; nothing of it was kept: erase sessions whose attachments \
+             are no longer needed, or ask the operator for a higher limit"
+        ),
+    )
+    .with_details(json!({"limit": "storedBytes", "value": max}))
+    .with_retry_after(60)
+}
+
+/// Downloads a blob, with the authorization of its session. `Range`
+/// (one range) answers 206; `ETag` is the SHA-256 (`If-None-Match`
+/// answers 304); raster images are `inline`, anything else an
+/// `attachment`; never sniffed (`X-Content-Type-Options: nosniff`), never
+/// run (`Content-Security-Policy: sandbox`). Another organisation's blob
+/// is 404.
+#[utoipa::path(get, path = "/v1/blobs/{blobId}", operation_id = "downloadBlob", tag = "blobs",
+    params(("blobId" = String, Path, description = "The blob (what follows narad://blobs/ in its reference)")),
+    responses(
+        (status = 200, description = "The bytes", content_type = "application/octet-stream", body = Vec<u8>),
+        (status = 206, description = "The bytes of the range asked for", content_type = "application/octet-stream", body = Vec<u8>),
+        (status = 304, description = "Not modified: the ETag matches If-None-Match"),
+        (status = 403, description = "NRD-0102: no `reader` role, or the token is limited to other sessions"),
+        (status = 404, description = "NRD-0007: no such blob, or its upload has not finished"),
+        (status = 416, description = "NRD-0010: the range names no byte of the blob"),
+    ),
+    security(("bearer" = [])))]
+pub async fn download(
+    State(state): State<AppState>,
+    principal: Principal,
+    Path(blob_id): Path<String>,
+    headers: HeaderMap,
+) -> ApiResult<Response> {
+    principal.require(Permission::Read)?;
+    let tenant = principal.tenant.clone();
+    let blob = state
+        .journal
+        .blob(&tenant, &blob_id)
+        .await?
+        .filter(|b| b.stored)
+        .ok_or_else(|| ApiError::new(ErrorCode::NotFound, "no blob has this id here"))?;
+    principal.require_session(&blob.session_id)?;
+    let etag = format!("\"{}\"", blob.sha256.as_deref().unwrap_or_default());
+    let mut response_headers = HeaderMap::new();
+    describe(&blob, &etag, &mut response_headers);
+    let not_modified = headers
+        .get(header::IF_NONE_MATCH)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.split(',').any(|t| t.trim() == etag || t.trim() == "*"));
+    if not_modified {
+        return Ok((StatusCode::NOT_MODIFIED, response_headers).into_response());
+    }
+    let size = blob.size_bytes;
+    let range = match headers.get(header::RANGE).map(|v| v.to_str()) {
+        None => None,
+        Some(text) => {
+            let ranges = text
+                .ok()
+                .and_then(|t| http_range_header::parse_range_header(t).ok())
+                .and_then(|r| r.validate(size).ok());
+            match ranges.as_deref() {
+                Some([one]) => Some(one.clone()),
+                // Several ranges: served whole, as RFC 9110 allows.
+                Some(_) => None,
+                None => {
+                    let mut refused = ApiError::new(
+                        ErrorCode::RangeNotSatisfiable,
+                        format!("the blob holds {size} bytes; ask for bytes=START-END within them"),
+                    )
+                    .with_field("Range", "not satisfiable")
+                    .into_response();
+                    refused.headers_mut().insert(
+                        header::CONTENT_RANGE,
+                        HeaderValue::from_str(&format!("bytes */{size}")).expect("ascii"),
+                    );
+                    return Ok(refused);
+                }
+            }
+        }
+    };
+    let (status, first, last) = match &range {
+        Some(r) => (StatusCode::PARTIAL_CONTENT, *r.start(), *r.end()),
+        None => (StatusCode::OK, 0, size.saturating_sub(1)),
+    };
+    let length = if size == 0 { 0 } else { last - first + 1 };
+    if range.is_some() {
+        response_headers.insert(
+            header::CONTENT_RANGE,
+            HeaderValue::from_str(&format!("bytes {first}-{last}/{size}")).expect("ascii"),
+        );
+    }
+    response_headers.insert(header::CONTENT_LENGTH, HeaderValue::from(length));
+    let body = if length == 0 {
+        Body::empty()
+    } else {
+        Body::from_stream(chunks(state, tenant, blob_id, first, last))
+    };
+    Ok((status, response_headers, body).into_response())
+}
+
+/// The headers of a blob's answer: type, disposition, ETag, and what keeps
+/// a browser from sniffing or running it.
+fn describe(blob: &BlobRecord, etag: &str, h: &mut HeaderMap) {
+    let essence = blob.media_type.split(';').next().unwrap_or_default().trim();
+    let inline = INLINE.contains(&essence);
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_str(&blob.media_type)
+            .unwrap_or(HeaderValue::from_static("application/octet-stream")),
+    );
+    h.insert(
+        header::CONTENT_DISPOSITION,
+        HeaderValue::from_str(&disposition(inline, &blob.name)).expect("ascii"),
+    );
+    h.insert(
+        header::ETAG,
+        HeaderValue::from_str(etag).expect("hex is ascii"),
+    );
+    h.insert(header::ACCEPT_RANGES, HeaderValue::from_static("bytes"));
+    h.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    h.insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static("sandbox; default-src 'none'"),
+    );
+    h.insert(
+        header::CACHE_CONTROL,
+        HeaderValue::from_static("private, max-age=0, must-revalidate"),
+    );
+}
+
+/// `Content-Disposition` for `name` (RFC 6266): an ASCII fallback and the
+/// UTF-8 name percent-encoded.
+fn disposition(inline: bool, name: &str) -> String {
+    let kind = if inline { "inline" } else { "attachment" };
+    let fallback: String = name
+        .chars()
+        .map(|c| {
+            if c.is_ascii_graphic() && c != '"' && c != '\\' || c == ' ' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    let encoded = percent_encoding::utf8_percent_encode(name, percent_encoding::NON_ALPHANUMERIC);
+    format!("{kind}; filename=\"{fallback}\"; filename*=UTF-8''{encoded}")
+}
+
+/// The bytes `first..=last` of a blob, read a chunk at a time.
+fn chunks(
+    state: AppState,
+    tenant: narad_journal::TenantId,
+    blob_id: String,
+    first: u64,
+    last: u64,
+) -> impl futures::Stream<Item = Result<axum::body::Bytes, std::io::Error>> {
+    let chunk = CHUNK as u64;
+    let from = (first / chunk) as i32;
+    let to = (last / chunk) as i32;
+    futures::stream::unfold(from, move |seq| {
+        let (state, tenant, blob_id) = (state.clone(), tenant.clone(), blob_id.clone());
+        async move {
+            if seq > to {
+                return None;
+            }
+            let read = state.journal.blob_chunk(&tenant, &blob_id, seq).await;
+            let data = match read {
+                Ok(Some(data)) => data,
+                Ok(None) => {
+                    return Some((
+                        Err(std::io::Error::other("a chunk of the blob is missing")),
+                        to + 1,
+                    ));
+                }
+                Err(e) => return Some((Err(std::io::Error::other(e.to_string())), to + 1)),
+            };
+            let start = u64::from(seq as u32) * chunk;
+            let lo = first.saturating_sub(start) as usize;
+            let hi = ((last + 1 - start) as usize).min(data.len());
+            Some((Ok(axum::body::Bytes::from(data).slice(lo..hi)), seq + 1))
+        }
+    })
+}

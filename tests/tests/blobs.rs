@@ -1,0 +1,284 @@
+//! Attachment and artifact bytes: an upload is streamed in chunks and
+//! digested, a download answers with the session's authorization, ranges,
+//! the digest as ETag and headers that keep a browser from running it;
+//! limits refuse with nothing kept; erasure takes the bytes too.
+
+use narad_server::auth::Role;
+use narad_server::quotas::{Limit, LimitValues};
+use narad_tests::*;
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+
+/// `text` percent-encoded for a query string.
+fn percent(text: &str) -> String {
+    text.bytes()
+        .map(|b| {
+            if b.is_ascii_alphanumeric() {
+                (b as char).to_string()
+            } else {
+                format!("%{b:02X}")
+            }
+        })
+        .collect()
+}
+
+/// Bytes that are not all alike (a chunk boundary shows in them).
+fn bytes(n: usize) -> Vec<u8> {
+    (0..n).map(|i| (i % 251) as u8 ^ (i / 251) as u8).collect()
+}
+
+async fn upload(
+    s: &Server,
+    t: &str,
+    session: &str,
+    name: &str,
+    media_type: &str,
+    body: Vec<u8>,
+) -> Answer {
+    let res = s
+        .http
+        .post(format!(
+            "{}/v1/sessions/{session}/blobs?name={}",
+            s.base,
+            percent(name)
+        ))
+        .bearer_auth(t)
+        .header("content-type", media_type)
+        .body(body)
+        .send()
+        .await
+        .expect("answers");
+    Answer::of(res).await
+}
+
+async fn download(s: &Server, t: &str, url: &str, headers: &[(&str, &str)]) -> reqwest::Response {
+    let mut req = s.http.get(format!("{}{url}", s.base)).bearer_auth(t);
+    for (k, v) in headers {
+        req = req.header(*k, *v);
+    }
+    req.send().await.expect("answers")
+}
+
+async fn blob_rows(s: &Server, tenant: &str) -> i64 {
+    let (db, conn) = tokio_postgres::connect(s.db.url(), tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(conn);
+    db.query_one(
+        "select (select count(*) from blobs where tenant_id = $1) \
+              + (select count(*) from blob_chunks where tenant_id = $1)",
+        &[&tenant],
+    )
+    .await
+    .unwrap()
+    .get(0)
+}
+
+#[tokio::test]
+async fn a_blob_goes_up_in_chunks_and_comes_back_whole_in_parts_and_never_runs() {
+    let s = Server::start().await;
+    let t = token(
+        "acme",
+        &[Role::Writer, Role::Reader, Role::Backend, Role::Admin],
+    );
+    open_session(&s, &t, "a").await;
+    let data = bytes(3 * 1024 * 1024 + 4321);
+    let up = upload(
+        &s,
+        &t,
+        "a",
+        "Q3 report – final.pdf",
+        "application/pdf",
+        data.clone(),
+    )
+    .await;
+    let up = up.expect(201).clone();
+    let id = up["blobId"].as_str().unwrap().to_owned();
+    assert_eq!(up["uri"], format!("narad://blobs/{id}"));
+    assert_eq!(up["sizeBytes"], data.len());
+    assert_eq!(up["sha256"], hex::encode(Sha256::digest(&data)));
+    assert_eq!(up["mediaType"], "application/pdf");
+    assert_eq!(up["sessionId"], "a");
+    let url = up["url"].as_str().unwrap().to_owned();
+
+    // Whole, with the headers that keep it a download.
+    let got = download(&s, &t, &url, &[]).await;
+    assert_eq!(got.status(), 200);
+    let h = got.headers().clone();
+    assert_eq!(h["content-type"], "application/pdf");
+    assert_eq!(h["x-content-type-options"], "nosniff");
+    assert!(
+        h["content-security-policy"]
+            .to_str()
+            .unwrap()
+            .contains("sandbox")
+    );
+    let disposition = h["content-disposition"].to_str().unwrap();
+    assert!(disposition.starts_with("attachment;"), "{disposition}");
+    assert!(
+        disposition.contains("filename*=UTF-8''Q3%20report%20%E2%80%93%20final%2Epdf"),
+        "{disposition}"
+    );
+    let etag = h["etag"].to_str().unwrap().to_owned();
+    assert_eq!(etag, format!("\"{}\"", up["sha256"].as_str().unwrap()));
+    assert_eq!(got.bytes().await.unwrap().to_vec(), data);
+
+    // A range across a chunk boundary, a suffix, one past the end.
+    let mib = 1024 * 1024;
+    let part = download(
+        &s,
+        &t,
+        &url,
+        &[("range", &format!("bytes={}-{}", mib - 5, mib + 9))],
+    )
+    .await;
+    assert_eq!(part.status(), 206);
+    assert_eq!(
+        part.headers()["content-range"],
+        format!("bytes {}-{}/{}", mib - 5, mib + 9, data.len()).as_str()
+    );
+    assert_eq!(
+        part.bytes().await.unwrap().to_vec(),
+        data[mib - 5..=mib + 9]
+    );
+    let tail = download(&s, &t, &url, &[("range", "bytes=-10")]).await;
+    assert_eq!(tail.status(), 206);
+    assert_eq!(
+        tail.bytes().await.unwrap().to_vec(),
+        data[data.len() - 10..]
+    );
+    let past = download(
+        &s,
+        &t,
+        &url,
+        &[("range", &format!("bytes={}-", data.len()))],
+    )
+    .await;
+    assert_eq!(past.status(), 416);
+    assert_eq!(
+        past.headers()["content-range"],
+        format!("bytes */{}", data.len()).as_str()
+    );
+    let past: Value = past.json().await.unwrap();
+    assert_eq!(past["code"], "NRD-0010");
+    // Not modified.
+    let same = download(&s, &t, &url, &[("if-none-match", &etag)]).await;
+    assert_eq!(same.status(), 304);
+
+    // Raster images show in the page; SVG (scriptable) is a download.
+    for (media, inline) in [
+        ("image/png", true),
+        ("image/svg+xml", false),
+        ("text/html", false),
+    ] {
+        let up = upload(&s, &t, "a", "x", media, b"<svg onload=alert(1)>".to_vec()).await;
+        let url = up.expect(201)["url"].as_str().unwrap().to_owned();
+        let got = download(&s, &t, &url, &[]).await;
+        let d = got.headers()["content-disposition"]
+            .to_str()
+            .unwrap()
+            .to_owned();
+        assert_eq!(d.starts_with("inline;"), inline, "{media}: {d}");
+        assert_eq!(got.headers()["x-content-type-options"], "nosniff");
+    }
+
+    // Another organisation's blob does not exist; a token limited to
+    // another session may not read it.
+    let globex = token("globex", &[Role::Reader]);
+    assert_eq!(download(&s, &globex, &url, &[]).await.status(), 404);
+    let limited = hs256(&{
+        let mut c = claims("acme", "limited", &[Role::Reader]);
+        c.sessions = Some(vec!["b".into()]);
+        c
+    });
+    assert_eq!(download(&s, &limited, &url, &[]).await.status(), 403);
+
+    // Bad input is named.
+    let a = upload(&s, &t, "a", "a/b", "text/plain", b"x".to_vec()).await;
+    assert_eq!(a.status, 400);
+    assert!(a.body["fields"].get("name").is_some(), "{}", a.body);
+    let a = upload(&s, &t, "a", "ok.txt", "not a type", b"x".to_vec()).await;
+    assert_eq!(a.status, 400);
+    assert!(a.body["fields"].get("Content-Type").is_some(), "{}", a.body);
+    assert_eq!(
+        upload(&s, &t, "nope", "x", "text/plain", b"x".to_vec())
+            .await
+            .status,
+        404
+    );
+
+    // Erased with its session: the bytes too.
+    assert!(blob_rows(&s, "acme").await > 0);
+    s.call(reqwest::Method::DELETE, "/v1/sessions/a", Some(&t), None)
+        .await
+        .expect(200);
+    assert_eq!(download(&s, &t, &url, &[]).await.status(), 404);
+    assert_eq!(blob_rows(&s, "acme").await, 0);
+    let gone = upload(&s, &t, "a", "x", "text/plain", b"x".to_vec()).await;
+    assert_eq!(gone.status, 410, "{}", gone.body);
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn blob_limits_refuse_with_nothing_kept() {
+    let mib = 1024 * 1024;
+    let s = Server::start_with_limits(
+        LimitValues::default()
+            .with(Limit::BlobMaxBytes, Some(2 * mib as u64))
+            .with(Limit::StoredBytes, Some(3 * mib as u64)),
+    )
+    .await;
+    let t = token("acme", &[Role::Writer, Role::Reader, Role::Backend]);
+    open_session(&s, &t, "a").await;
+    let big = upload(
+        &s,
+        &t,
+        "a",
+        "big.bin",
+        "application/octet-stream",
+        bytes(2 * mib + 1),
+    )
+    .await;
+    assert_eq!(big.status, 413, "{}", big.body);
+    assert_eq!(big.body["code"], "NRD-0006");
+    assert_eq!(big.body["details"]["limit"], "blobMaxBytes");
+    assert_eq!(blob_rows(&s, "acme").await, 0);
+    upload(
+        &s,
+        &t,
+        "a",
+        "one.bin",
+        "application/octet-stream",
+        bytes(2 * mib),
+    )
+    .await
+    .expect(201);
+    let full = upload(
+        &s,
+        &t,
+        "a",
+        "two.bin",
+        "application/octet-stream",
+        bytes(2 * mib),
+    )
+    .await;
+    assert_eq!(full.status, 429, "{}", full.body);
+    assert_eq!(full.body["code"], "NRD-0606");
+    assert!(full.retry_after.is_some());
+    // One blob of three chunks' worth (two chunks) and its row.
+    assert_eq!(blob_rows(&s, "acme").await, 3);
+    // Another organisation has its own bytes.
+    let g = token("globex", &[Role::Writer, Role::Reader, Role::Backend]);
+    open_session(&s, &g, "g").await;
+    upload(
+        &s,
+        &g,
+        "g",
+        "g.bin",
+        "application/octet-stream",
+        bytes(2 * mib),
+    )
+    .await
+    .expect(201);
+    s.stop().await;
+}
