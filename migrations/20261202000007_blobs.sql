@@ -88,3 +88,31 @@ begin
   return erased;
 end
 $$;
+
+-- Events that name a blob, found without reading a session's history.
+create index events_blob_references on events (tenant_id, session_id, (body ->> 'uri'))
+  where body ->> 'uri' like 'narad://blobs/%';
+create index blobs_by_age on blobs (created_at);
+
+-- Blobs older than `p_age_seconds` that no event names (uploads never
+-- referenced, or never finished), across tenants: the collector's list.
+create function blobs_unreferenced(p_age_seconds double precision, p_max int)
+returns table (tenant_id text, blob_id text)
+language sql stable security definer set search_path = pg_catalog, public, pg_temp
+as $$
+  select b.tenant_id, b.blob_id from public.blobs b
+  where b.created_at < now() - make_interval(secs => p_age_seconds)
+    and not exists (
+      select 1 from public.events e
+      where e.tenant_id = b.tenant_id and e.session_id = b.session_id
+        and e.body ->> 'uri' like 'narad://blobs/%'
+        and e.body ->> 'uri' = 'narad://blobs/' || b.blob_id)
+  order by b.created_at
+  limit p_max
+$$;
+
+revoke all on function blobs_unreferenced(double precision, int) from public;
+grant execute on function blobs_unreferenced(double precision, int) to narad_app;
+
+-- Read across tenants by the function above, as the table's owner.
+alter table blobs no force row level security;

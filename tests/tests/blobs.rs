@@ -6,7 +6,7 @@
 use narad_server::auth::Role;
 use narad_server::quotas::{Limit, LimitValues};
 use narad_tests::*;
-use serde_json::Value;
+use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
 /// `text` percent-encoded for a query string.
@@ -280,5 +280,182 @@ async fn blob_limits_refuse_with_nothing_kept() {
     )
     .await
     .expect(201);
+    s.stop().await;
+}
+
+/// The session's history, by type.
+async fn typed(s: &Server, t: &str, session: &str, ty: &str) -> Vec<Value> {
+    whole_history(s, t, session)
+        .await
+        .into_iter()
+        .filter(|e| e["type"] == ty)
+        .collect()
+}
+
+#[tokio::test]
+async fn a_referenced_blob_is_followed_by_the_servers_ready_or_failed() {
+    let s = Server::start().await;
+    let t = token("acme", &[Role::Writer, Role::Reader, Role::Backend]);
+    open_session(&s, &t, "a").await;
+    open_session(&s, &t, "b").await;
+    let up = upload(&s, &t, "a", "chart.png", "image/png", bytes(5000)).await;
+    let up = up.expect(201).clone();
+    let uri = up["uri"].as_str().unwrap().to_owned();
+    let sha = up["sha256"].as_str().unwrap().to_owned();
+
+    // A backend adds it as an artifact of run r1 and as an attachment
+    // with the wrong digest: ready for the one, failed for the other.
+    let batch = json!({"events": [
+        {"protocolVersion": "narad/v1", "type": "artifact.added", "eventId": "art-add",
+         "rootRunId": "r1", "runId": "r1", "artifactId": "chart", "name": "chart.png",
+         "mediaType": "image/png", "sizeBytes": 5000, "sha256": sha, "uri": uri},
+        {"protocolVersion": "narad/v1", "type": "attachment.added", "eventId": "att-add",
+         "attachmentId": "att-1", "name": "chart.png", "mediaType": "image/png",
+         "sha256": "00".repeat(32), "uri": uri},
+    ]});
+    s.post("/v1/sessions/a/events", &t, &batch).await.expect(201);
+    // Sent again (a retry): the server's outcomes are not repeated.
+    s.post("/v1/sessions/a/events", &t, &batch).await.expect(200);
+    let ready = typed(&s, &t, "a", "artifact.ready").await;
+    assert_eq!(ready.len(), 1, "{ready:?}");
+    assert_eq!(ready[0]["artifactId"], "chart");
+    assert_eq!(ready[0]["uri"], uri);
+    assert_eq!(ready[0]["runId"], "r1");
+    let failed = typed(&s, &t, "a", "attachment.failed").await;
+    assert_eq!(failed.len(), 1, "{failed:?}");
+    assert_eq!(failed[0]["code"], "digest_mismatch");
+    assert!(typed(&s, &t, "a", "attachment.ready").await.is_empty());
+
+    // References the tenant does not hold for the session are refused,
+    // with nothing written: another session's, another tenant's, none.
+    let g = token("globex", &[Role::Writer, Role::Reader, Role::Backend]);
+    open_session(&s, &g, "g").await;
+    let theirs = upload(&s, &g, "g", "x.txt", "text/plain", b"x".to_vec()).await;
+    let theirs = theirs.expect(201)["uri"].as_str().unwrap().to_owned();
+    let before = whole_history(&s, &t, "b").await.len();
+    for (i, reference) in [uri.clone(), theirs, "narad://blobs/nope".to_owned()]
+        .into_iter()
+        .enumerate()
+    {
+        let refused = s
+            .post(
+                "/v1/sessions/b/events",
+                &t,
+                &json!({"events": [{"protocolVersion": "narad/v1", "type": "attachment.added",
+                    "eventId": format!("bad-{i}"), "attachmentId": format!("bad-{i}"),
+                    "name": "x", "mediaType": "text/plain", "uri": reference}]}),
+            )
+            .await;
+        assert_eq!(refused.status, 409, "{}", refused.body);
+        assert_eq!(refused.body["code"], "NRD-0209");
+        assert!(refused.body["fields"].get("/events/0/uri").is_some(), "{}", refused.body);
+    }
+    assert_eq!(whole_history(&s, &t, "b").await.len(), before);
+    // Other references are the deployer's business, as before.
+    s.post(
+        "/v1/sessions/b/events",
+        &t,
+        &json!({"events": [{"protocolVersion": "narad/v1", "type": "attachment.added",
+            "eventId": "ext", "attachmentId": "ext", "name": "x", "mediaType": "text/plain",
+            "uri": "https://files.example.com/x"}]}),
+    )
+    .await
+    .expect(201);
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn a_person_uploads_an_attachment_and_sends_it_with_a_message() {
+    let s = Server::start().await;
+    let t = token("acme", &[Role::Writer, Role::Reader, Role::Backend]);
+    let person = token("acme", &[Role::Writer, Role::Reader]);
+    s.post("/v1/sessions", &t, &json!({"sessionId": "a"}))
+        .await
+        .expect(201);
+    let res = s
+        .http
+        .post(format!("{}/v1/sessions/a/blobs?name=notes.txt&attachmentId=att-9", s.base))
+        .bearer_auth(&person)
+        .header("content-type", "text/plain; charset=utf-8")
+        .body("remember the milk")
+        .send()
+        .await
+        .unwrap();
+    let up = Answer::of(res).await;
+    let up = up.expect(201).clone();
+    assert_eq!(up["attachmentId"], "att-9");
+    let added = typed(&s, &t, "a", "attachment.added").await;
+    assert_eq!(added.len(), 1);
+    assert_eq!(added[0]["uri"], up["uri"]);
+    assert_eq!(added[0]["sha256"], up["sha256"]);
+    assert_eq!(added[0]["sizeBytes"], 17);
+    let ready = typed(&s, &t, "a", "attachment.ready").await;
+    assert_eq!(ready.len(), 1);
+    assert_eq!(ready[0]["attachmentId"], "att-9");
+    s.post(
+        "/v1/commands/record-user-message",
+        &person,
+        &json!({"sessionId": "a", "messageScope": "session", "content": "see attached",
+                "attachmentIds": ["att-9"]}),
+    )
+    .await
+    .expect(201);
+    // The same attachmentId again: refused, and the second upload's bytes
+    // are not kept.
+    let again = s
+        .http
+        .post(format!("{}/v1/sessions/a/blobs?name=n.txt&attachmentId=att-9", s.base))
+        .bearer_auth(&person)
+        .body("again")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(again.status(), 409);
+    assert_eq!(blob_rows(&s, "acme").await, 2, "one blob, one chunk");
+    // A backend may upload, but adds attachments by appending.
+    let backend = token("acme", &[Role::Backend]);
+    let res = s
+        .http
+        .post(format!("{}/v1/sessions/a/blobs?name=n.txt&attachmentId=att-10", s.base))
+        .bearer_auth(&backend)
+        .body("x")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 403);
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn blobs_no_event_names_are_collected_and_named_ones_stay() {
+    let s = Server::start_with_runtime(narad_server::runtime::RuntimeSettings {
+        sweep_interval: std::time::Duration::from_millis(100),
+        retention_sweep: std::time::Duration::from_millis(100),
+        blob_unreferenced_after: std::time::Duration::from_secs(1),
+        ..Default::default()
+    })
+    .await;
+    let t = token("acme", &[Role::Writer, Role::Reader, Role::Backend]);
+    open_session(&s, &t, "a").await;
+    let unused = upload(&s, &t, "a", "unused.bin", "application/octet-stream", bytes(10)).await;
+    let unused = unused.expect(201)["url"].as_str().unwrap().to_owned();
+    let used = upload(&s, &t, "a", "used.bin", "application/octet-stream", bytes(10)).await;
+    let used = used.expect(201).clone();
+    s.append(
+        &t,
+        "a",
+        &[json!({"protocolVersion": "narad/v1", "type": "attachment.added", "eventId": "u",
+            "attachmentId": "u", "name": "used.bin", "mediaType": "application/octet-stream",
+            "uri": used["uri"]})],
+    )
+    .await;
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(15);
+    while download(&s, &t, &unused, &[]).await.status() != 404 {
+        assert!(tokio::time::Instant::now() < deadline, "the unused blob is collected");
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    let url = used["url"].as_str().unwrap();
+    assert_eq!(download(&s, &t, url, &[]).await.status(), 200);
+    assert!(Scrape::of(&s).await.get("narad_blobs_collected_total") >= 1.0);
     s.stop().await;
 }

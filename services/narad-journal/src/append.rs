@@ -261,6 +261,7 @@ impl Journal {
             .enumerate()
             .map(|(i, p)| prepare(i, p, session_id))
             .collect::<Result<Vec<_>, _>>()?;
+        self.check_references(tenant, session_id, proposals).await?;
         let appended = self
             .combiner
             .submit(Request {
@@ -270,6 +271,14 @@ impl Journal {
                 options,
             })
             .await;
+        if appended.is_ok()
+            && let Err(e) = self
+                .settle_references(tenant, session_id, proposals)
+                .await
+        {
+            // The batch stands; a retry of it settles again.
+            tracing::warn!(error = %e, "cannot append the outcome of an added blob reference yet");
+        }
         match appended {
             // Said as every other route says it: an erased session is 410.
             Err(JournalError::SessionNotFound(id)) if self.session_erased(tenant, &id).await => {

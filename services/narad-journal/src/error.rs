@@ -121,6 +121,15 @@ pub enum JournalError {
     /// An append without the lease to a run journal a runtime holds.
     #[error("{0}")]
     RuntimeLeaseRequired(String),
+    /// An event names a blob (`narad://blobs/{id}`) this tenant does not
+    /// hold for the session, or whose upload has not finished.
+    #[error("event {index} of the batch: {message}")]
+    ReferenceNotHeld {
+        /// The event's position in the batch, from 0.
+        index: usize,
+        /// What is wrong with the reference.
+        message: String,
+    },
     /// A tenant's quota is reached (sessions, attached executors); `code`
     /// names the limit.
     #[error("{message}")]
@@ -169,6 +178,7 @@ impl JournalError {
             JournalError::RuntimeLeaseNotCurrent(_) => ErrorCode::RuntimeLeaseNotCurrent,
             JournalError::RuntimeLeaseRequired(_) => ErrorCode::RuntimeLeaseRequired,
             JournalError::LimitReached { code, .. } => *code,
+            JournalError::ReferenceNotHeld { .. } => ErrorCode::ReferenceNotHeld,
             JournalError::Database(_) | JournalError::Pool(_) if self.is_unreachable() => {
                 ErrorCode::DatabaseUnavailable
             }
@@ -205,6 +215,10 @@ impl JournalError {
                 format!("/events/{index}{}", violation.field.as_deref().unwrap_or("")),
                 violation.message.clone(),
             ),
+            JournalError::ReferenceNotHeld { index, message } => {
+                ErrorBody::new(self.code(), format!("event {index} of the batch: {message}"))
+                    .with_field(format!("/events/{index}/uri"), message.clone())
+            }
             JournalError::Ambiguous { pointer, message }
             | JournalError::InvalidBody { pointer, message } => {
                 ErrorBody::new(self.code(), message.clone()).with_field(*pointer, message.clone())

@@ -37,6 +37,7 @@ pub mod limits;
 pub mod openapi;
 pub mod operations;
 pub mod quotas;
+pub mod references;
 pub mod rebuild;
 pub mod relay;
 pub mod runtime;

@@ -90,6 +90,9 @@ error_codes! {
     /// The session was erased: nothing of it is kept, and its id and its
     /// events' ids cannot be used again.
     SessionErased = "NRD-0208", 410, "Session erased";
+    /// An event names a blob (`narad://blobs/{id}`) this tenant does not
+    /// hold for the session, or whose upload has not finished.
+    ReferenceNotHeld = "NRD-0209", 409, "Blob reference not held";
     /// History cursors that identify different positions.
     CursorConflict = "NRD-0301", 400, "Cursor conflict";
     /// A stream cursor past anything the store holds.

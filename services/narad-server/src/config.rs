@@ -177,6 +177,10 @@ pub struct Config {
     /// The largest blob (attachment or artifact bytes) one upload may hold.
     #[arg(long, env = "NARAD_BLOB_MAX_BYTES", default_value_t = 256 * 1024 * 1024)]
     pub blob_max_bytes: u64,
+    /// How long an uploaded blob may go unreferenced by any event before it
+    /// is collected, in seconds.
+    #[arg(long, env = "NARAD_BLOB_UNREFERENCED_SECONDS", default_value_t = 86_400)]
+    pub blob_unreferenced_seconds: u64,
     /// The bytes an organisation's blobs may hold together; unset: no limit.
     #[arg(long, env = "NARAD_LIMIT_STORED_BYTES")]
     pub limit_stored_bytes: Option<u64>,
@@ -285,6 +289,7 @@ impl Config {
                 .interrupt_default_expiry_seconds
                 .map(Duration::from_secs),
             retention_sweep: Duration::from_secs(self.retention_sweep_seconds),
+            blob_unreferenced_after: Duration::from_secs(self.blob_unreferenced_seconds),
             ..crate::runtime::RuntimeSettings::default()
         };
         settings.validate()?;

@@ -1,7 +1,7 @@
 //! The erasure sweeper: on one replica at a time, it works through the
 //! tenant erasures asked for (a bounded batch of sessions each pass,
-//! resumable after a crash) and applies each organisation's retention
-//! policy (`retentionDays`).
+//! resumable after a crash), applies each organisation's retention
+//! policy (`retentionDays`), and collects blobs no event names.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -39,6 +39,7 @@ pub async fn sweep(
                 erase_tenants(&journal).await?;
                 if retention_due {
                     apply_retention(&journal, &quotas).await?;
+                    collect_blobs(&journal, settings.blob_unreferenced_after).await?;
                 }
                 Ok::<_, JournalError>(())
             })
@@ -63,6 +64,19 @@ pub async fn erase_tenants(journal: &Journal) -> Result<(), JournalError> {
         if done {
             tracing::info!(tenant = %tenant, "a tenant's erasure finished");
         }
+    }
+    Ok(())
+}
+
+/// Deletes blobs no event has named for `after` (uploads never used, or
+/// never finished).
+pub async fn collect_blobs(
+    journal: &Journal,
+    after: std::time::Duration,
+) -> Result<(), JournalError> {
+    for (tenant, blob_id) in journal.blobs_unreferenced(after, 500).await? {
+        journal.discard_blob(&tenant, &blob_id).await?;
+        crate::metrics::blob_collected();
     }
     Ok(())
 }

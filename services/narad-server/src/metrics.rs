@@ -172,6 +172,11 @@ pub fn limit_refused(limit: &'static str) {
     metrics::counter!("narad_limit_refusals_total", "limit" => limit).increment(1);
 }
 
+/// Counts a blob the collector deleted: no event named it in time.
+pub fn blob_collected() {
+    metrics::counter!("narad_blobs_collected_total").increment(1);
+}
+
 /// Counts an erased session, by why.
 pub fn session_erased(reason: narad_journal::ErasureReason) {
     metrics::counter!("narad_sessions_erased_total", "reason" => reason.as_str()).increment(1);
@@ -258,6 +263,7 @@ fn initialize() {
     ] {
         metrics::counter!("narad_limit_refusals_total", "limit" => limit).absolute(0);
     }
+    metrics::counter!("narad_blobs_collected_total").absolute(0);
     for reason in ["request", "retention", "tenant"] {
         metrics::counter!("narad_sessions_erased_total", "reason" => reason).absolute(0);
     }
@@ -292,6 +298,10 @@ fn describe() {
     describe_counter!(
         "narad_audit_write_failures_total",
         "Commands and admin actions that took effect but could not be recorded in the audit log (logged with their request id)"
+    );
+    describe_counter!(
+        "narad_blobs_collected_total",
+        "Uploaded blobs deleted because no event named them within NARAD_BLOB_UNREFERENCED_SECONDS"
     );
     describe_counter!(
         "narad_sessions_erased_total",

@@ -31,6 +31,9 @@ pub struct RuntimeSettings {
     pub interrupt_default_expiry: Option<Duration>,
     /// How often the erasure sweeper applies retention policies.
     pub retention_sweep: Duration,
+    /// How long an uploaded blob may go unreferenced by any event before
+    /// the collector deletes it.
+    pub blob_unreferenced_after: Duration,
 }
 
 impl Default for RuntimeSettings {
@@ -42,6 +45,7 @@ impl Default for RuntimeSettings {
             defaults: WorkDefaults::default(),
             interrupt_default_expiry: None,
             retention_sweep: Duration::from_secs(300),
+            blob_unreferenced_after: Duration::from_secs(24 * 3600),
         }
     }
 }
@@ -55,6 +59,7 @@ impl RuntimeSettings {
             ("runtime sweep interval", self.sweep_interval),
             ("runtime repair stall deadline", self.stall),
             ("retention sweep interval", self.retention_sweep),
+            ("unreferenced blob lifetime", self.blob_unreferenced_after),
         ] {
             if d.is_zero() {
                 return Err(format!("the {name} must be more than 0 ms"));

@@ -8,6 +8,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 mod bench;
+mod bench_blobs;
 mod bench_limits;
 mod bench_stream;
 mod demo_agent;
@@ -91,6 +92,9 @@ enum BenchCommand {
     /// another floods at ten times its event rate, with and without
     /// per-tenant limits, beside the first alone.
     Limits(bench_limits::LimitsBench),
+    /// A large blob up and down through the server, beside cp and cat of
+    /// the same bytes, with the server's memory while it streams.
+    Blobs(bench_blobs::BlobsBench),
 }
 
 #[derive(Subcommand)]
@@ -143,6 +147,9 @@ fn main() -> ExitCode {
             .map(|()| ExitCode::SUCCESS),
         Command::Bench(BenchCommand::Limits(args)) => runtime()
             .block_on(bench_limits::limits(&args))
+            .map(|()| ExitCode::SUCCESS),
+        Command::Bench(BenchCommand::Blobs(args)) => runtime()
+            .block_on(bench_blobs::blobs(&args))
             .map(|()| ExitCode::SUCCESS),
         Command::Config(config) => print_config(&config),
         Command::Serve(config) => {

@@ -57,6 +57,11 @@ pub struct Blob {
     pub size_bytes: u64,
     /// SHA-256 of its bytes, hex (also its `ETag`).
     pub sha256: String,
+    /// With `?attachmentId=`: the attachment added to the session (its
+    /// `attachment.added` appended; the server's `attachment.ready`
+    /// follows).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub attachment_id: Option<String>,
 }
 
 impl Blob {
@@ -70,6 +75,7 @@ impl Blob {
             media_type: r.media_type,
             size_bytes: r.size_bytes,
             sha256: r.sha256.unwrap_or_default(),
+            attachment_id: None,
         }
     }
 }
@@ -134,6 +140,7 @@ fn media_type(headers: &HeaderMap) -> ApiResult<String> {
 #[utoipa::path(post, path = "/v1/sessions/{sessionId}/blobs", operation_id = "uploadBlob", tag = "blobs",
     params(
         ("sessionId" = String, Path, description = "The session the blob belongs to"),
+        ("attachmentId" = Option<String>, Query, min_length = 1, max_length = 256, description = "Add the blob to the session as this attachment, on behalf of the caller (role `writer`): `attachment.added` with the caller as actor, then the server's `attachment.ready`"),
         ("name" = String, Query, min_length = 1, max_length = 255, pattern = r"^[^/\\\u0000-\u001F\u007F-\u009F]+$", description = "The file name: no path separators, no control characters"),
     ),
     request_body(content = Vec<u8>, content_type = "application/octet-stream", description = "The bytes; Content-Type declares their media type"),
@@ -158,7 +165,24 @@ pub async fn upload(
         .or_else(|_| principal.require(Permission::Append))?;
     principal.require_session(&session_id)?;
     let name = file_name(query.text("name"))?;
+    let attachment_id = query.text("attachmentId");
     query.finish()?;
+    let attach_as = match &attachment_id {
+        None => None,
+        Some(id) => {
+            principal.require(Permission::Command)?;
+            narad_protocol::primitives::AttachmentId::new(id.clone()).map_err(|e| {
+                ApiError::new(ErrorCode::InvalidParameter, format!("attachmentId: {e}"))
+                    .with_field("attachmentId", e)
+            })?;
+            let session = narad_protocol::primitives::SessionId::new(session_id.clone())
+                .map_err(|e| {
+                    ApiError::new(ErrorCode::InvalidParameter, format!("sessionId: {e}"))
+                        .with_field("sessionId", e)
+                })?;
+            Some(principal.caller().authorize(&session)?)
+        }
+    };
     let media_type = media_type(&headers)?;
     let tenant = &principal.tenant;
     let (max_blob, max_stored) = state.quotas.blob_limits(tenant).await?;
@@ -193,8 +217,23 @@ pub async fn upload(
         Ok(())
     })
     .await;
+    let stored = match (stored, &attach_as, &attachment_id) {
+        (Ok(record), Some(auth), Some(id)) => state
+            .journal
+            .attach_blob(auth, &record, id)
+            .await
+            .map(|_| record)
+            .map_err(ApiError::from),
+        (other, _, _) => other,
+    };
     match stored {
-        Ok(record) => Ok((StatusCode::CREATED, Json(Blob::of(record)))),
+        Ok(record) => Ok((
+            StatusCode::CREATED,
+            Json(Blob {
+                attachment_id,
+                ..Blob::of(record)
+            }),
+        )),
         Err(e) => {
             // Nothing of a refused or broken upload is kept.
             if let Err(d) = state.journal.discard_blob(tenant, &blob_id).await {

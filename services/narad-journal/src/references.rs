@@ -1,0 +1,171 @@
+//! Events that name blobs (`narad://blobs/{id}`, §9.5): a batch may name
+//! only blobs its tenant holds, stored, in the same session; an
+//! `attachment.added` / `artifact.added` naming one is followed by the
+//! server's `*.ready` (the bytes are there and match) or `*.failed` (their
+//! digest or size differs from what the event declares).
+
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+
+use crate::{AppendOptions, Journal, JournalError, TenantId};
+use narad_protocol::primitives::SessionId;
+
+/// The prefix of a reference to a blob narad holds.
+pub const BLOB_REFERENCE: &str = "narad://blobs/";
+
+/// The types that may carry a blob reference, with the id field of each.
+const CARRIERS: &[(&str, &str)] = &[
+    ("attachment.added", "attachmentId"),
+    ("attachment.ready", "attachmentId"),
+    ("artifact.added", "artifactId"),
+    ("artifact.ready", "artifactId"),
+];
+
+/// A blob named by event `index` of a batch.
+struct Named<'a> {
+    index: usize,
+    blob_id: &'a str,
+}
+
+fn named(proposals: &[Value]) -> Vec<Named<'_>> {
+    proposals
+        .iter()
+        .enumerate()
+        .filter(|(_, p)| CARRIERS.iter().any(|(t, _)| p["type"] == *t))
+        .filter_map(|(index, p)| {
+            let blob_id = p["uri"].as_str()?.strip_prefix(BLOB_REFERENCE)?;
+            Some(Named { index, blob_id })
+        })
+        .collect()
+}
+
+impl Journal {
+    /// Refuses a batch naming a blob `tenant` does not hold, stored, for
+    /// `session`: another tenant's blob, another session's, or an upload
+    /// under way are all [`JournalError::ReferenceNotHeld`].
+    pub(crate) async fn check_references(
+        &self,
+        tenant: &TenantId,
+        session: &SessionId,
+        proposals: &[Value],
+    ) -> Result<(), JournalError> {
+        for n in named(proposals) {
+            let blob = self.blob(tenant, n.blob_id).await?;
+            let problem = match blob {
+                None => "names a blob this organisation does not hold",
+                Some(b) if b.session_id != session.as_str() => {
+                    "names a blob of another session; upload it to this session"
+                }
+                Some(b) if !b.stored => "names a blob whose upload has not finished",
+                Some(_) => continue,
+            };
+            return Err(JournalError::ReferenceNotHeld {
+                index: n.index,
+                message: format!("{problem} ({BLOB_REFERENCE}{})", n.blob_id),
+            });
+        }
+        Ok(())
+    }
+
+    /// Appends, as the server, the `*.ready` (or `*.failed`) of each
+    /// `*.added` of `proposals` that names a blob and whose outcome the
+    /// batch does not itself carry. Their eventIds derive from the added
+    /// event's, so settling twice (a retried batch) appends once.
+    pub(crate) async fn settle_references(
+        &self,
+        tenant: &TenantId,
+        session: &SessionId,
+        proposals: &[Value],
+    ) -> Result<(), JournalError> {
+        for n in named(proposals) {
+            let added = &proposals[n.index];
+            let Some(kind) = added["type"].as_str().and_then(|t| t.strip_suffix(".added")) else {
+                continue;
+            };
+            let id_field = if kind == "attachment" {
+                "attachmentId"
+            } else {
+                "artifactId"
+            };
+            let id = &added[id_field];
+            let settled = proposals.iter().any(|p| {
+                p[id_field] == *id
+                    && (p["type"] == format!("{kind}.ready") || p["type"] == format!("{kind}.failed"))
+            });
+            if settled {
+                continue;
+            }
+            let Some(blob) = self.blob(tenant, n.blob_id).await? else {
+                continue;
+            };
+            let digest = blob.sha256.clone().unwrap_or_default();
+            let mismatch = if added["sha256"]
+                .as_str()
+                .is_some_and(|d| !d.eq_ignore_ascii_case(&digest))
+            {
+                Some(("digest_mismatch", "the bytes' SHA-256 differs from the event's sha256"))
+            } else if added["sizeBytes"]
+                .as_u64()
+                .is_some_and(|s| s != blob.size_bytes)
+            {
+                Some(("size_mismatch", "the bytes' size differs from the event's sizeBytes"))
+            } else {
+                None
+            };
+            let added_id = added["eventId"].as_str().unwrap_or_default();
+            let outcome = if mismatch.is_some() { "failed" } else { "ready" };
+            let event_id = format!(
+                "srv-{}",
+                &hex::encode(Sha256::digest(format!("{added_id}\n{outcome}")))[..32]
+            );
+            let mut event = json!({
+                "protocolVersion": "narad/v1",
+                "type": format!("{kind}.{outcome}"),
+                "eventId": event_id,
+                id_field: id,
+            });
+            match mismatch {
+                Some((code, message)) => {
+                    event["code"] = json!(code);
+                    event["message"] = json!(message);
+                }
+                None => event["uri"] = added["uri"].clone(),
+            }
+            // An artifact is a run's: its outcome goes to the same run.
+            for field in ["rootRunId", "runId", "workflowId"] {
+                if let Some(v) = added.get(field) {
+                    event[field] = v.clone();
+                }
+            }
+            Box::pin(self.append(tenant, session, &[event], AppendOptions::default())).await?;
+        }
+        Ok(())
+    }
+}
+
+impl Journal {
+    /// Adds a stored blob to its session as attachment `attachment_id` on
+    /// behalf of a person: `attachment.added` (name, media type, size,
+    /// digest and reference) with the caller as actor, then the server's
+    /// `attachment.ready`. Answers what the `attachment.added` appended.
+    pub async fn attach_blob(
+        &self,
+        auth: &crate::Authorized,
+        blob: &crate::BlobRecord,
+        attachment_id: &str,
+    ) -> Result<crate::Appended, JournalError> {
+        let event = json!({
+            "protocolVersion": "narad/v1",
+            "type": "attachment.added",
+            "eventId": narad_protocol::primitives::EventId::new_v7(),
+            "attachmentId": attachment_id,
+            "name": blob.name,
+            "mediaType": blob.media_type,
+            "sizeBytes": blob.size_bytes,
+            "sha256": blob.sha256,
+            "uri": format!("{BLOB_REFERENCE}{}", blob.blob_id),
+        });
+        self.append(auth.tenant(), auth.session(), &[event], auth.options())
+            .await
+    }
+}
