@@ -313,9 +313,13 @@ async fn a_referenced_blob_is_followed_by_the_servers_ready_or_failed() {
          "attachmentId": "att-1", "name": "chart.png", "mediaType": "image/png",
          "sha256": "00".repeat(32), "uri": uri},
     ]});
-    s.post("/v1/sessions/a/events", &t, &batch).await.expect(201);
+    s.post("/v1/sessions/a/events", &t, &batch)
+        .await
+        .expect(201);
     // Sent again (a retry): the server's outcomes are not repeated.
-    s.post("/v1/sessions/a/events", &t, &batch).await.expect(200);
+    s.post("/v1/sessions/a/events", &t, &batch)
+        .await
+        .expect(200);
     let ready = typed(&s, &t, "a", "artifact.ready").await;
     assert_eq!(ready.len(), 1, "{ready:?}");
     assert_eq!(ready[0]["artifactId"], "chart");
@@ -348,7 +352,11 @@ async fn a_referenced_blob_is_followed_by_the_servers_ready_or_failed() {
             .await;
         assert_eq!(refused.status, 409, "{}", refused.body);
         assert_eq!(refused.body["code"], "NRD-0209");
-        assert!(refused.body["fields"].get("/events/0/uri").is_some(), "{}", refused.body);
+        assert!(
+            refused.body["fields"].get("/events/0/uri").is_some(),
+            "{}",
+            refused.body
+        );
     }
     assert_eq!(whole_history(&s, &t, "b").await.len(), before);
     // Other references are the deployer's business, as before.
@@ -374,7 +382,10 @@ async fn a_person_uploads_an_attachment_and_sends_it_with_a_message() {
         .expect(201);
     let res = s
         .http
-        .post(format!("{}/v1/sessions/a/blobs?name=notes.txt&attachmentId=att-9", s.base))
+        .post(format!(
+            "{}/v1/sessions/a/blobs?name=notes.txt&attachmentId=att-9",
+            s.base
+        ))
         .bearer_auth(&person)
         .header("content-type", "text/plain; charset=utf-8")
         .body("remember the milk")
@@ -404,7 +415,10 @@ async fn a_person_uploads_an_attachment_and_sends_it_with_a_message() {
     // are not kept.
     let again = s
         .http
-        .post(format!("{}/v1/sessions/a/blobs?name=n.txt&attachmentId=att-9", s.base))
+        .post(format!(
+            "{}/v1/sessions/a/blobs?name=n.txt&attachmentId=att-9",
+            s.base
+        ))
         .bearer_auth(&person)
         .body("again")
         .send()
@@ -416,7 +430,10 @@ async fn a_person_uploads_an_attachment_and_sends_it_with_a_message() {
     let backend = token("acme", &[Role::Backend]);
     let res = s
         .http
-        .post(format!("{}/v1/sessions/a/blobs?name=n.txt&attachmentId=att-10", s.base))
+        .post(format!(
+            "{}/v1/sessions/a/blobs?name=n.txt&attachmentId=att-10",
+            s.base
+        ))
         .bearer_auth(&backend)
         .body("x")
         .send()
@@ -437,21 +454,42 @@ async fn blobs_no_event_names_are_collected_and_named_ones_stay() {
     .await;
     let t = token("acme", &[Role::Writer, Role::Reader, Role::Backend]);
     open_session(&s, &t, "a").await;
-    let unused = upload(&s, &t, "a", "unused.bin", "application/octet-stream", bytes(10)).await;
+    let unused = upload(
+        &s,
+        &t,
+        "a",
+        "unused.bin",
+        "application/octet-stream",
+        bytes(10),
+    )
+    .await;
     let unused = unused.expect(201)["url"].as_str().unwrap().to_owned();
-    let used = upload(&s, &t, "a", "used.bin", "application/octet-stream", bytes(10)).await;
+    let used = upload(
+        &s,
+        &t,
+        "a",
+        "used.bin",
+        "application/octet-stream",
+        bytes(10),
+    )
+    .await;
     let used = used.expect(201).clone();
     s.append(
         &t,
         "a",
-        &[json!({"protocolVersion": "narad/v1", "type": "attachment.added", "eventId": "u",
+        &[
+            json!({"protocolVersion": "narad/v1", "type": "attachment.added", "eventId": "u",
             "attachmentId": "u", "name": "used.bin", "mediaType": "application/octet-stream",
-            "uri": used["uri"]})],
+            "uri": used["uri"]}),
+        ],
     )
     .await;
     let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(15);
     while download(&s, &t, &unused, &[]).await.status() != 404 {
-        assert!(tokio::time::Instant::now() < deadline, "the unused blob is collected");
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the unused blob is collected"
+        );
         tokio::time::sleep(std::time::Duration::from_millis(200)).await;
     }
     let url = used["url"].as_str().unwrap();

@@ -18,6 +18,23 @@ import type {
   TicketRequest,
 } from "./types.js";
 
+/** Bytes a blob upload sends: held whole, so that another replica can be tried. */
+export type BlobBytes = Blob | Uint8Array | ArrayBuffer | string;
+
+/** How a blob is uploaded. */
+export interface UploadOptions {
+  /** Its file name. */
+  name: string;
+  /** Its media type (default `application/octet-stream`); stored as given, never sniffed. */
+  mediaType?: string;
+  /** Add it to the session as this attachment, on the caller's behalf (role `writer`). */
+  attachmentId?: string;
+  signal?: AbortSignal;
+}
+
+/** The prefix of a reference to a blob narad holds. */
+export const BLOB_REFERENCE = "narad://blobs/";
+
 /** A bearer token, or a function that gives the current one. */
 export type TokenSource = string | (() => string | Promise<string>);
 
@@ -40,6 +57,8 @@ export interface ClientOptions {
 /** A request's parts beyond its method and path. */
 export interface RequestOptions {
   body?: unknown;
+  /** Bytes sent as they are (instead of `body` as JSON), with their media type. */
+  raw?: { bytes: BlobBytes; mediaType: string };
   query?: Record<string, string | number | boolean | undefined>;
   headers?: Record<string, string>;
   signal?: AbortSignal;
@@ -105,8 +124,11 @@ export class NaradClient {
       Authorization: `Bearer ${await this.bearer()}`,
       ...options.headers,
     };
-    let body: string | undefined;
-    if (options.body !== undefined) {
+    let body: BodyInit | undefined;
+    if (options.raw !== undefined) {
+      headers["Content-Type"] = options.raw.mediaType;
+      body = options.raw.bytes as BodyInit;
+    } else if (options.body !== undefined) {
       headers["Content-Type"] = "application/json";
       body = JSON.stringify(options.body);
     }
@@ -172,6 +194,44 @@ export class NaradClient {
    * The tenant's open interrupts (requested, not yet resolved) across its
    * sessions, the longest waiting first: an approvals inbox, page by page.
    */
+  /**
+   * Uploads bytes as a blob of a session: answers its reference (`uri`,
+   * `narad://blobs/{blobId}`, for `attachment.added` / `artifact.added`),
+   * size and SHA-256. With `attachmentId`, the server also adds it to the
+   * session as that attachment.
+   */
+  async uploadBlob(sessionId: string, bytes: BlobBytes, options: UploadOptions): Promise<Schemas["Blob"]> {
+    const query: Record<string, string> = { name: options.name };
+    if (options.attachmentId !== undefined) {
+      query["attachmentId"] = options.attachmentId;
+    }
+    const request: RequestOptions = {
+      raw: { bytes, mediaType: options.mediaType ?? "application/octet-stream" },
+      query,
+    };
+    if (options.signal) {
+      request.signal = options.signal;
+    }
+    return this.request("POST", `/v1/sessions/${encodeURIComponent(sessionId)}/blobs`, request);
+  }
+
+  /**
+   * Downloads a blob, by its reference (`narad://blobs/{id}`) or id: the
+   * response, whose body streams the bytes. `range` asks for bytes
+   * `[first, last]` (206).
+   */
+  async downloadBlob(reference: string, options: { range?: [number, number]; signal?: AbortSignal } = {}): Promise<Response> {
+    const id = reference.startsWith(BLOB_REFERENCE) ? reference.slice(BLOB_REFERENCE.length) : reference;
+    const request: RequestOptions = {};
+    if (options.range) {
+      request.headers = { Range: `bytes=${options.range[0]}-${options.range[1]}` };
+    }
+    if (options.signal) {
+      request.signal = options.signal;
+    }
+    return this.send("GET", `/v1/blobs/${encodeURIComponent(id)}`, request);
+  }
+
   async *openInterrupts(query: { limit?: number } = {}): AsyncGenerator<OpenInterrupt> {
     let after: string | undefined;
     do {

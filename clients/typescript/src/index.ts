@@ -3,8 +3,8 @@
  * ({@link NaradClient}), resumable streams ({@link follow}), and the types
  * of every wire object, generated from narad's OpenAPI document.
  */
-export { NaradClient } from "./client.js";
-export type { ClientOptions, RequestOptions, TokenSource } from "./client.js";
+export { BLOB_REFERENCE, NaradClient } from "./client.js";
+export type { BlobBytes, ClientOptions, RequestOptions, TokenSource, UploadOptions } from "./client.js";
 export { NaradError } from "./errors.js";
 export type { ErrorBody, ErrorCode } from "./errors.js";
 export { follow, decode } from "./follow.js";

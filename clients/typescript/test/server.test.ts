@@ -170,3 +170,44 @@ test("the reducer's run graph, patched delta by delta, equals the snapshot a new
   const kinds = held.document.nodes.map((n: GraphNode) => `${n.kind}:${n.status}`).sort();
   assert.deepEqual(kinds, ["run:finished", "run:finished", "tool.call:success"]);
 });
+
+test("a blob goes up and comes back, whole and in part, and a person attaches one", async () => {
+  const narad = new NaradClient({ servers: url, token });
+  const session = await narad.createSession({ title: "blobs" });
+  const bytes = new Uint8Array(3 * 1024 * 1024 + 7).map((_, i) => (i * 7) % 251);
+  const blob = await narad.uploadBlob(session.sessionId, bytes, { name: "data.bin" });
+  assert.equal(blob.sizeBytes, bytes.length);
+  assert.ok(blob.uri.startsWith("narad://blobs/"));
+  const whole = new Uint8Array(await (await narad.downloadBlob(blob.uri)).arrayBuffer());
+  assert.deepEqual(whole, bytes);
+  const part = await narad.downloadBlob(blob.blobId, { range: [1024 * 1024 - 2, 1024 * 1024 + 1] });
+  assert.equal(part.status, 206);
+  assert.deepEqual(new Uint8Array(await part.arrayBuffer()), bytes.slice(1024 * 1024 - 2, 1024 * 1024 + 2));
+  const attached = await narad.uploadBlob(session.sessionId, "hello", {
+    name: "hello.txt",
+    mediaType: "text/plain",
+    attachmentId: "att-1",
+  });
+  assert.equal(attached.attachmentId, "att-1");
+  const types: string[] = [];
+  for await (const e of narad.allHistory(session.sessionId)) {
+    types.push(e.type);
+  }
+  assert.deepEqual(types.slice(-2), ["attachment.added", "attachment.ready"]);
+  // Another session's reference is refused with its code.
+  const other = await narad.createSession({ title: "other" });
+  await assert.rejects(
+    narad.appendEvents(other.sessionId, [
+      {
+        protocolVersion: "narad/v1",
+        type: "attachment.added",
+        eventId: `${other.sessionId}-a`,
+        attachmentId: "a",
+        name: "x",
+        mediaType: "text/plain",
+        uri: blob.uri,
+      } as ProposedEvent,
+    ]),
+    (e: unknown) => e instanceof NaradError && e.code === "NRD-0209",
+  );
+});

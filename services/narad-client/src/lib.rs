@@ -5,6 +5,7 @@
 //!
 //! Modules:
 //! - `follow`: the resumable stream consumer ([`Client`], [`Follow`]);
+//! - [`blobs`]: attachment and artifact bytes, up and down by reference;
 //! - [`executor`]: the client executor ([`Executor`]) and its durable
 //!   token store ([`TokenStore`], [`FileTokenStore`]);
 //! - [`runtime`]: the agent runtime loop ([`Runtime`]) that claims queued
@@ -25,6 +26,7 @@
 //! # Ok(()) }
 //! ```
 
+pub mod blobs;
 pub mod executor;
 mod follow;
 pub mod graph;

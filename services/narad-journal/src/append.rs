@@ -272,9 +272,7 @@ impl Journal {
             })
             .await;
         if appended.is_ok()
-            && let Err(e) = self
-                .settle_references(tenant, session_id, proposals)
-                .await
+            && let Err(e) = self.settle_references(tenant, session_id, proposals).await
         {
             // The batch stands; a retry of it settles again.
             tracing::warn!(error = %e, "cannot append the outcome of an added blob reference yet");

@@ -79,7 +79,10 @@ impl Journal {
     ) -> Result<(), JournalError> {
         for n in named(proposals) {
             let added = &proposals[n.index];
-            let Some(kind) = added["type"].as_str().and_then(|t| t.strip_suffix(".added")) else {
+            let Some(kind) = added["type"]
+                .as_str()
+                .and_then(|t| t.strip_suffix(".added"))
+            else {
                 continue;
             };
             let id_field = if kind == "attachment" {
@@ -90,7 +93,8 @@ impl Journal {
             let id = &added[id_field];
             let settled = proposals.iter().any(|p| {
                 p[id_field] == *id
-                    && (p["type"] == format!("{kind}.ready") || p["type"] == format!("{kind}.failed"))
+                    && (p["type"] == format!("{kind}.ready")
+                        || p["type"] == format!("{kind}.failed"))
             });
             if settled {
                 continue;
@@ -103,17 +107,27 @@ impl Journal {
                 .as_str()
                 .is_some_and(|d| !d.eq_ignore_ascii_case(&digest))
             {
-                Some(("digest_mismatch", "the bytes' SHA-256 differs from the event's sha256"))
+                Some((
+                    "digest_mismatch",
+                    "the bytes' SHA-256 differs from the event's sha256",
+                ))
             } else if added["sizeBytes"]
                 .as_u64()
                 .is_some_and(|s| s != blob.size_bytes)
             {
-                Some(("size_mismatch", "the bytes' size differs from the event's sizeBytes"))
+                Some((
+                    "size_mismatch",
+                    "the bytes' size differs from the event's sizeBytes",
+                ))
             } else {
                 None
             };
             let added_id = added["eventId"].as_str().unwrap_or_default();
-            let outcome = if mismatch.is_some() { "failed" } else { "ready" };
+            let outcome = if mismatch.is_some() {
+                "failed"
+            } else {
+                "ready"
+            };
             let event_id = format!(
                 "srv-{}",
                 &hex::encode(Sha256::digest(format!("{added_id}\n{outcome}")))[..32]

@@ -179,7 +179,11 @@ pub struct Config {
     pub blob_max_bytes: u64,
     /// How long an uploaded blob may go unreferenced by any event before it
     /// is collected, in seconds.
-    #[arg(long, env = "NARAD_BLOB_UNREFERENCED_SECONDS", default_value_t = 86_400)]
+    #[arg(
+        long,
+        env = "NARAD_BLOB_UNREFERENCED_SECONDS",
+        default_value_t = 86_400
+    )]
     pub blob_unreferenced_seconds: u64,
     /// The bytes an organisation's blobs may hold together; unset: no limit.
     #[arg(long, env = "NARAD_LIMIT_STORED_BYTES")]

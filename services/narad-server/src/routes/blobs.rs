@@ -175,8 +175,8 @@ pub async fn upload(
                 ApiError::new(ErrorCode::InvalidParameter, format!("attachmentId: {e}"))
                     .with_field("attachmentId", e)
             })?;
-            let session = narad_protocol::primitives::SessionId::new(session_id.clone())
-                .map_err(|e| {
+            let session =
+                narad_protocol::primitives::SessionId::new(session_id.clone()).map_err(|e| {
                     ApiError::new(ErrorCode::InvalidParameter, format!("sessionId: {e}"))
                         .with_field("sessionId", e)
                 })?;
