@@ -161,8 +161,81 @@ function bytes(n: unknown): string {
   return `${(n / 1024 / 1024).toFixed(1)} MiB`;
 }
 
+/** Raster images: drawn in the page. Anything else (SVG included) is offered as a download. */
+const INLINE_IMAGES = ["image/png", "image/jpeg", "image/gif", "image/webp", "image/avif"];
+
+/** The prefix of a reference to bytes narad holds. */
+const BLOB_REFERENCE = "narad://blobs/";
+
+/** Images read so far, by reference: an entry scrolled out and back is not read again. */
+const images = new Map<string, Promise<string>>();
+
+/** How many images stay read; the oldest is let go beyond. */
+const IMAGES_KEPT = 64;
+
+/** Reads a blob with the signed-in token (an <img> or a link could not send it) as an object URL. */
+async function blobUrl(client: NaradClient, uri: string): Promise<string> {
+  const response = await client.downloadBlob(uri);
+  return URL.createObjectURL(await response.blob());
+}
+
+/** An image's object URL, read once and kept while it is among the last {@link IMAGES_KEPT}. */
+function imageUrl(client: NaradClient, uri: string): Promise<string> {
+  let url = images.get(uri);
+  if (url === undefined) {
+    url = blobUrl(client, uri);
+    url.catch(() => images.delete(uri));
+    images.set(uri, url);
+    if (images.size > IMAGES_KEPT) {
+      const [oldest, gone] = images.entries().next().value as [string, Promise<string>];
+      images.delete(oldest);
+      void gone.then(URL.revokeObjectURL, () => undefined);
+    }
+  }
+  return url;
+}
+
+/** A blob narad holds: an image drawn in place, anything else a download button. */
+function HeldBlob({ client, uri, name, mediaType }: { client: NaradClient; uri: string; name: string; mediaType: string }) {
+  const inline = INLINE_IMAGES.includes(mediaType.split(";")[0]!.trim().toLowerCase());
+  const [src, setSrc] = useState<string>();
+  const [problem, setProblem] = useState<string>();
+  useEffect(() => {
+    if (!inline) return;
+    let gone = false;
+    imageUrl(client, uri).then(
+      (u) => !gone && setSrc(u),
+      (e: unknown) => !gone && setProblem(messageOf(e)),
+    );
+    return () => {
+      gone = true;
+    };
+  }, [client, uri, inline]);
+  const download = async () => {
+    try {
+      const url = await blobUrl(client, uri);
+      const a = document.createElement("a");
+      a.href = url;
+      a.download = name;
+      a.click();
+      setTimeout(() => URL.revokeObjectURL(url), 10_000);
+    } catch (e) {
+      setProblem(messageOf(e));
+    }
+  };
+  if (problem !== undefined) return <p class="problem">{problem}</p>;
+  if (inline) return src === undefined ? <p class="quiet">loading image…</p> : <img class="blob" src={src} alt={name} />;
+  return (
+    <p>
+      <button type="button" onClick={() => void download()}>
+        Download {name}
+      </button>
+    </p>
+  );
+}
+
 /** An attachment or artifact (§9.5): its metadata and reference as its events give them. */
-function File({ kind, events }: { kind: "attachment" | "artifact"; events: Event[] }) {
+function File({ kind, events, client }: { kind: "attachment" | "artifact"; events: Event[]; client: NaradClient }) {
   const added = events.find((e) => e.type.endsWith(".added"));
   const last = events.at(-1)!;
   const state = last.type.slice(kind.length + 1);
@@ -178,10 +251,15 @@ function File({ kind, events }: { kind: "attachment" | "artifact"; events: Event
         {[added?.mediaType, bytes(added?.sizeBytes)].filter((x) => typeof x === "string" && x !== "").join(" · ")}
         {state === "failed" && ` · ${String(last.code)}${typeof last.message === "string" ? `: ${last.message}` : ""}`}
       </p>
-      {uri !== undefined && state !== "removed" && (
-        <p>
-          <Reference uri={uri} />
-        </p>
+      {typeof uri === "string" && uri.startsWith(BLOB_REFERENCE) && state === "ready" ? (
+        <HeldBlob client={client} uri={uri} name={String(added?.name ?? id)} mediaType={String(added?.mediaType ?? "")} />
+      ) : (
+        uri !== undefined &&
+        state !== "removed" && (
+          <p>
+            <Reference uri={uri} />
+          </p>
+        )
       )}
     </article>
   );
@@ -387,7 +465,7 @@ export function SessionPage({
   }
   for (const [key, events] of live.files) {
     const kind = key.startsWith("attachment:") ? "attachment" : "artifact";
-    entries.push({ key: `f-${key}`, seq: events[0]!.sessionSequence, label: kind, render: () => <File kind={kind} events={events} /> });
+    entries.push({ key: `f-${key}`, seq: events[0]!.sessionSequence, label: kind, render: () => <File kind={kind} events={events} client={client} /> });
   }
   for (const e of live.events) {
     if (e.type === "run.started" && e.runId !== undefined) {

@@ -5,6 +5,7 @@
 // a click gives (and the resolution names the signed-in person); a long
 // answer is stopped half-way; a SIGKILL of the server mid-page is
 // recovered from with nothing shown twice. Pictures go to SCREENSHOTS.
+import zlib from "node:zlib";
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
 import { mkdtempSync } from "node:fs";
@@ -17,6 +18,34 @@ import { setTimeout as sleep } from "node:timers/promises";
 import { call, freePort, kill, launch, picture, required, startNarad, token } from "./harness.mjs";
 
 /** Starts `narad <args>` with `jwt` as its token; the process. */
+/** A `width`×`height` RGB PNG of a colour gradient: an image to upload and see. */
+function gradientPng(width, height) {
+  const chunk = (type, data) => {
+    const length = Buffer.alloc(4);
+    length.writeUInt32BE(data.length);
+    const body = Buffer.concat([Buffer.from(type, "ascii"), data]);
+    const crc = Buffer.alloc(4);
+    crc.writeUInt32BE(zlib.crc32(body));
+    return Buffer.concat([length, body, crc]);
+  };
+  const header = Buffer.alloc(13);
+  header.writeUInt32BE(width, 0);
+  header.writeUInt32BE(height, 4);
+  header.set([8, 2, 0, 0, 0], 8);
+  const rows = [];
+  for (let y = 0; y < height; y++) {
+    const row = Buffer.alloc(1 + width * 3);
+    for (let x = 0; x < width; x++) row.set([(x * 255) / width, (y * 255) / height, 160], 1 + x * 3);
+    rows.push(row);
+  }
+  return Buffer.concat([
+    Buffer.from([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a]),
+    chunk("IHDR", header),
+    chunk("IDAT", zlib.deflateSync(Buffer.concat(rows))),
+    chunk("IEND", Buffer.alloc(0)),
+  ]);
+}
+
 function helper(api, jwt, args) {
   return spawn(required("NARAD_BIN"), [...args, "--server", api], {
     env: { ...process.env, NARAD_TOKEN: jwt, RUST_LOG: "warn" },
@@ -187,9 +216,33 @@ test("the console: sign in, watch, say, approve, stop, survive a SIGKILL", { tim
     await file.waitFor({ timeout: 20_000 });
     assert.match(await file.textContent(), /notes\.txt.*ready.*text\/plain · 2\.0 KiB/s);
     assert.equal(await file.getByRole("link").getAttribute("href"), uri);
-    assert.equal(await page.locator(".timeline .window").getAttribute("data-entries"), "601");
+    // Bytes narad holds: a person's image is drawn in place (read with the
+    // token, as an object URL), a text file is a download.
+    const upload = async (name, mediaType, body, attachmentId) => {
+      const res = await fetch(`${api}/v1/sessions/${many.sessionId}/blobs?name=${name}&attachmentId=${attachmentId}`, {
+        method: "POST",
+        headers: { Authorization: `Bearer ${person}`, "Content-Type": mediaType },
+        body,
+      });
+      assert.equal(res.status, 201, await res.clone().text());
+    };
+    const png = gradientPng(96, 64);
+    await upload("gradient.png", "image/png", png, "att-img");
+    await upload("plan.txt", "text/plain", "step one", "att-txt");
+    const image = page.locator('article.file[data-file="attachment:att-img"] img.blob');
+    await image.waitFor({ timeout: 20_000 });
+    await page.waitForFunction((el) => el.complete && el.naturalWidth === 96, await image.elementHandle());
+    assert.match(await image.getAttribute("src"), /^blob:/);
+    const text = page.locator('article.file[data-file="attachment:att-txt"]');
+    await text.getByRole("button", { name: "Download plan.txt" }).waitFor({ timeout: 20_000 });
+    const [download] = await Promise.all([page.waitForEvent("download"), text.getByRole("button").click()]);
+    assert.equal(download.suggestedFilename(), "plan.txt");
+    // Drawn again after the click, from the image already read.
+    await page.waitForFunction(() => [...document.querySelectorAll("img.blob")].every((i) => i.complete && i.naturalWidth === 96));
+    await picture(page, "console-attachments");
+    assert.equal(await page.locator(".timeline .window").getAttribute("data-entries"), "603");
     const drawn = await page.locator(".timeline .entry").count();
-    assert.ok(drawn < 60, `${drawn} of 601 entries are in the page`);
+    assert.ok(drawn < 60, `${drawn} of 603 entries are in the page`);
     await page.locator(".timeline").evaluate((el) => (el.scrollTop = 0));
     await page.locator('article[data-message="q0"]').waitFor({ timeout: 10_000 });
     assert.equal(await page.locator('article[data-message="q599"]').count(), 0, "the last message left the page");
