@@ -19,6 +19,9 @@
 //!   - a prompt that asks for the time calls the client tool `clock.now`
 //!     on the run's executor (`narad executor` runs one) and gives the run
 //!     back; the tool's result brings it back, and it answers with it;
+//!   - a prompt asking for a report gets one: a short Markdown file of the
+//!     session, uploaded as the run's artifact (the server appends its
+//!     `artifact.ready`);
 //!   - anything else is echoed, word by word, after a little reasoning.
 //! - It honours stops: between words, and whenever it is claimed again, a
 //!   run asked to stop is closed (open work first) with `run.cancelled`.
@@ -60,6 +63,7 @@ pub async fn demo_agent(args: DemoAgentArgs) -> anyhow::Result<()> {
         .runtime_id("narad-demo-agent")
         .build()?;
     let handler = Agent {
+        client: Client::new(args.server.servers.clone(), args.token.clone()),
         delay: Duration::from_millis(args.word_delay_ms),
     };
     let watcher = tokio::spawn(start_runs_for_messages(args));
@@ -157,6 +161,8 @@ fn text_of(content: &Value) -> String {
 
 /// The demo agent's run handler.
 struct Agent {
+    /// Its client, for the bytes of the reports it writes.
+    client: Client,
     delay: Duration,
 }
 
@@ -230,10 +236,13 @@ impl Agent {
             .iter()
             .any(|w| lower.contains(w));
         let clock = ["time", "clock"].iter().any(|w| lower.contains(w));
+        let report = lower.contains("report");
         let thought = if dangerous {
             "This changes things for good: a person should approve it first."
         } else if clock {
             "The time is best read on the user's own machine: a client tool."
+        } else if report {
+            "A short report of this session, written as a file: an artifact."
         } else {
             "A friendly echo will do."
         };
@@ -286,7 +295,60 @@ impl Agent {
             .await?;
             return Ok(());
         }
+        if report {
+            let name = self.write_report(ctx).await?;
+            return self
+                .say(
+                    ctx,
+                    "reply",
+                    &format!("I wrote {name}: it is attached to this run."),
+                )
+                .await;
+        }
         self.say(ctx, "echo", &format!("You said: {prompt}")).await
+    }
+
+    /// Writes a short Markdown report of the session so far, uploads it to
+    /// the session and adds it as the run's artifact (the server appends
+    /// its `artifact.ready`); answers its file name.
+    async fn write_report(&self, ctx: &RunContext) -> Result<String, RuntimeError> {
+        let history = ctx.history_after(0).await?;
+        let count = |ty: &str| history.iter().filter(|e| e["type"] == ty).count();
+        let text = format!(
+            "# Session report\n\n- events so far: {}\n- messages from people: {}\n- runs \
+             started: {}\n- approvals asked for: {}\n",
+            history.len(),
+            count("message.user.recorded"),
+            count("run.started"),
+            count("interrupt.requested"),
+        );
+        let name = "report.md";
+        let session = history
+            .first()
+            .and_then(|e| e["sessionId"].as_str())
+            .unwrap_or_default()
+            .to_owned();
+        let blob = self
+            .client
+            .upload_blob(
+                &session,
+                text.clone().into_bytes(),
+                name,
+                "text/markdown; charset=utf-8",
+            )
+            .await
+            .map_err(|e| RuntimeError::Unavailable(format!("the report's upload: {e}")))?;
+        let run = ctx.run_id().as_str();
+        ctx.append(vec![ctx.event(
+            "artifact.added",
+            json!({
+                "artifactId": format!("report-{run}"), "name": name,
+                "mediaType": blob["mediaType"], "sizeBytes": blob["sizeBytes"],
+                "sha256": blob["sha256"], "uri": blob["uri"],
+            }),
+        )])
+        .await?;
+        Ok(name.to_owned())
     }
 
     /// Streams `text` word by word as an assistant message, then ends the

@@ -448,13 +448,17 @@ async fn the_readme_tour_runs_as_written_with_the_demo_agent_and_an_executor() {
         .split_whitespace()
         .collect();
     let count = |t: &str| types.iter().filter(|x| **x == t).count();
-    assert_eq!(count("run.started"), 4, "{types:?}");
-    assert_eq!(count("run.finished"), 3, "{types:?}");
+    assert_eq!(count("run.started"), 5, "{types:?}");
+    assert_eq!(count("run.finished"), 4, "{types:?}");
+    assert_eq!(count("artifact.added"), 1, "{types:?}");
+    assert_eq!(count("artifact.ready"), 1, "{types:?}");
     assert_eq!(count("run.cancelled"), 1, "{types:?}");
     assert_eq!(count("interrupt.requested"), 1, "{types:?}");
     assert_eq!(count("interrupt.resolved"), 1, "{types:?}");
     assert_eq!(count("tool.call.finished"), 1, "{types:?}");
-    assert_eq!(count("reasoning.completed"), 4, "{types:?}");
+    assert_eq!(count("reasoning.completed"), 5, "{types:?}");
+    // The report's bytes came back by its reference.
+    assert!(stdout.contains("# Session report"), "{stdout}");
     // The executor's answer reached the agent's reply.
     let history = std::process::Command::new("curl")
         .args([
