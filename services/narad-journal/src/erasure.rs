@@ -123,16 +123,8 @@ impl Journal {
 
     /// The tenants that hold sessions.
     pub async fn session_tenants(&self) -> Result<Vec<TenantId>, JournalError> {
-        let client = self.pool.get().await?;
-        let rows = client
-            .query("select tenant_id from session_tenants()", &[])
-            .await?;
-        rows.iter()
-            .map(|r| {
-                TenantId::new(r.get::<_, String>(0))
-                    .map_err(|e| JournalError::Corrupt(format!("tenant id: {e}")))
-            })
-            .collect()
+        self.tenants_of("select tenant_id from session_tenants()")
+            .await
     }
 
     /// Asks for `tenant`'s erasure (again, if it finished before): the
@@ -187,16 +179,8 @@ impl Journal {
 
     /// The tenants whose erasure has not finished.
     pub async fn tenant_erasures_pending(&self) -> Result<Vec<TenantId>, JournalError> {
-        let client = self.pool.get().await?;
-        let rows = client
-            .query("select tenant_id from tenant_erasures_pending()", &[])
-            .await?;
-        rows.iter()
-            .map(|r| {
-                TenantId::new(r.get::<_, String>(0))
-                    .map_err(|e| JournalError::Corrupt(format!("tenant id: {e}")))
-            })
-            .collect()
+        self.tenants_of("select tenant_id from tenant_erasures_pending()")
+            .await
     }
 
     /// Erases up to `batch` of `tenant`'s sessions, each in its own
@@ -252,6 +236,18 @@ impl Journal {
         })
         .await?;
         Ok((erased, done))
+    }
+
+    /// The tenant ids `query` answers in its first column.
+    async fn tenants_of(&self, query: &str) -> Result<Vec<TenantId>, JournalError> {
+        let client = self.pool.get().await?;
+        let rows = client.query(query, &[]).await?;
+        rows.iter()
+            .map(|r| {
+                TenantId::new(r.get::<_, String>(0))
+                    .map_err(|e| JournalError::Corrupt(format!("tenant id: {e}")))
+            })
+            .collect()
     }
 
     /// Runs `body` if this process holds the erasure sweeper's advisory

@@ -8,10 +8,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use narad_server::auth::Role;
 use serde_json::{Value, json};
 
-use crate::bench_stream::{SECRET, ServerProcess, scratch_on};
+use crate::bench_stream::{ServerProcess, bench_token, scratch_on};
 
 /// Options of `narad bench blobs`.
 #[derive(clap::Args)]
@@ -53,16 +52,7 @@ pub async fn blobs(args: &BlobsBench) -> anyhow::Result<()> {
         db.url(),
         &[("NARAD_BLOB_MAX_BYTES", (size * 2).to_string())],
     )?;
-    let token = narad_server::auth::mint_hs256(
-        SECRET.as_bytes(),
-        "narad",
-        "narad",
-        "bench",
-        "bench",
-        &Role::ALL,
-        Duration::from_secs(3600),
-    )
-    .map_err(anyhow::Error::msg)?;
+    let token = bench_token("bench")?;
     let http = reqwest::Client::new();
     http.post(format!("{}/v1/sessions", server.base))
         .bearer_auth(&token)

@@ -8,11 +8,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use narad_server::auth::Role;
 use serde_json::{Value, json};
 
 use crate::bench::{Stats, delta};
-use crate::bench_stream::{SECRET, ServerProcess, scratch_on};
+use crate::bench_stream::{ServerProcess, bench_token, scratch_on};
 
 /// Options of `narad bench limits`.
 #[derive(clap::Args)]
@@ -55,16 +54,7 @@ struct Org {
 
 impl Org {
     fn new(base: &str, org: &str) -> anyhow::Result<Org> {
-        let token = narad_server::auth::mint_hs256(
-            SECRET.as_bytes(),
-            "narad",
-            "narad",
-            org,
-            "bench",
-            &Role::ALL,
-            Duration::from_secs(3600),
-        )
-        .map_err(anyhow::Error::msg)?;
+        let token = bench_token(org)?;
         Ok(Org {
             base: base.to_owned(),
             token,

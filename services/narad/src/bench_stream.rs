@@ -139,6 +139,21 @@ fn check_open_files_limit() {
     }
 }
 
+/// A token of every role for organisation `org`, an hour long, signed
+/// with the secret the bench's servers take.
+pub(crate) fn bench_token(org: &str) -> anyhow::Result<String> {
+    narad_server::auth::mint_hs256(
+        SECRET.as_bytes(),
+        "narad",
+        "narad",
+        org,
+        "bench",
+        &Role::ALL,
+        Duration::from_secs(3600),
+    )
+    .map_err(anyhow::Error::msg)
+}
+
 /// `narad serve` as a child process.
 pub(crate) struct ServerProcess {
     child: Child,
@@ -226,16 +241,7 @@ struct Bench {
 impl Bench {
     fn new(base: &str) -> anyhow::Result<Bench> {
         narad_server::auth::install_tls_provider();
-        let token = narad_server::auth::mint_hs256(
-            SECRET.as_bytes(),
-            "narad",
-            "narad",
-            "bench",
-            "bench",
-            &Role::ALL,
-            Duration::from_secs(3600),
-        )
-        .map_err(anyhow::Error::msg)?;
+        let token = bench_token("bench")?;
         Ok(Bench {
             base: base.to_owned(),
             token,

@@ -25,7 +25,7 @@ use crate::body::Query;
 use crate::error::{ApiError, ApiResult};
 
 /// The scheme and authority of a blob's reference in events.
-pub const REFERENCE_PREFIX: &str = "narad://blobs/";
+pub use narad_journal::references::BLOB_REFERENCE as REFERENCE_PREFIX;
 
 /// Media types a browser may show in the page: raster images. Anything
 /// else (SVG and HTML included) is served as a download.
