@@ -408,6 +408,8 @@ const ROUTES: &[(&str, &str)] = &[
     ("delete", "/v1/sessions/{sessionId}"),
     ("post", "/v1/sessions/{sessionId}/blobs"),
     ("get", "/v1/blobs/{blobId}"),
+    ("patch", "/v1/blobs/{blobId}"),
+    ("get", "/v1/blobs/{blobId}/upload"),
     ("get", "/v1/sessions/{sessionId}/queued-starts"),
     ("delete", "/v1/sessions/{sessionId}/queued-starts/{queueId}"),
     ("post", "/v1/commands/create-session"),

@@ -497,3 +497,101 @@ async fn blobs_no_event_names_are_collected_and_named_ones_stay() {
     assert!(Scrape::of(&s).await.get("narad_blobs_collected_total") >= 1.0);
     s.stop().await;
 }
+
+#[tokio::test]
+async fn a_resumable_upload_survives_a_broken_connection_and_resumes_where_it_stopped() {
+    use tokio::io::AsyncWriteExt;
+    let s = Server::start().await;
+    let t = token("acme", &[Role::Writer, Role::Reader, Role::Backend]);
+    open_session(&s, &t, "a").await;
+    let mib = 1024 * 1024;
+    let data = bytes(3 * mib + 100);
+    // Begin: the length announced, the first 1.5 MiB sent.
+    let begun = s
+        .http
+        .post(format!("{}/v1/sessions/a/blobs?name=big.bin", s.base))
+        .bearer_auth(&t)
+        .header("upload-length", data.len())
+        .body(data[..mib + mib / 2].to_vec())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(begun.status(), 202);
+    let location = begun.headers()["location"].to_str().unwrap().to_owned();
+    let begun: Value = begun.json().await.unwrap();
+    assert_eq!(begun["uploadOffset"], mib + mib / 2);
+    assert_eq!(begun["uploadLength"], data.len());
+    assert_eq!(
+        location,
+        format!("/v1/blobs/{}", begun["blobId"].as_str().unwrap())
+    );
+    // Not readable until complete.
+    assert_eq!(download(&s, &t, &location, &[]).await.status(), 404);
+    let patch = |offset: usize, body: Vec<u8>| {
+        s.http
+            .patch(format!("{}{location}", s.base))
+            .bearer_auth(&t)
+            .header("upload-offset", offset)
+            .body(body)
+            .send()
+    };
+    // A wrong offset is refused with the right one.
+    let wrong = patch(10, b"x".to_vec()).await.unwrap();
+    assert_eq!(wrong.status(), 409);
+    let wrong: Value = wrong.json().await.unwrap();
+    assert_eq!(wrong["code"], "NRD-0011");
+    assert_eq!(wrong["details"]["uploadOffset"], mib + mib / 2);
+    // A connection that breaks mid-body: what arrived is kept.
+    let at = mib + mib / 2;
+    let addr = s.base.trim_start_matches("http://").to_owned();
+    let mut raw = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    let head = format!(
+        "PATCH {location} HTTP/1.1\r\nhost: {addr}\r\nauthorization: Bearer {t}\r\n\
+         upload-offset: {at}\r\ncontent-length: {}\r\n\r\n",
+        mib
+    );
+    raw.write_all(head.as_bytes()).await.unwrap();
+    raw.write_all(&data[at..at + 300_000]).await.unwrap();
+    raw.flush().await.unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    drop(raw);
+    let progress_url = format!("{}{location}/upload", s.base);
+    let mut stored = 0;
+    for _ in 0..50 {
+        let p: Value = s
+            .http
+            .get(&progress_url)
+            .bearer_auth(&t)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        stored = p["uploadOffset"].as_u64().unwrap() as usize;
+        if stored > at {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert_eq!(stored, at + 300_000, "the bytes before the break are kept");
+    // Past the announced length: refused.
+    let past = patch(stored, vec![0; data.len() - stored + 1])
+        .await
+        .unwrap();
+    assert_eq!(past.status(), 413);
+    // The rest, from where it stopped: the blob, digested whole.
+    let done = patch(stored, data[stored..].to_vec()).await.unwrap();
+    assert_eq!(done.status(), 200);
+    let done: Value = done.json().await.unwrap();
+    assert_eq!(done["sha256"], hex::encode(Sha256::digest(&data)));
+    assert_eq!(done["sizeBytes"], data.len());
+    let got = download(&s, &t, &location, &[]).await;
+    assert_eq!(got.bytes().await.unwrap().to_vec(), data);
+    // Complete: nothing more is taken.
+    assert_eq!(
+        patch(data.len(), b"x".to_vec()).await.unwrap().status(),
+        409
+    );
+    s.stop().await;
+}

@@ -28,11 +28,13 @@ pub struct BlobRecord {
     pub stored: bool,
     /// When the upload began (RFC 3339).
     pub created_at: String,
+    /// The length a resumable upload announced.
+    pub upload_length: Option<u64>,
 }
 
 const COLUMNS: &str = "blob_id, session_id, name, media_type, size_bytes, \
     encode(sha256, 'hex'), state = 'stored', \
-    to_char(created_at at time zone 'utc', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"')";
+    to_char(created_at at time zone 'utc', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"'), upload_length";
 
 fn record(r: &tokio_postgres::Row) -> BlobRecord {
     BlobRecord {
@@ -44,6 +46,9 @@ fn record(r: &tokio_postgres::Row) -> BlobRecord {
         sha256: r.get(5),
         stored: r.get(6),
         created_at: r.get(7),
+        upload_length: r
+            .get::<_, Option<i64>>(8)
+            .and_then(|n| u64::try_from(n).ok()),
     }
 }
 
@@ -55,16 +60,26 @@ impl Journal {
         session: &str,
         name: &str,
         media_type: &str,
+        upload_length: Option<u64>,
     ) -> Result<String, JournalError> {
+        let upload_length = upload_length.map(|n| n as i64);
         let blob_id = narad_protocol::primitives::EventId::new_v7().to_string();
         let client = self.pool.get().await?;
         in_tenant(client, tenant, async |c| {
             let n = c
                 .execute(
-                    "insert into blobs (tenant_id, blob_id, session_id, name, media_type) \
-                     select $1, $2, $3, $4, $5 from sessions \
+                    "insert into blobs (tenant_id, blob_id, session_id, name, media_type, \
+                       upload_length) \
+                     select $1, $2, $3, $4, $5, $6 from sessions \
                      where tenant_id = $1 and session_id = $3",
-                    &[&tenant.as_str(), &blob_id, &session, &name, &media_type],
+                    &[
+                        &tenant.as_str(),
+                        &blob_id,
+                        &session,
+                        &name,
+                        &media_type,
+                        &upload_length,
+                    ],
                 )
                 .await?;
             if n == 0 {
@@ -76,7 +91,9 @@ impl Journal {
         Ok(blob_id)
     }
 
-    /// Stores chunk `seq` of an uploading blob.
+    /// Stores chunk `seq` of an uploading blob (replacing a shorter one
+    /// a resumed upload tops up); the blob's size becomes the bytes up to
+    /// the end of this chunk.
     pub async fn put_blob_chunk(
         &self,
         tenant: &TenantId,
@@ -85,16 +102,18 @@ impl Journal {
         data: &[u8],
     ) -> Result<(), JournalError> {
         let client = self.pool.get().await?;
+        let size = i64::from(seq) * CHUNK as i64 + data.len() as i64;
         in_tenant(client, tenant, async |c| {
             c.execute(
-                "insert into blob_chunks (tenant_id, blob_id, seq, data) values ($1, $2, $3, $4)",
+                "insert into blob_chunks (tenant_id, blob_id, seq, data) values ($1, $2, $3, $4) \
+                 on conflict (tenant_id, blob_id, seq) do update set data = excluded.data",
                 &[&tenant.as_str(), &blob_id, &seq, &data],
             )
             .await?;
             // The size so far counts in the tenant's stored bytes at once.
             c.execute(
-                "update blobs set size_bytes = size_bytes + $3 where tenant_id = $1 and blob_id = $2",
-                &[&tenant.as_str(), &blob_id, &(data.len() as i64)],
+                "update blobs set size_bytes = $3 where tenant_id = $1 and blob_id = $2",
+                &[&tenant.as_str(), &blob_id, &size],
             )
             .await?;
             Ok(())
@@ -224,5 +243,28 @@ impl Journal {
                 Ok((tenant, r.get(1)))
             })
             .collect()
+    }
+
+    /// The SHA-256 of a blob's `size` bytes, read back chunk by chunk (a
+    /// resumable upload's bytes arrive over several requests).
+    pub async fn blob_sha256(
+        &self,
+        tenant: &TenantId,
+        blob_id: &str,
+        size: u64,
+    ) -> Result<Vec<u8>, JournalError> {
+        use sha2::Digest;
+        let mut digest = sha2::Sha256::new();
+        let chunks = size.div_ceil(CHUNK as u64);
+        for seq in 0..chunks {
+            let data = self
+                .blob_chunk(tenant, blob_id, seq as i32)
+                .await?
+                .ok_or_else(|| {
+                    JournalError::Corrupt(format!("blob {blob_id} lacks chunk {seq}"))
+                })?;
+            digest.update(&data);
+        }
+        Ok(digest.finalize().to_vec())
     }
 }

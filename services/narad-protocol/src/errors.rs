@@ -69,6 +69,8 @@ error_codes! {
     MethodNotAllowed = "NRD-0009", 405, "Method not allowed";
     /// A `Range` no byte of the resource falls in, or that cannot be read.
     RangeNotSatisfiable = "NRD-0010", 416, "Range not satisfiable";
+    /// A resumable upload's `Upload-Offset` is not the offset stored.
+    UploadOffsetMismatch = "NRD-0011", 409, "Upload offset mismatch";
     /// No valid credential was presented.
     Unauthenticated = "NRD-0101", 401, "Authentication required";
     /// The caller's role lacks the permission.

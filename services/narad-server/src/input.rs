@@ -70,16 +70,20 @@ pub async fn announced_length(State(limit): State<usize>, req: Request, next: Ne
     next.run(req).await
 }
 
-/// Whether `req` is a blob upload (`POST /v1/sessions/{id}/blobs`), whose
+/// Whether `req` is a blob upload (`POST /v1/sessions/{id}/blobs`, or a
+/// resumed one, `PATCH /v1/blobs/{id}`), whose
 /// body is streamed and limited by `blobMaxBytes`, not the body limit.
 pub fn is_blob_upload(req: &Request) -> bool {
-    req.method() == axum::http::Method::POST
-        && req
-            .uri()
-            .path()
+    let path = req.uri().path();
+    let one_segment = |id: &str| !id.is_empty() && !id.contains('/');
+    match *req.method() {
+        axum::http::Method::POST => path
             .strip_prefix("/v1/sessions/")
             .and_then(|rest| rest.strip_suffix("/blobs"))
-            .is_some_and(|id| !id.is_empty() && !id.contains('/'))
+            .is_some_and(one_segment),
+        axum::http::Method::PATCH => path.strip_prefix("/v1/blobs/").is_some_and(one_segment),
+        _ => false,
+    }
 }
 
 /// Headers the routes read as text: when present, they must be text.

@@ -83,6 +83,8 @@ const OPERATIONS: &[(&str, &str, &str)] = &[
     ),
     ("post", "/v1/sessions/{sessionId}/blobs", "uploadBlob"),
     ("get", "/v1/blobs/{blobId}", "downloadBlob"),
+    ("patch", "/v1/blobs/{blobId}", "resumeUpload"),
+    ("get", "/v1/blobs/{blobId}/upload", "getUpload"),
     (
         "patch",
         "/v1/extensions/{publisher}/{name}",

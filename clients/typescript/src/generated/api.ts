@@ -216,6 +216,30 @@ export interface paths {
         delete?: never;
         options?: never;
         head?: never;
+        /**
+         * Sends more of a resumable upload: the body is the bytes from
+         *     `Upload-Offset` on, which must be what is stored so far (409 NRD-0011
+         *     otherwise, with the offset stored). Bytes that arrive before the
+         *     connection breaks are kept. Answers 200 with the blob once every byte is
+         *     there, 202 with the upload's progress otherwise.
+         */
+        patch: operations["resumeUpload"];
+        trace?: never;
+    };
+    "/v1/blobs/{blobId}/upload": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Where a resumable upload stands: the offset to resume at. */
+        get: operations["getUpload"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
         patch?: never;
         trace?: never;
     };
@@ -1063,10 +1087,10 @@ export interface components {
          */
         Error: {
             /**
-             * @description The catalog: NRD-0001 (500): Internal error; NRD-0002 (400): Malformed JSON; NRD-0003 (400): Invalid object; NRD-0004 (400): Unsupported protocol version; NRD-0005 (400): Unknown wire type; NRD-0006 (413): Payload too large; NRD-0007 (404): Not found; NRD-0008 (400): Invalid parameter; NRD-0009 (405): Method not allowed; NRD-0010 (416): Range not satisfiable; NRD-0101 (401): Authentication required; NRD-0102 (403): Forbidden; NRD-0201 (409): Protocol rule violated; NRD-0202 (409): Event id conflict; NRD-0203 (409): Session sequence mismatch; NRD-0204 (409): Session busy; NRD-0205 (409): Interrupt already resolved; NRD-0206 (409): Session exists; NRD-0207 (409): Extension exists; NRD-0208 (410): Session erased; NRD-0209 (409): Blob reference not held; NRD-0301 (400): Cursor conflict; NRD-0302 (409): Cursor ahead of the store; NRD-0303 (409): Cursor unknown; NRD-0401 (409): Lease not current; NRD-0402 (403): Execution token invalid; NRD-0403 (410): Execution token expired; NRD-0404 (409): Finish conflicts; NRD-0501 (409): Runtime lease not current; NRD-0502 (409): Runtime lease required; NRD-0601 (429): Event rate limit reached; NRD-0602 (429): Command rate limit reached; NRD-0603 (429): Open stream limit reached; NRD-0604 (429): Attached executor limit reached; NRD-0605 (429): Session limit reached; NRD-0606 (429): Stored bytes limit reached; NRD-0901 (503): Database unavailable.
+             * @description The catalog: NRD-0001 (500): Internal error; NRD-0002 (400): Malformed JSON; NRD-0003 (400): Invalid object; NRD-0004 (400): Unsupported protocol version; NRD-0005 (400): Unknown wire type; NRD-0006 (413): Payload too large; NRD-0007 (404): Not found; NRD-0008 (400): Invalid parameter; NRD-0009 (405): Method not allowed; NRD-0010 (416): Range not satisfiable; NRD-0011 (409): Upload offset mismatch; NRD-0101 (401): Authentication required; NRD-0102 (403): Forbidden; NRD-0201 (409): Protocol rule violated; NRD-0202 (409): Event id conflict; NRD-0203 (409): Session sequence mismatch; NRD-0204 (409): Session busy; NRD-0205 (409): Interrupt already resolved; NRD-0206 (409): Session exists; NRD-0207 (409): Extension exists; NRD-0208 (410): Session erased; NRD-0209 (409): Blob reference not held; NRD-0301 (400): Cursor conflict; NRD-0302 (409): Cursor ahead of the store; NRD-0303 (409): Cursor unknown; NRD-0401 (409): Lease not current; NRD-0402 (403): Execution token invalid; NRD-0403 (410): Execution token expired; NRD-0404 (409): Finish conflicts; NRD-0501 (409): Runtime lease not current; NRD-0502 (409): Runtime lease required; NRD-0601 (429): Event rate limit reached; NRD-0602 (429): Command rate limit reached; NRD-0603 (429): Open stream limit reached; NRD-0604 (429): Attached executor limit reached; NRD-0605 (429): Session limit reached; NRD-0606 (429): Stored bytes limit reached; NRD-0901 (503): Database unavailable.
              * @enum {unknown}
              */
-            code?: "NRD-0001" | "NRD-0002" | "NRD-0003" | "NRD-0004" | "NRD-0005" | "NRD-0006" | "NRD-0007" | "NRD-0008" | "NRD-0009" | "NRD-0010" | "NRD-0101" | "NRD-0102" | "NRD-0201" | "NRD-0202" | "NRD-0203" | "NRD-0204" | "NRD-0205" | "NRD-0206" | "NRD-0207" | "NRD-0208" | "NRD-0209" | "NRD-0301" | "NRD-0302" | "NRD-0303" | "NRD-0401" | "NRD-0402" | "NRD-0403" | "NRD-0404" | "NRD-0501" | "NRD-0502" | "NRD-0601" | "NRD-0602" | "NRD-0603" | "NRD-0604" | "NRD-0605" | "NRD-0606" | "NRD-0901";
+            code?: "NRD-0001" | "NRD-0002" | "NRD-0003" | "NRD-0004" | "NRD-0005" | "NRD-0006" | "NRD-0007" | "NRD-0008" | "NRD-0009" | "NRD-0010" | "NRD-0011" | "NRD-0101" | "NRD-0102" | "NRD-0201" | "NRD-0202" | "NRD-0203" | "NRD-0204" | "NRD-0205" | "NRD-0206" | "NRD-0207" | "NRD-0208" | "NRD-0209" | "NRD-0301" | "NRD-0302" | "NRD-0303" | "NRD-0401" | "NRD-0402" | "NRD-0403" | "NRD-0404" | "NRD-0501" | "NRD-0502" | "NRD-0601" | "NRD-0602" | "NRD-0603" | "NRD-0604" | "NRD-0605" | "NRD-0606" | "NRD-0901";
         } & components["schemas"]["documents.error"];
         /** @description The calls a controls poll hands over. */
         ExecutorControls: {
@@ -1549,6 +1573,34 @@ export interface components {
         } | {
             /** @constant */
             stream: "events";
+        };
+        /** @description A resumable upload under way. */
+        Upload: {
+            /** @description The blob's id. */
+            blobId: string;
+            /** @description The declared media type. */
+            mediaType: string;
+            /** @description The file name. */
+            name: string;
+            /** @description The session it belongs to. */
+            sessionId: string;
+            /**
+             * Format: int64
+             * @description The length the upload announced.
+             */
+            uploadLength: number;
+            /**
+             * Format: int64
+             * @description Bytes stored so far: where the next `PATCH` resumes.
+             */
+            uploadOffset: number;
+            /** @description Its reference, once complete: `narad://blobs/{blobId}`. */
+            uri: string;
+            /**
+             * @description Where the rest is sent (`PATCH`) and where the blob is read once
+             *     complete.
+             */
+            url: string;
         };
         /** @description The answer of `record-user-message`. */
         UserMessageAnswer: {
@@ -6423,6 +6475,195 @@ export interface operations {
             };
         };
     };
+    resumeUpload: {
+        parameters: {
+            query?: never;
+            header: {
+                /** @description Where these bytes begin: the upload's offset stored so far */
+                "Upload-Offset": number;
+            };
+            path: {
+                /** @description The upload (its blobId) */
+                blobId: components["schemas"]["defs.id"];
+            };
+            cookie?: never;
+        };
+        /** @description The bytes from Upload-Offset on */
+        requestBody: {
+            content: {
+                "application/octet-stream": number[];
+            };
+        };
+        responses: {
+            /** @description Every byte is there: the blob, stored */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Blob"];
+                };
+            };
+            /** @description Stored so far; send the rest */
+            202: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Upload"];
+                };
+            };
+            /** @description NRD-0002: the body is not JSON; NRD-0003: it lacks the structure its type requires (`fields` points at the problem) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description NRD-0101: no valid credential */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description NRD-0102: no `writer` or `backend` role, or the token is limited to other sessions */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description NRD-0007: no such upload */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description NRD-0011: Upload-Offset is not the offset stored, or the upload is complete */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description NRD-0006: past the announced Upload-Length or the largest blob */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description NRD-0001: the server failed; report the x-request-id */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description NRD-0901: the database cannot be reached; retry with backoff */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    getUpload: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The upload (its blobId) */
+                blobId: components["schemas"]["defs.id"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The upload's progress (complete when uploadOffset = uploadLength) */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Upload"];
+                };
+            };
+            /** @description NRD-0008: a parameter is missing or malformed (`fields` names it) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description NRD-0101: no valid credential */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description NRD-0102: the token is limited to other sessions */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description NRD-0007: no such upload */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description NRD-0001: the server failed; report the x-request-id */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description NRD-0901: the database cannot be reached; retry with backoff */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
     getCapabilities: {
         parameters: {
             query?: {
@@ -9292,7 +9533,10 @@ export interface operations {
                 /** @description The file name: no path separators, no control characters */
                 name: string;
             };
-            header?: never;
+            header?: {
+                /** @description Makes the upload resumable: the bytes to come in all (this request may send a part) */
+                "Upload-Length"?: number;
+            };
             path: {
                 /** @description The session the blob belongs to */
                 sessionId: components["schemas"]["defs.id"];
@@ -9313,6 +9557,15 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["Blob"];
+                };
+            };
+            /** @description A resumable upload, stored so far (Location: where the rest goes) */
+            202: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Upload"];
                 };
             };
             /** @description NRD-0002: the body is not JSON; NRD-0003: it lacks the structure its type requires (`fields` points at the problem) */

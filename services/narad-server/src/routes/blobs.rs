@@ -65,7 +65,8 @@ pub struct Blob {
 }
 
 impl Blob {
-    fn of(r: BlobRecord) -> Blob {
+    /// The API's view of a stored blob.
+    pub fn of(r: BlobRecord) -> Blob {
         Blob {
             uri: format!("{REFERENCE_PREFIX}{}", r.blob_id),
             url: format!("/v1/blobs/{}", r.blob_id),
@@ -140,12 +141,14 @@ fn media_type(headers: &HeaderMap) -> ApiResult<String> {
 #[utoipa::path(post, path = "/v1/sessions/{sessionId}/blobs", operation_id = "uploadBlob", tag = "blobs",
     params(
         ("sessionId" = String, Path, description = "The session the blob belongs to"),
+        ("Upload-Length" = Option<u64>, Header, description = "Makes the upload resumable: the bytes to come in all (this request may send a part)"),
         ("attachmentId" = Option<String>, Query, min_length = 1, max_length = 256, description = "Add the blob to the session as this attachment, on behalf of the caller (role `writer`): `attachment.added` with the caller as actor, then the server's `attachment.ready`"),
         ("name" = String, Query, min_length = 1, max_length = 255, pattern = r"^[^/\\\u0000-\u001F\u007F-\u009F]+$", description = "The file name: no path separators, no control characters"),
     ),
     request_body(content = Vec<u8>, content_type = "application/octet-stream", description = "The bytes; Content-Type declares their media type"),
     responses(
         (status = 201, description = "The blob, stored", body = Blob),
+        (status = 202, description = "A resumable upload, stored so far (Location: where the rest goes)", body = super::resumable::Upload),
         (status = 403, description = "NRD-0102: no `writer` or `backend` role, or the token is limited to other sessions"),
         (status = 404, description = "NRD-0007: no such session"),
         (status = 413, description = "NRD-0006: larger than the organisation's largest blob"),
@@ -159,7 +162,7 @@ pub async fn upload(
     mut query: Query,
     headers: HeaderMap,
     body: Body,
-) -> ApiResult<(StatusCode, Json<Blob>)> {
+) -> ApiResult<Response> {
     principal
         .require(Permission::Command)
         .or_else(|_| principal.require(Permission::Append))?;
@@ -185,11 +188,14 @@ pub async fn upload(
     };
     let media_type = media_type(&headers)?;
     let tenant = &principal.tenant;
+    let upload_length = super::resumable::number_header(&headers, super::resumable::UPLOAD_LENGTH)?;
     let (max_blob, max_stored) = state.quotas.blob_limits(tenant).await?;
-    let announced = headers
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok());
+    let announced = upload_length.or_else(|| {
+        headers
+            .get(header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<u64>().ok())
+    });
     if let (Some(max), Some(n)) = (max_blob, announced)
         && n > max
     {
@@ -203,9 +209,44 @@ pub async fn upload(
     if over_stored(announced.unwrap_or(0)) {
         return Err(stored_full(max_stored.unwrap_or(0)));
     }
+    if let Some(length) = upload_length {
+        let sent = super::resumable::number_header(&headers, "content-length")?.unwrap_or(0);
+        if sent > length {
+            return Err(ApiError::new(
+                ErrorCode::PayloadTooLarge,
+                format!("the body ({sent} bytes) is longer than Upload-Length ({length})"),
+            )
+            .with_field("Upload-Length", "shorter than the body"));
+        }
+        if attachment_id.is_some() {
+            return Err(ApiError::new(
+                ErrorCode::InvalidParameter,
+                "attachmentId is for uploads sent whole; add a resumable upload's attachment \
+                 by appending attachment.added with its uri once complete",
+            )
+            .with_field("attachmentId", "not with Upload-Length"));
+        }
+        let blob_id = state
+            .journal
+            .create_blob(tenant, &session_id, &name, &media_type, Some(length))
+            .await?;
+        let blob = state
+            .journal
+            .blob(tenant, &blob_id)
+            .await?
+            .ok_or_else(|| ApiError::new(ErrorCode::NotFound, "the upload is gone"))?;
+        let mut answer =
+            super::resumable::continue_upload(&state, &principal, blob, body, StatusCode::CREATED)
+                .await?;
+        answer.headers_mut().insert(
+            header::LOCATION,
+            HeaderValue::from_str(&format!("/v1/blobs/{blob_id}")).expect("ascii"),
+        );
+        return Ok(answer);
+    }
     let blob_id = state
         .journal
-        .create_blob(tenant, &session_id, &name, &media_type)
+        .create_blob(tenant, &session_id, &name, &media_type, None)
         .await?;
     let stored = receive(&state, &principal, &blob_id, body, |size| {
         if max_blob.is_some_and(|m| size > m) {
@@ -233,7 +274,8 @@ pub async fn upload(
                 attachment_id,
                 ..Blob::of(record)
             }),
-        )),
+        )
+            .into_response()),
         Err(e) => {
             // Nothing of a refused or broken upload is kept.
             if let Err(d) = state.journal.discard_blob(tenant, &blob_id).await {
@@ -254,56 +296,110 @@ async fn receive(
     check: impl Fn(u64) -> ApiResult<()>,
 ) -> ApiResult<BlobRecord> {
     let tenant = &principal.tenant;
-    let mut stream = body.into_data_stream();
-    let mut digest = Sha256::new();
-    let mut pending: Vec<u8> = Vec::with_capacity(CHUNK);
-    let mut size = 0u64;
-    let mut seq = 0i32;
-    loop {
-        let next = stream.next().await;
-        let done = next.is_none();
-        if let Some(frame) = next {
-            let bytes = frame.map_err(|e| {
-                ApiError::new(
-                    ErrorCode::InvalidObject,
-                    format!("the upload broke off ({e}); nothing of it was kept: send it again"),
-                )
-            })?;
-            size += bytes.len() as u64;
-            check(size)?;
-            digest.update(&bytes);
-            let mut rest = &bytes[..];
-            while !rest.is_empty() {
-                let take = (CHUNK - pending.len()).min(rest.len());
-                pending.extend_from_slice(&rest[..take]);
-                rest = &rest[take..];
-                if pending.len() == CHUNK {
-                    state
-                        .journal
-                        .put_blob_chunk(tenant, blob_id, seq, &pending)
-                        .await?;
-                    seq += 1;
-                    pending.clear();
-                }
-            }
-        }
-        if done {
-            break;
-        }
-    }
-    if !pending.is_empty() {
-        state
-            .journal
-            .put_blob_chunk(tenant, blob_id, seq, &pending)
-            .await?;
-    }
+    let mut sink = Sink::new(state, tenant, blob_id, 0, Vec::new(), true);
+    sink.take(body, check, false).await?;
+    let digest = sink.digest.take().map(|d| d.finalize().to_vec());
     Ok(state
         .journal
-        .finish_blob(tenant, blob_id, size, &digest.finalize())
+        .finish_blob(tenant, blob_id, sink.size, &digest.unwrap_or_default())
         .await?)
 }
 
-fn too_large(max: u64) -> ApiError {
+/// Where a body's bytes go: a blob, its size so far, and its last chunk
+/// while that is not full. Every chunk but the last is [`CHUNK`] bytes, so
+/// that a byte's chunk is its offset divided by [`CHUNK`].
+pub(crate) struct Sink<'a> {
+    state: &'a AppState,
+    tenant: &'a narad_journal::TenantId,
+    blob_id: &'a str,
+    /// Bytes received in all, those in `pending` included.
+    pub(crate) size: u64,
+    /// The offset of `pending`'s first byte: a multiple of [`CHUNK`].
+    base: u64,
+    pending: Vec<u8>,
+    digest: Option<Sha256>,
+}
+
+impl<'a> Sink<'a> {
+    /// A sink at `size` bytes whose last, partial chunk holds `pending`;
+    /// digesting what it takes when `digest`.
+    pub(crate) fn new(
+        state: &'a AppState,
+        tenant: &'a narad_journal::TenantId,
+        blob_id: &'a str,
+        size: u64,
+        pending: Vec<u8>,
+        digest: bool,
+    ) -> Sink<'a> {
+        Sink {
+            state,
+            tenant,
+            blob_id,
+            size,
+            base: size - pending.len() as u64,
+            pending,
+            digest: digest.then(Sha256::new),
+        }
+    }
+
+    /// Stores `body`; `check` sees the size so far before anything more is
+    /// stored. When the body breaks off and `keep_partial`, what arrived is
+    /// stored (a resumable upload resumes after it).
+    pub(crate) async fn take(
+        &mut self,
+        body: Body,
+        check: impl Fn(u64) -> ApiResult<()>,
+        keep_partial: bool,
+    ) -> ApiResult<()> {
+        let mut stream = body.into_data_stream();
+        while let Some(frame) = stream.next().await {
+            let bytes = match frame {
+                Ok(bytes) => bytes,
+                Err(e) => {
+                    if keep_partial {
+                        self.flush().await?;
+                    }
+                    return Err(ApiError::new(
+                        ErrorCode::InvalidObject,
+                        format!("the upload broke off ({e}); send the rest (or all of it) again"),
+                    ));
+                }
+            };
+            check(self.size + bytes.len() as u64)?;
+            self.size += bytes.len() as u64;
+            if let Some(d) = &mut self.digest {
+                d.update(&bytes);
+            }
+            let mut rest = &bytes[..];
+            while !rest.is_empty() {
+                let take = (CHUNK - self.pending.len()).min(rest.len());
+                self.pending.extend_from_slice(&rest[..take]);
+                rest = &rest[take..];
+                if self.pending.len() == CHUNK {
+                    self.flush().await?;
+                    self.pending.clear();
+                    self.base += CHUNK as u64;
+                }
+            }
+        }
+        self.flush().await
+    }
+
+    /// Stores the last chunk as it stands.
+    async fn flush(&self) -> ApiResult<()> {
+        if self.pending.is_empty() {
+            return Ok(());
+        }
+        let seq = (self.base / CHUNK as u64) as i32;
+        Ok(self
+            .state
+            .journal
+            .put_blob_chunk(self.tenant, self.blob_id, seq, &self.pending)
+            .await?)
+    }
+}
+
+pub(crate) fn too_large(max: u64) -> ApiError {
     crate::metrics::limit_refused("blob_bytes");
     ApiError::new(
         ErrorCode::PayloadTooLarge,
@@ -314,7 +410,7 @@ fn too_large(max: u64) -> ApiError {
     .with_details(json!({"limit": "blobMaxBytes", "value": max}))
 }
 
-fn stored_full(max: u64) -> ApiError {
+pub(crate) fn stored_full(max: u64) -> ApiError {
     crate::metrics::limit_refused("stored_bytes");
     ApiError::new(
         ErrorCode::StoredBytesLimitReached,

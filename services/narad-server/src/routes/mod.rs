@@ -14,6 +14,7 @@ pub mod limits;
 pub mod meta;
 pub mod openapi;
 pub mod operations;
+pub mod resumable;
 pub mod runtime;
 pub mod sessions;
 pub mod sse;
@@ -89,7 +90,8 @@ pub fn router() -> OpenApiRouter<AppState> {
         .routes(routes!(sessions::create, sessions::list))
         .routes(routes!(sessions::read, erasure::erase_session))
         .routes(routes!(blobs::upload))
-        .routes(routes!(blobs::download))
+        .routes(routes!(blobs::download, resumable::resume))
+        .routes(routes!(resumable::upload_progress))
         .routes(routes!(erasure::erase_tenant))
         .routes(routes!(erasure::tenant_erasure))
         .routes(routes!(erasure::preview_retention))
