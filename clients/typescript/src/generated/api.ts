@@ -6721,6 +6721,15 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
+            /** @description NRD-0208: the session was erased; nothing of it is kept, and its id cannot be used again */
+            410: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
             /** @description NRD-0001: the server failed; report the x-request-id */
             500: {
                 headers: {
@@ -9597,6 +9606,15 @@ export interface operations {
             };
             /** @description NRD-0007: no such session */
             404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description NRD-0201: with attachmentId, the attachment.added it appends breaks a rule (the id is taken); nothing of the upload is kept */
+            409: {
                 headers: {
                     [name: string]: unknown;
                 };

@@ -151,6 +151,7 @@ fn media_type(headers: &HeaderMap) -> ApiResult<String> {
         (status = 202, description = "A resumable upload, stored so far (Location: where the rest goes)", body = super::resumable::Upload),
         (status = 403, description = "NRD-0102: no `writer` or `backend` role, or the token is limited to other sessions"),
         (status = 404, description = "NRD-0007: no such session"),
+        (status = 409, description = "NRD-0201: with attachmentId, the attachment.added it appends breaks a rule (the id is taken); nothing of the upload is kept"),
         (status = 413, description = "NRD-0006: larger than the organisation's largest blob"),
         (status = 429, description = "NRD-0606: the organisation's blobs hold as many bytes as they may"),
     ),

@@ -797,7 +797,7 @@ fn complete_operation(op: &mut Value, names_session: bool) {
             .is_some_and(|t| t.contains(&json!("commands")))
         || matches!(
             op["operationId"].as_str(),
-            Some("streamTenantEvents" | "createStreamTicket" | "createSession")
+            Some("streamTenantEvents" | "createStreamTicket" | "createSession" | "getCapabilities")
         );
     let has_body = op.get("requestBody").is_some();
     let has_parameters = op["parameters"].as_array().is_some_and(|p| !p.is_empty());
