@@ -261,7 +261,7 @@ impl Journal {
             .enumerate()
             .map(|(i, p)| prepare(i, p, session_id))
             .collect::<Result<Vec<_>, _>>()?;
-        self.check_references(tenant, session_id, proposals).await?;
+        let held = self.check_references(tenant, session_id, proposals).await?;
         let appended = self
             .combiner
             .submit(Request {
@@ -272,7 +272,10 @@ impl Journal {
             })
             .await;
         if appended.is_ok()
-            && let Err(e) = self.settle_references(tenant, session_id, proposals).await
+            && !held.is_empty()
+            && let Err(e) = self
+                .settle_references(tenant, session_id, proposals, held)
+                .await
         {
             // The batch stands; a retry of it settles again.
             tracing::warn!(error = %e, "cannot append the outcome of an added blob reference yet");
@@ -288,18 +291,12 @@ impl Journal {
 
     /// Whether `session` of `tenant` was erased (false when that cannot be
     /// read now).
-    pub async fn session_erased(&self, tenant: &TenantId, session: &str) -> bool {
+    async fn session_erased(&self, tenant: &TenantId, session: &str) -> bool {
         let Ok(client) = self.pool.get().await else {
             return false;
         };
         crate::in_tenant(client, tenant, async |c| {
-            Ok(c.query_one(
-                "select exists (select 1 from erased_sessions \
-                 where tenant_id = $1 and session_id = $2)",
-                &[&tenant.as_str(), &session],
-            )
-            .await?
-            .get::<_, bool>(0))
+            crate::erasure::was_erased(c, tenant, session).await
         })
         .await
         .unwrap_or(false)

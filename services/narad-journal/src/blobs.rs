@@ -53,7 +53,8 @@ fn record(r: &tokio_postgres::Row) -> BlobRecord {
 }
 
 impl Journal {
-    /// Begins a blob of `session` (which must exist): answers its id.
+    /// Begins a blob of `session` (which must exist), of `upload_length`
+    /// bytes when a resumable upload announced them: answers it, empty.
     pub async fn create_blob(
         &self,
         tenant: &TenantId,
@@ -61,17 +62,19 @@ impl Journal {
         name: &str,
         media_type: &str,
         upload_length: Option<u64>,
-    ) -> Result<String, JournalError> {
+    ) -> Result<BlobRecord, JournalError> {
         let upload_length = upload_length.map(|n| n as i64);
         let blob_id = narad_protocol::primitives::EventId::new_v7().to_string();
         let client = self.pool.get().await?;
         in_tenant(client, tenant, async |c| {
-            let n = c
-                .execute(
-                    "insert into blobs (tenant_id, blob_id, session_id, name, media_type, \
-                       upload_length) \
-                     select $1, $2, $3, $4, $5, $6 from sessions \
-                     where tenant_id = $1 and session_id = $3",
+            let row = c
+                .query_opt(
+                    &format!(
+                        "insert into blobs (tenant_id, blob_id, session_id, name, media_type, \
+                           upload_length) \
+                         select $1, $2, $3, $4, $5, $6 from sessions \
+                         where tenant_id = $1 and session_id = $3 returning {COLUMNS}"
+                    ),
                     &[
                         &tenant.as_str(),
                         &blob_id,
@@ -82,13 +85,12 @@ impl Journal {
                     ],
                 )
                 .await?;
-            if n == 0 {
-                return Err(JournalError::SessionNotFound(session.to_owned()));
+            match row {
+                Some(row) => Ok(record(&row)),
+                None => Err(JournalError::SessionNotFound(session.to_owned())),
             }
-            Ok(())
         })
-        .await?;
-        Ok(blob_id)
+        .await
     }
 
     /// Stores chunk `seq` of an uploading blob (replacing a shorter one

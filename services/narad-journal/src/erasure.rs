@@ -55,6 +55,21 @@ pub struct TenantErasure {
     pub finished_at: Option<String>,
 }
 
+/// Whether `session` of `tenant` was erased, read in `c`'s transaction
+/// (scoped to the tenant).
+pub(crate) async fn was_erased(
+    c: &deadpool_postgres::Client,
+    tenant: &TenantId,
+    session: &str,
+) -> Result<bool, JournalError> {
+    Ok(c.query_one(
+        "select exists (select 1 from erased_sessions where tenant_id = $1 and session_id = $2)",
+        &[&tenant.as_str(), &session],
+    )
+    .await?
+    .get(0))
+}
+
 const RFC3339: &str = "'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"'";
 
 impl Journal {

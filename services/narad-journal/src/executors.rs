@@ -215,24 +215,22 @@ impl Journal {
             .await
     }
 
-    /// How many of `tenant`'s executors other than `excluding` hold live
-    /// leases.
-    pub async fn executors_attached(
+    /// Refuses, as [`Journal::attach_executor_within`] would, when `tenant`
+    /// has `max` executors other than `executor_id` holding live leases:
+    /// a check before a WebSocket switches protocols (the attach on the
+    /// socket checks again, under the tenant's lock).
+    pub async fn executor_room(
         &self,
         tenant: &TenantId,
-        excluding: &str,
-    ) -> Result<u64, JournalError> {
+        executor_id: &str,
+        max: Option<u64>,
+    ) -> Result<(), JournalError> {
+        let Some(max) = max else {
+            return Ok(());
+        };
         let client = self.pool.get().await?;
         in_tenant(client, tenant, async |c| {
-            let n: i64 = c
-                .query_one(
-                    "select count(*) from executors where tenant_id = $1 \
-                       and executor_id <> $2 and lease_expires_at > now()",
-                    &[&tenant.as_str(), &excluding],
-                )
-                .await?
-                .get(0);
-            Ok(u64::try_from(n).unwrap_or(0))
+            within_executor_limit(c, tenant, executor_id, max).await
         })
         .await
     }
@@ -250,23 +248,7 @@ impl Journal {
         let client = self.pool.get().await?;
         in_tenant(client, tenant, async |c| {
             if let Some(max) = max {
-                crate::quotas::within_quota(
-                    c,
-                    tenant,
-                    "executors",
-                    "select count(*) from executors where tenant_id = $1 \
-                       and executor_id <> $2 and lease_expires_at > now()",
-                    &[&tenant.as_str(), &executor_id],
-                    max,
-                    |max| JournalError::LimitReached {
-                        code: narad_protocol::ErrorCode::ExecutorLimitReached,
-                        message: format!(
-                            "this organisation has {max} client executors attached, its limit; \
-                             detach one or let its lease lapse, then attach again"
-                        ),
-                    },
-                )
-                .await?;
+                within_executor_limit(c, tenant, executor_id, max).await?;
             }
             let row = c
                 .query_one(
@@ -940,4 +922,31 @@ enum CallKey<'a> {
     /// By session and toolCallId, withdrawn from delivery in the same
     /// statement; none if a token was issued for it.
     Withdraw(&'a str, &'a str),
+}
+
+/// Refuses when `tenant` has `max` executors other than `executor_id`
+/// holding live leases (counted under the tenant's lock).
+async fn within_executor_limit(
+    c: &deadpool_postgres::Client,
+    tenant: &TenantId,
+    executor_id: &str,
+    max: u64,
+) -> Result<(), JournalError> {
+    crate::quotas::within_quota(
+        c,
+        tenant,
+        "executors",
+        "select count(*) from executors where tenant_id = $1 \
+           and executor_id <> $2 and lease_expires_at > now()",
+        &[&tenant.as_str(), &executor_id],
+        max,
+        |max| JournalError::LimitReached {
+            code: narad_protocol::ErrorCode::ExecutorLimitReached,
+            message: format!(
+                "this organisation has {max} client executors attached, its limit; \
+                 detach one or let its lease lapse, then attach again"
+            ),
+        },
+    )
+    .await
 }

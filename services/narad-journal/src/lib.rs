@@ -358,14 +358,9 @@ where
         }
         Err(JournalError::SessionNotFound(id)) => {
             // One answer for every route: a session that was erased says so.
-            let erased = client
-                .query_one(
-                    "select exists (select 1 from erased_sessions \
-                     where tenant_id = $1 and session_id = $2)",
-                    &[&t, &id],
-                )
+            let erased = erasure::was_erased(client, tenant, &id)
                 .await
-                .is_ok_and(|r| r.get(0));
+                .unwrap_or(false);
             let _ = client.batch_execute("rollback").await;
             Err(if erased {
                 JournalError::SessionErased(id)

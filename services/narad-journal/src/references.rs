@@ -7,64 +7,65 @@
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
-use crate::{AppendOptions, Journal, JournalError, TenantId};
+use crate::{AppendOptions, BlobRecord, Journal, JournalError, TenantId};
 use narad_protocol::primitives::SessionId;
 
 /// The prefix of a reference to a blob narad holds.
 pub const BLOB_REFERENCE: &str = "narad://blobs/";
 
-/// The types that may carry a blob reference, with the id field of each.
-const CARRIERS: &[(&str, &str)] = &[
-    ("attachment.added", "attachmentId"),
-    ("attachment.ready", "attachmentId"),
-    ("artifact.added", "artifactId"),
-    ("artifact.ready", "artifactId"),
+/// The types that may carry a blob reference.
+const CARRIERS: &[&str] = &[
+    "attachment.added",
+    "attachment.ready",
+    "artifact.added",
+    "artifact.ready",
 ];
 
-/// A blob named by event `index` of a batch.
-struct Named<'a> {
+/// A blob event `index` of a batch names, as held.
+pub(crate) struct Held {
     index: usize,
-    blob_id: &'a str,
-}
-
-fn named(proposals: &[Value]) -> Vec<Named<'_>> {
-    proposals
-        .iter()
-        .enumerate()
-        .filter(|(_, p)| CARRIERS.iter().any(|(t, _)| p["type"] == *t))
-        .filter_map(|(index, p)| {
-            let blob_id = p["uri"].as_str()?.strip_prefix(BLOB_REFERENCE)?;
-            Some(Named { index, blob_id })
-        })
-        .collect()
+    blob: BlobRecord,
 }
 
 impl Journal {
-    /// Refuses a batch naming a blob `tenant` does not hold, stored, for
-    /// `session`: another tenant's blob, another session's, or an upload
-    /// under way are all [`JournalError::ReferenceNotHeld`].
+    /// The blobs a batch names, each held by `tenant`, stored, for
+    /// `session`; another tenant's blob, another session's, or an upload
+    /// under way is [`JournalError::ReferenceNotHeld`]. Reads nothing for a
+    /// batch that names none.
     pub(crate) async fn check_references(
         &self,
         tenant: &TenantId,
         session: &SessionId,
         proposals: &[Value],
-    ) -> Result<(), JournalError> {
-        for n in named(proposals) {
-            let blob = self.blob(tenant, n.blob_id).await?;
-            let problem = match blob {
+    ) -> Result<Vec<Held>, JournalError> {
+        let mut held = Vec::new();
+        for (index, p) in proposals.iter().enumerate() {
+            if !CARRIERS.iter().any(|t| p["type"] == *t) {
+                continue;
+            }
+            let Some(blob_id) = p["uri"]
+                .as_str()
+                .and_then(|u| u.strip_prefix(BLOB_REFERENCE))
+            else {
+                continue;
+            };
+            let problem = match self.blob(tenant, blob_id).await? {
                 None => "names a blob this organisation does not hold",
                 Some(b) if b.session_id != session.as_str() => {
                     "names a blob of another session; upload it to this session"
                 }
                 Some(b) if !b.stored => "names a blob whose upload has not finished",
-                Some(_) => continue,
+                Some(blob) => {
+                    held.push(Held { index, blob });
+                    continue;
+                }
             };
             return Err(JournalError::ReferenceNotHeld {
-                index: n.index,
-                message: format!("{problem} ({BLOB_REFERENCE}{})", n.blob_id),
+                index,
+                message: format!("{problem} ({BLOB_REFERENCE}{blob_id})"),
             });
         }
-        Ok(())
+        Ok(held)
     }
 
     /// Appends, as the server, the `*.ready` (or `*.failed`) of each
@@ -76,9 +77,10 @@ impl Journal {
         tenant: &TenantId,
         session: &SessionId,
         proposals: &[Value],
+        held: Vec<Held>,
     ) -> Result<(), JournalError> {
-        for n in named(proposals) {
-            let added = &proposals[n.index];
+        for Held { index, blob } in held {
+            let added = &proposals[index];
             let Some(kind) = added["type"]
                 .as_str()
                 .and_then(|t| t.strip_suffix(".added"))
@@ -99,9 +101,6 @@ impl Journal {
             if settled {
                 continue;
             }
-            let Some(blob) = self.blob(tenant, n.blob_id).await? else {
-                continue;
-            };
             let digest = blob.sha256.clone().unwrap_or_default();
             let mismatch = if added["sha256"]
                 .as_str()

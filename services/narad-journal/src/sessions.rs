@@ -157,15 +157,7 @@ impl Journal {
                 )
                 .await?;
             }
-            let erased: bool = c
-                .query_one(
-                    "select exists (select 1 from erased_sessions \
-                     where tenant_id = $1 and session_id = $2)",
-                    &[&tenant.as_str(), &id],
-                )
-                .await?
-                .get(0);
-            if erased {
+            if crate::erasure::was_erased(c, tenant, &id).await? {
                 return Err(JournalError::SessionErased(id.clone()));
             }
             let stmt = c

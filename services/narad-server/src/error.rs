@@ -108,7 +108,15 @@ impl From<JournalError> for ApiError {
             }
             _ => {}
         }
-        ApiError::from_body(e.to_body())
+        let limit = matches!(e, JournalError::LimitReached { .. });
+        let error = ApiError::from_body(e.to_body());
+        // A quota the journal enforces (sessions, executors) answers as
+        // every limit does: counted, with its name and Retry-After.
+        if limit {
+            crate::quotas::journal_refusal(error)
+        } else {
+            error
+        }
     }
 }
 

@@ -295,15 +295,15 @@ impl Bucket {
 
 type Allowances = HashMap<(TenantId, Bucket), Arc<tokio::sync::Mutex<Allowance>>>;
 
-/// Each tenant's overrides, with when they were read.
-type CachedOverrides = HashMap<TenantId, (Instant, Map<String, Value>)>;
+/// What holds for each tenant, with when its overrides were read.
+type CachedLimits = HashMap<TenantId, (Instant, LimitValues)>;
 
 /// Every tenant's limits on this replica.
 pub struct Quotas {
     journal: Journal,
     defaults: LimitValues,
     replica: String,
-    overrides: Mutex<CachedOverrides>,
+    effective: Mutex<CachedLimits>,
     allowances: Mutex<Allowances>,
 }
 
@@ -314,7 +314,7 @@ impl Quotas {
             journal,
             defaults,
             replica: uuid::Uuid::now_v7().to_string(),
-            overrides: Mutex::new(HashMap::new()),
+            effective: Mutex::new(HashMap::new()),
             allowances: Mutex::new(HashMap::new()),
         }
     }
@@ -342,30 +342,38 @@ impl Quotas {
 
     /// Forgets `tenant`'s cached overrides: the next request reads them.
     pub fn overrides_changed(&self, tenant: &TenantId) {
-        self.overrides.lock().expect("not poisoned").remove(tenant);
+        self.effective.lock().expect("not poisoned").remove(tenant);
     }
 
-    /// What holds for `tenant`: the defaults with its overrides.
+    /// What holds for `tenant`: the defaults with its overrides (read
+    /// again every [`OVERRIDES_TTL`]).
     pub async fn effective(&self, tenant: &TenantId) -> Result<LimitValues, JournalError> {
         let cached = self
-            .overrides
+            .effective
             .lock()
             .expect("not poisoned")
             .get(tenant)
             .filter(|(at, _)| at.elapsed() < OVERRIDES_TTL)
-            .map(|(_, o)| o.clone());
-        let overrides = match cached {
-            Some(o) => o,
-            None => {
-                let o = self.journal.tenant_limits(tenant).await?.overrides;
-                self.overrides
-                    .lock()
-                    .expect("not poisoned")
-                    .insert(tenant.clone(), (Instant::now(), o.clone()));
-                o
-            }
-        };
-        Ok(self.defaults.overridden(&overrides))
+            .map(|(_, values)| *values);
+        if let Some(values) = cached {
+            return Ok(values);
+        }
+        let overrides = self.journal.tenant_limits(tenant).await?.overrides;
+        let values = self.defaults.overridden(&overrides);
+        self.effective
+            .lock()
+            .expect("not poisoned")
+            .insert(tenant.clone(), (Instant::now(), values));
+        Ok(values)
+    }
+
+    /// The value of `limit` for `tenant` (`None`: no limit).
+    pub async fn limit(
+        &self,
+        tenant: &TenantId,
+        limit: Limit,
+    ) -> Result<Option<u64>, JournalError> {
+        Ok(self.effective(tenant).await?.get(limit))
     }
 
     /// Takes `n` appended events from `tenant`'s event rate.
@@ -444,25 +452,6 @@ impl Quotas {
                 Err(limited(rate_limit, wait, rate, burst))
             }
         }
-    }
-
-    /// The most sessions `tenant` may hold, if limited.
-    pub async fn max_sessions(&self, tenant: &TenantId) -> Result<Option<u64>, JournalError> {
-        Ok(self.effective(tenant).await?.get(Limit::Sessions))
-    }
-
-    /// The largest blob and the stored bytes `tenant` may have, if limited.
-    pub async fn blob_limits(
-        &self,
-        tenant: &TenantId,
-    ) -> Result<(Option<u64>, Option<u64>), JournalError> {
-        let l = self.effective(tenant).await?;
-        Ok((l.get(Limit::BlobMaxBytes), l.get(Limit::StoredBytes)))
-    }
-
-    /// The most client executors `tenant` may have attached, if limited.
-    pub async fn max_executors(&self, tenant: &TenantId) -> Result<Option<u64>, JournalError> {
-        Ok(self.effective(tenant).await?.get(Limit::AttachedExecutors))
     }
 
     /// A place for one more open stream of `tenant`, held until the
@@ -551,8 +540,9 @@ fn with_retry(error: ApiError, wait: Duration) -> ApiError {
 }
 
 /// The `Retry-After` a quota the journal enforces (sessions, executors)
-/// answers with, and its refusal counted.
-pub fn journal_refusal(error: ApiError) -> ApiError {
+/// answers with, and its refusal counted: applied by the conversion of every
+/// `JournalError::LimitReached` into an answer.
+pub(crate) fn journal_refusal(error: ApiError) -> ApiError {
     let code = ErrorCode::from_code(error.code());
     let (limit, wait) = match code {
         Some(ErrorCode::SessionLimitReached) => (Limit::Sessions, SESSIONS_RETRY_AFTER),

@@ -19,10 +19,13 @@ use serde_json::json;
 use sha2::{Digest, Sha256};
 use utoipa::ToSchema;
 
+use super::resumable::{UPLOAD_LENGTH, number_header};
 use crate::AppState;
 use crate::auth::{Permission, Principal};
 use crate::body::Query;
 use crate::error::{ApiError, ApiResult};
+use crate::quotas::Limit;
+use narad_journal::TenantId;
 
 /// The scheme and authority of a blob's reference in events.
 pub use narad_journal::references::BLOB_REFERENCE as REFERENCE_PREFIX;
@@ -189,33 +192,18 @@ pub async fn upload(
     };
     let media_type = media_type(&headers)?;
     let tenant = &principal.tenant;
-    let upload_length = super::resumable::number_header(&headers, super::resumable::UPLOAD_LENGTH)?;
-    let (max_blob, max_stored) = state.quotas.blob_limits(tenant).await?;
-    let announced = upload_length.or_else(|| {
-        headers
-            .get(header::CONTENT_LENGTH)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.parse::<u64>().ok())
-    });
-    if let (Some(max), Some(n)) = (max_blob, announced)
-        && n > max
-    {
-        return Err(too_large(max));
-    }
-    let stored_before = match max_stored {
-        Some(_) => state.journal.stored_bytes(tenant).await?,
-        None => 0,
-    };
-    let over_stored = |size: u64| max_stored.is_some_and(|m| stored_before + size > m);
-    if over_stored(announced.unwrap_or(0)) {
-        return Err(stored_full(max_stored.unwrap_or(0)));
-    }
+    let upload_length = number_header(&headers, UPLOAD_LENGTH)?;
+    let sent = number_header(&headers, header::CONTENT_LENGTH.as_str())?;
+    let limits = UploadLimits::of(&state, tenant, 0).await?;
+    limits.check(upload_length.or(sent).unwrap_or(0))?;
     if let Some(length) = upload_length {
-        let sent = super::resumable::number_header(&headers, "content-length")?.unwrap_or(0);
-        if sent > length {
+        if sent.is_some_and(|n| n > length) {
             return Err(ApiError::new(
                 ErrorCode::PayloadTooLarge,
-                format!("the body ({sent} bytes) is longer than Upload-Length ({length})"),
+                format!(
+                    "the body ({} bytes) is longer than Upload-Length ({length})",
+                    sent.unwrap_or(0)
+                ),
             )
             .with_field("Upload-Length", "shorter than the body"));
         }
@@ -227,36 +215,25 @@ pub async fn upload(
             )
             .with_field("attachmentId", "not with Upload-Length"));
         }
-        let blob_id = state
+        let blob = state
             .journal
             .create_blob(tenant, &session_id, &name, &media_type, Some(length))
             .await?;
-        let blob = state
-            .journal
-            .blob(tenant, &blob_id)
-            .await?
-            .ok_or_else(|| ApiError::new(ErrorCode::NotFound, "the upload is gone"))?;
+        let location =
+            HeaderValue::from_str(&format!("/v1/blobs/{}", blob.blob_id)).expect("ascii");
         let mut answer =
             super::resumable::continue_upload(&state, &principal, blob, body, StatusCode::CREATED)
                 .await?;
-        answer.headers_mut().insert(
-            header::LOCATION,
-            HeaderValue::from_str(&format!("/v1/blobs/{blob_id}")).expect("ascii"),
-        );
+        answer.headers_mut().insert(header::LOCATION, location);
         return Ok(answer);
     }
-    let blob_id = state
+    let blob = state
         .journal
         .create_blob(tenant, &session_id, &name, &media_type, None)
         .await?;
+    let blob_id = blob.blob_id;
     let stored = receive(&state, &principal, &blob_id, body, |size| {
-        if max_blob.is_some_and(|m| size > m) {
-            return Err(too_large(max_blob.unwrap_or(0)));
-        }
-        if over_stored(size) {
-            return Err(stored_full(max_stored.unwrap_or(0)));
-        }
-        Ok(())
+        limits.check(size)
     })
     .await;
     let stored = match (stored, &attach_as, &attachment_id) {
@@ -284,6 +261,69 @@ pub async fn upload(
             }
             Err(e)
         }
+    }
+}
+
+/// The limits an upload stays within: the organisation's largest blob, and
+/// the bytes its blobs may hold together.
+pub(crate) struct UploadLimits {
+    max_blob: Option<u64>,
+    max_stored: Option<u64>,
+    /// What the organisation's other blobs hold (read only under a limit).
+    stored_elsewhere: u64,
+}
+
+impl UploadLimits {
+    /// The limits of an upload of `tenant` whose blob holds `so_far` bytes.
+    pub(crate) async fn of(state: &AppState, tenant: &TenantId, so_far: u64) -> ApiResult<Self> {
+        let limits = state.quotas.effective(tenant).await?;
+        let max_stored = limits.get(Limit::StoredBytes);
+        let stored_elsewhere = match max_stored {
+            Some(_) => state
+                .journal
+                .stored_bytes(tenant)
+                .await?
+                .saturating_sub(so_far),
+            None => 0,
+        };
+        Ok(UploadLimits {
+            max_blob: limits.get(Limit::BlobMaxBytes),
+            max_stored,
+            stored_elsewhere,
+        })
+    }
+
+    /// Refuses a blob of `size` bytes: 413 past the largest blob, 429 past
+    /// the stored bytes.
+    pub(crate) fn check(&self, size: u64) -> ApiResult<()> {
+        if let Some(max) = self.max_blob.filter(|m| size > *m) {
+            crate::metrics::limit_refused(Limit::BlobMaxBytes.label());
+            return Err(ApiError::new(
+                ErrorCode::PayloadTooLarge,
+                format!(
+                    "a blob holds at most {max} bytes here (blobMaxBytes); nothing of this one \
+                     was kept"
+                ),
+            )
+            .with_details(json!({"limit": Limit::BlobMaxBytes.name(), "value": max})));
+        }
+        if let Some(max) = self
+            .max_stored
+            .filter(|m| self.stored_elsewhere + size > *m)
+        {
+            crate::metrics::limit_refused(Limit::StoredBytes.label());
+            return Err(ApiError::new(
+                ErrorCode::StoredBytesLimitReached,
+                format!(
+                    "this organisation's blobs may hold {max} bytes together (storedBytes), and \
+                     this upload would pass that; nothing of it was kept: erase sessions whose \
+                     attachments are no longer needed, or ask the operator for a higher limit"
+                ),
+            )
+            .with_details(json!({"limit": Limit::StoredBytes.name(), "value": max}))
+            .with_retry_after(60));
+        }
+        Ok(())
     }
 }
 
@@ -398,31 +438,6 @@ impl<'a> Sink<'a> {
             .put_blob_chunk(self.tenant, self.blob_id, seq, &self.pending)
             .await?)
     }
-}
-
-pub(crate) fn too_large(max: u64) -> ApiError {
-    crate::metrics::limit_refused("blob_bytes");
-    ApiError::new(
-        ErrorCode::PayloadTooLarge,
-        format!(
-            "a blob holds at most {max} bytes here (blobMaxBytes); nothing of this one was kept"
-        ),
-    )
-    .with_details(json!({"limit": "blobMaxBytes", "value": max}))
-}
-
-pub(crate) fn stored_full(max: u64) -> ApiError {
-    crate::metrics::limit_refused("stored_bytes");
-    ApiError::new(
-        ErrorCode::StoredBytesLimitReached,
-        format!(
-            "this organisation's blobs may hold {max} bytes together (storedBytes), and this \
-             upload would pass that; nothing of it was kept: erase sessions whose attachments \
-             are no longer needed, or ask the operator for a higher limit"
-        ),
-    )
-    .with_details(json!({"limit": "storedBytes", "value": max}))
-    .with_retry_after(60)
 }
 
 /// Downloads a blob, with the authorization of its session. `Range`

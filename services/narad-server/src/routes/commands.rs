@@ -348,12 +348,15 @@ pub(crate) async fn create_session_within_limit(
     principal: &Principal,
     cmd: narad_protocol::commands::CreateSession,
 ) -> ApiResult<SessionRecord> {
-    let max = state.quotas.max_sessions(&principal.tenant).await?;
+    let max = state
+        .quotas
+        .limit(&principal.tenant, crate::quotas::Limit::Sessions)
+        .await?;
     state
         .journal
         .create_session_within(&principal.tenant, cmd.into(), max)
         .await
-        .map_err(|e| crate::quotas::journal_refusal(e.into()))
+        .map_err(ApiError::from)
 }
 
 /// Runs a command for `principal` and records it in the audit log with its

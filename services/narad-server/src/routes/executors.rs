@@ -23,6 +23,7 @@ use crate::auth::{Permission, Principal};
 use crate::body::{JsonBody, Query};
 use crate::error::{ApiError, ApiResult};
 use crate::executors::{Channel, attached, control};
+use crate::quotas::Limit;
 
 /// The longest a controls poll waits, in milliseconds.
 pub const MAX_POLL_WAIT_MS: u64 = 30_000;
@@ -168,25 +169,14 @@ pub async fn connect(
     websocket_key(&headers)?;
     // Refused before the switch, with the status a client can read; the
     // attach on the socket counts again under the tenant's lock.
-    let max_executors = state.quotas.max_executors(&principal.tenant).await?;
-    if let Some(max) = max_executors
-        && state
-            .journal
-            .executors_attached(&principal.tenant, &executor_id)
-            .await?
-            >= max
-    {
-        return Err(crate::quotas::journal_refusal(
-            narad_journal::JournalError::LimitReached {
-                code: ErrorCode::ExecutorLimitReached,
-                message: format!(
-                    "this organisation has {max} client executors attached, its limit; detach \
-                     one or let its lease lapse, then connect again"
-                ),
-            }
-            .into(),
-        ));
-    }
+    let max_executors = state
+        .quotas
+        .limit(&principal.tenant, Limit::AttachedExecutors)
+        .await?;
+    state
+        .journal
+        .executor_room(&principal.tenant, &executor_id, max_executors)
+        .await?;
     // A browser that offered its token as a subprotocol also offered
     // `narad`, the one the server selects (never the token's).
     let upgrade = upgrade.protocols([SUBPROTOCOL]);
@@ -308,12 +298,14 @@ pub async fn attach(
 ) -> ApiResult<(StatusCode, Json<Value>)> {
     authorize(&principal, &executor_id)?;
     let s = &state.executors;
-    let max = state.quotas.max_executors(&principal.tenant).await?;
+    let max = state
+        .quotas
+        .limit(&principal.tenant, Limit::AttachedExecutors)
+        .await?;
     let lease = state
         .journal
         .attach_executor_within(&principal.tenant, &executor_id, s.lease_ttl, max)
-        .await
-        .map_err(|e| crate::quotas::journal_refusal(e.into()))?;
+        .await?;
     if let Err(e) = state
         .journal
         .resume_executor_runs(&principal.tenant, &executor_id)

@@ -18,7 +18,7 @@ use serde::Serialize;
 use serde_json::json;
 use utoipa::ToSchema;
 
-use super::blobs::{Blob, REFERENCE_PREFIX, Sink, stored_full, too_large};
+use super::blobs::{Blob, REFERENCE_PREFIX, Sink, UploadLimits};
 use crate::AppState;
 use crate::auth::{Permission, Principal};
 use crate::error::{ApiError, ApiResult};
@@ -100,11 +100,7 @@ pub async fn continue_upload(
 ) -> ApiResult<Response> {
     let tenant = &principal.tenant;
     let length = blob.upload_length.unwrap_or_default();
-    let (max_blob, max_stored) = state.quotas.blob_limits(tenant).await?;
-    let stored_before = match max_stored {
-        Some(_) => state.journal.stored_bytes(tenant).await? - blob.size_bytes,
-        None => 0,
-    };
+    let limits = UploadLimits::of(state, tenant, blob.size_bytes).await?;
     // The partial last chunk is topped up: every chunk but the last is full.
     let partial = blob.size_bytes % CHUNK as u64;
     let pending = if partial == 0 {
@@ -135,24 +131,17 @@ pub async fn continue_upload(
                 )
                 .with_field(UPLOAD_LENGTH, "exceeded"));
             }
-            if max_blob.is_some_and(|m| size > m) {
-                return Err(too_large(max_blob.unwrap_or(0)));
-            }
-            if max_stored.is_some_and(|m| stored_before + size > m) {
-                return Err(stored_full(max_stored.unwrap_or(0)));
-            }
-            Ok(())
+            limits.check(size)
         },
         true,
     )
     .await?;
     let size = sink.size;
     if size < length {
-        let now = state
-            .journal
-            .blob(tenant, &blob.blob_id)
-            .await?
-            .ok_or_else(|| ApiError::new(ErrorCode::NotFound, "the upload is gone"))?;
+        let now = BlobRecord {
+            size_bytes: size,
+            ..blob
+        };
         return Ok(progress(StatusCode::ACCEPTED, &now));
     }
     let digest = state
