@@ -242,6 +242,16 @@ async fn two_runtimes_finish_twenty_runs_each_handled_once() {
             .map(|e| e["delta"].as_str().unwrap_or_default())
             .collect();
         assert_eq!(text, "Hello, world", "{run}");
+        // The handler records what it handled once its last append has
+        // returned, which may be after run.finished is readable: wait for it.
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        while calls.lock().unwrap()[run.as_str()]
+            .last()
+            .is_some_and(|c| c.handled_through == 0)
+            && tokio::time::Instant::now() < deadline
+        {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
         // The handler read from the run's start, which is new to it.
         let calls = calls.lock().unwrap();
         let mine = &calls[run.as_str()];
