@@ -677,6 +677,39 @@ async fn a_stop_nobody_holds_is_served_by_the_server() {
 }
 
 #[tokio::test]
+async fn a_stop_a_sweep_took_first_is_closed_before_the_command_answers() {
+    let s = Server::start_with_runtime(patient()).await;
+    let jwt = backend("acme");
+    queued_run(&s, &jwt, "s1", "r1", json!({})).await;
+    // The interleaving CI met: a sweep took the unheld stop between the
+    // command's append and its own closing, and had not written yet.
+    let (admin, conn) = tokio_postgres::connect(s.db.url(), tokio_postgres::NoTls)
+        .await
+        .expect("connects");
+    tokio::spawn(conn);
+    let n = admin
+        .execute(
+            "update run_work set state = 'closing', reason = 'stopped', stop_requested = true, \
+             changed_at = now() where root_run_id = 'r1'",
+            &[],
+        )
+        .await
+        .expect("updates");
+    assert_eq!(n, 1);
+    s.post("/v1/commands/stop-run", &jwt, &json!({"runId": "r1"}))
+        .await
+        .expect(200);
+    let h = whole_history(&s, &jwt, "s1").await;
+    assert_eq!(
+        types(&h),
+        ["run.started", "run.stop.requested", "run.cancelled"]
+    );
+    assert_eq!(h[2]["code"], "stopped_without_runtime");
+    obeys_the_rules(&h);
+    s.stop().await;
+}
+
+#[tokio::test]
 async fn a_stop_reaches_the_runtime_holding_the_run() {
     let s = Server::start_with_runtime(patient()).await;
     let jwt = backend("acme");

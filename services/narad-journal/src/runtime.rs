@@ -451,6 +451,10 @@ impl Journal {
 
     /// Serves a stop of run journal `root` that no runtime holds: closes
     /// the journal with `run.cancelled`. Whether it did.
+    ///
+    /// A stop a sweep has already taken is finished here too (closing is
+    /// safe to repeat), so the journal is closed when the command answers
+    /// whichever of the two took the item first.
     pub async fn stop_unheld(
         &self,
         tenant: &TenantId,
@@ -462,7 +466,8 @@ impl Journal {
                 tenant,
                 "update run_work set state = 'closing', reason = 'stopped', changed_at = now() \
                  where tenant_id = $1 and session_id = $2 and root_run_id = $3 \
-                   and stop_requested and state in ('ready', 'idle') returning reason",
+                   and ((stop_requested and state in ('ready', 'idle')) \
+                     or (state = 'closing' and reason = 'stopped')) returning reason",
                 &[&session, &root],
             )
             .await?;
