@@ -1,6 +1,6 @@
 # Sourced by .ci/run and scripts/test-all: makes sure what the test suites
 # need is here, installing it when it is not (Postgres at 127.0.0.1:5432,
-# curl, python3 with venv, Node.js with npm, cargo-nextest).
+# curl, python3 with venv, Node.js with npm, cargo-nextest, moto's S3 server).
 
 log() { printf '==> %s\n' "$*"; }
 
@@ -68,11 +68,28 @@ ensure_nextest() {
   fi
 }
 
+# The S3 blob store's tests run against moto's S3-compatible server
+# (narad-testkit starts one per test from target/moto-venv).
+MOTO_REQUIREMENT='moto[server]==5.2.5'
+ensure_moto() {
+  local venv=target/moto-venv
+  if [ -x "$venv/bin/moto_server" ] && [ -f "$venv/.requirement" ] &&
+     [ "$(cat "$venv/.requirement")" = "$MOTO_REQUIREMENT" ]; then
+    return
+  fi
+  log "installing $MOTO_REQUIREMENT into $venv"
+  rm -rf "$venv"
+  python3 -m venv "$venv"
+  "$venv/bin/pip" install --quiet --disable-pip-version-check "$MOTO_REQUIREMENT"
+  echo "$MOTO_REQUIREMENT" > "$venv/.requirement"
+}
+
 # Everything the suites need, installed or started when missing.
 ensure_test_tools() {
   ensure_postgres
   ensure_tools
   ensure_nextest
+  ensure_moto
   # The tests create their databases on the machine's server (narad-testkit).
   export NARAD_TEST_DATABASE_URL="${NARAD_TEST_DATABASE_URL:-postgres://postgres@127.0.0.1:5432/postgres}"
 }

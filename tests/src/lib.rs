@@ -47,6 +47,41 @@ pub struct Server {
     pub hub: Arc<narad_server::hub::Hub>,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     task: Option<tokio::task::JoinHandle<()>>,
+    bucket: Option<Arc<TestBucket>>,
+}
+
+/// Where a test server writes blob bytes: the same tests run on both.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BlobBackend {
+    /// Rows in the server's database (the default).
+    Postgres,
+    /// A bucket of a real S3-compatible server (moto) started for the test.
+    S3,
+}
+
+/// A moto server and the bucket a test server writes to.
+struct TestBucket {
+    server: narad_testkit::S3Server,
+    name: String,
+}
+
+impl TestBucket {
+    /// The prefix narad's objects go under in the bucket.
+    const PREFIX: &'static str = "narad/blobs";
+
+    async fn start() -> TestBucket {
+        let server = narad_testkit::S3Server::start().await;
+        let name = "narad-test".to_owned();
+        server.create_bucket(&name).await;
+        TestBucket { server, name }
+    }
+
+    /// The store `NARAD_BLOB_STORE=s3://{bucket}/{prefix}` names, reached
+    /// with the moto server's variables.
+    fn store(&self) -> narad_journal::BlobStore {
+        let url = format!("s3://{}/{}", self.name, TestBucket::PREFIX);
+        narad_journal::BlobStore::from_url_in(&url, self.server.env()).expect("a blob store")
+    }
 }
 
 /// A test private key and the algorithm it signs with.
@@ -172,6 +207,7 @@ impl Server {
             settings,
             http(),
             LimitValues::default(),
+            None,
         )
         .await
     }
@@ -186,6 +222,7 @@ impl Server {
             settings,
             http(),
             LimitValues::default(),
+            None,
         )
         .await
     }
@@ -206,6 +243,7 @@ impl Server {
             RuntimeSettings::default(),
             http(),
             LimitValues::default(),
+            None,
         )
         .await
     }
@@ -221,6 +259,7 @@ impl Server {
             RuntimeSettings::default(),
             http(),
             limits,
+            None,
         )
         .await
     }
@@ -235,6 +274,7 @@ impl Server {
             RuntimeSettings::default(),
             http(),
             limits,
+            None,
         )
         .await
     }
@@ -259,6 +299,7 @@ impl Server {
             RuntimeSettings::default(),
             http,
             LimitValues::default(),
+            None,
         )
         .await
     }
@@ -274,6 +315,59 @@ impl Server {
         .await
     }
 
+    /// Starts a server on a fresh database writing blob bytes to
+    /// `backend`, with runtime timing and limits of its own.
+    pub async fn start_with_blobs(
+        backend: BlobBackend,
+        runtime: RuntimeSettings,
+        limits: LimitValues,
+    ) -> Server {
+        let db = Arc::new(TestDatabase::new(&MIGRATOR).await);
+        let bucket = match backend {
+            BlobBackend::Postgres => None,
+            BlobBackend::S3 => Some(Arc::new(TestBucket::start().await)),
+        };
+        Server::start_full_with(
+            db,
+            test_auth(),
+            ExecutorSettings::default(),
+            runtime,
+            http(),
+            limits,
+            bucket,
+        )
+        .await
+    }
+
+    /// The chunk size of the blobs this server writes.
+    pub fn blob_chunk(&self) -> usize {
+        match &self.bucket {
+            None => narad_journal::blob_store::POSTGRES_CHUNK,
+            Some(_) => narad_journal::blob_store::OBJECT_CHUNK,
+        }
+    }
+
+    /// Ends the S3-compatible server this server writes blob bytes to (an
+    /// outage of the store).
+    pub fn kill_blob_store(&self) {
+        if let Some(b) = &self.bucket {
+            b.server.kill();
+        }
+    }
+
+    /// The objects this server's blob store holds for `tenant` (none
+    /// without one).
+    pub async fn stored_objects(&self, tenant: &str) -> usize {
+        match &self.bucket {
+            None => 0,
+            Some(b) => {
+                b.server
+                    .count_objects(&b.name, &format!("{}/{tenant}/", TestBucket::PREFIX))
+                    .await
+            }
+        }
+    }
+
     async fn start_full_with(
         db: Arc<TestDatabase>,
         auth: AuthSettings,
@@ -281,11 +375,17 @@ impl Server {
         runtime: RuntimeSettings,
         http: HttpSettings,
         limits: LimitValues,
+        bucket: Option<Arc<TestBucket>>,
     ) -> Server {
         narad_server::metrics::install();
+        let blob_store = match &bucket {
+            None => narad_journal::BlobStore::Postgres,
+            Some(b) => b.store(),
+        };
         let journal = Journal::connect(db.url(), 16)
             .expect("a journal")
-            .with_work_defaults(runtime.defaults);
+            .with_work_defaults(runtime.defaults)
+            .with_blob_store(blob_store);
         let verifier = Verifier::new(auth).await.expect("a verifier");
         let hub =
             narad_server::hub::Hub::new(journal.clone(), narad_server::coalesce::DEFAULT_WINDOW);
@@ -358,6 +458,7 @@ impl Server {
             },
             stop: Some(stop),
             task: Some(task),
+            bucket,
         }
     }
 

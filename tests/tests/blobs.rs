@@ -1,10 +1,12 @@
 //! Attachment and artifact bytes: an upload is streamed in chunks and
 //! digested, a download answers with the session's authorization, ranges,
 //! the digest as ETag and headers that keep a browser from running it;
-//! limits refuse with nothing kept; erasure takes the bytes too.
+//! limits refuse with nothing kept; erasure takes the bytes too. Every test
+//! runs on both blob stores: Postgres, and a real S3-compatible server.
 
 use narad_server::auth::Role;
 use narad_server::quotas::{Limit, LimitValues};
+use narad_server::runtime::RuntimeSettings;
 use narad_tests::*;
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
@@ -59,6 +61,58 @@ async fn download(s: &Server, t: &str, url: &str, headers: &[(&str, &str)]) -> r
     req.send().await.expect("answers")
 }
 
+/// Runs each named test on both blob stores, as `NAME::postgres` and
+/// `NAME::s3`.
+macro_rules! on_both_stores {
+    ($($name:ident),* $(,)?) => {$(
+        mod $name {
+            #[tokio::test]
+            async fn postgres() {
+                super::$name(narad_tests::BlobBackend::Postgres).await
+            }
+            #[tokio::test]
+            async fn s3() {
+                super::$name(narad_tests::BlobBackend::S3).await
+            }
+        }
+    )*};
+}
+
+on_both_stores!(
+    a_blob_goes_up_in_chunks_and_comes_back_whole_in_parts_and_never_runs,
+    blob_limits_refuse_with_nothing_kept,
+    a_referenced_blob_is_followed_by_the_servers_ready_or_failed,
+    a_person_uploads_an_attachment_and_sends_it_with_a_message,
+    blobs_no_event_names_are_collected_and_named_ones_stay,
+    a_resumable_upload_survives_a_broken_connection_and_resumes_where_it_stopped,
+);
+
+async fn start(b: BlobBackend) -> Server {
+    Server::start_with_blobs(b, RuntimeSettings::default(), LimitValues::default()).await
+}
+
+/// What `tenant`'s blobs hold: their rows, chunk rows and objects.
+async fn held(s: &Server, tenant: &str) -> usize {
+    blob_rows(s, tenant).await as usize + s.stored_objects(tenant).await
+}
+
+/// Waits until `tenant`'s blobs hold `expected` rows and objects (an
+/// object store's objects go after the rows, by the sweeper).
+async fn held_settles(s: &Server, tenant: &str, expected: usize) {
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(15);
+    loop {
+        let now = held(s, tenant).await;
+        if now == expected {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{tenant}'s blobs hold {now} rows and objects, not {expected}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+}
+
 async fn blob_rows(s: &Server, tenant: &str) -> i64 {
     let (db, conn) = tokio_postgres::connect(s.db.url(), tokio_postgres::NoTls)
         .await
@@ -74,15 +128,15 @@ async fn blob_rows(s: &Server, tenant: &str) -> i64 {
     .get(0)
 }
 
-#[tokio::test]
-async fn a_blob_goes_up_in_chunks_and_comes_back_whole_in_parts_and_never_runs() {
-    let s = Server::start().await;
+async fn a_blob_goes_up_in_chunks_and_comes_back_whole_in_parts_and_never_runs(b: BlobBackend) {
+    let s = start(b).await;
+    let chunk = s.blob_chunk();
     let t = token(
         "acme",
         &[Role::Writer, Role::Reader, Role::Backend, Role::Admin],
     );
     open_session(&s, &t, "a").await;
-    let data = bytes(3 * 1024 * 1024 + 4321);
+    let data = bytes(3 * chunk + 4321);
     let up = upload(
         &s,
         &t,
@@ -119,28 +173,27 @@ async fn a_blob_goes_up_in_chunks_and_comes_back_whole_in_parts_and_never_runs()
         disposition.contains("filename*=UTF-8''Q3%20report%20%E2%80%93%20final%2Epdf"),
         "{disposition}"
     );
+    // The bytes are where the backend keeps them, and only there.
+    let objects = s.stored_objects("acme").await;
+    assert_eq!(objects, if b == BlobBackend::S3 { 4 } else { 0 });
+    assert_eq!(blob_rows(&s, "acme").await as usize, 1 + 4 - objects);
     let etag = h["etag"].to_str().unwrap().to_owned();
     assert_eq!(etag, format!("\"{}\"", up["sha256"].as_str().unwrap()));
     assert_eq!(got.bytes().await.unwrap().to_vec(), data);
 
-    // A range across a chunk boundary, a suffix, one past the end.
-    let mib = 1024 * 1024;
-    let part = download(
-        &s,
-        &t,
-        &url,
-        &[("range", &format!("bytes={}-{}", mib - 5, mib + 9))],
-    )
-    .await;
-    assert_eq!(part.status(), 206);
-    assert_eq!(
-        part.headers()["content-range"],
-        format!("bytes {}-{}/{}", mib - 5, mib + 9, data.len()).as_str()
-    );
-    assert_eq!(
-        part.bytes().await.unwrap().to_vec(),
-        data[mib - 5..=mib + 9]
-    );
+    // Ranges across chunk boundaries, a suffix, one past the end.
+    for (first, last) in [(chunk - 5, chunk + 9), (chunk / 2, 2 * chunk + 1)] {
+        let part = download(&s, &t, &url, &[("range", &format!("bytes={first}-{last}"))]).await;
+        assert_eq!(part.status(), 206);
+        assert_eq!(
+            part.headers()["content-range"],
+            format!("bytes {first}-{last}/{}", data.len()).as_str()
+        );
+        assert!(
+            part.bytes().await.unwrap().to_vec() == data[first..=last],
+            "bytes {first}-{last}"
+        );
+    }
     let tail = download(&s, &t, &url, &[("range", "bytes=-10")]).await;
     assert_eq!(tail.status(), 206);
     assert_eq!(
@@ -207,22 +260,25 @@ async fn a_blob_goes_up_in_chunks_and_comes_back_whole_in_parts_and_never_runs()
         404
     );
 
-    // Erased with its session: the bytes too.
-    assert!(blob_rows(&s, "acme").await > 0);
+    // Erased with its session: the bytes too (an object store's by the
+    // sweeper, right after).
+    assert!(held(&s, "acme").await > 4);
     s.call(reqwest::Method::DELETE, "/v1/sessions/a", Some(&t), None)
         .await
         .expect(200);
     assert_eq!(download(&s, &t, &url, &[]).await.status(), 404);
     assert_eq!(blob_rows(&s, "acme").await, 0);
+    held_settles(&s, "acme", 0).await;
     let gone = upload(&s, &t, "a", "x", "text/plain", b"x".to_vec()).await;
     assert_eq!(gone.status, 410, "{}", gone.body);
     s.stop().await;
 }
 
-#[tokio::test]
-async fn blob_limits_refuse_with_nothing_kept() {
+async fn blob_limits_refuse_with_nothing_kept(b: BlobBackend) {
     let mib = 1024 * 1024;
-    let s = Server::start_with_limits(
+    let s = Server::start_with_blobs(
+        b,
+        RuntimeSettings::default(),
         LimitValues::default()
             .with(Limit::BlobMaxBytes, Some(2 * mib as u64))
             .with(Limit::StoredBytes, Some(3 * mib as u64)),
@@ -242,7 +298,7 @@ async fn blob_limits_refuse_with_nothing_kept() {
     assert_eq!(big.status, 413, "{}", big.body);
     assert_eq!(big.body["code"], "NRD-0006");
     assert_eq!(big.body["details"]["limit"], "blobMaxBytes");
-    assert_eq!(blob_rows(&s, "acme").await, 0);
+    held_settles(&s, "acme", 0).await;
     upload(
         &s,
         &t,
@@ -265,8 +321,8 @@ async fn blob_limits_refuse_with_nothing_kept() {
     assert_eq!(full.status, 429, "{}", full.body);
     assert_eq!(full.body["code"], "NRD-0606");
     assert!(full.retry_after.is_some());
-    // One blob of three chunks' worth (two chunks) and its row.
-    assert_eq!(blob_rows(&s, "acme").await, 3);
+    // One blob: its row and its chunks.
+    held_settles(&s, "acme", 1 + (2 * mib).div_ceil(s.blob_chunk())).await;
     // Another organisation has its own bytes.
     let g = token("globex", &[Role::Writer, Role::Reader, Role::Backend]);
     open_session(&s, &g, "g").await;
@@ -292,9 +348,8 @@ async fn typed(s: &Server, t: &str, session: &str, ty: &str) -> Vec<Value> {
         .collect()
 }
 
-#[tokio::test]
-async fn a_referenced_blob_is_followed_by_the_servers_ready_or_failed() {
-    let s = Server::start().await;
+async fn a_referenced_blob_is_followed_by_the_servers_ready_or_failed(b: BlobBackend) {
+    let s = start(b).await;
     let t = token("acme", &[Role::Writer, Role::Reader, Role::Backend]);
     open_session(&s, &t, "a").await;
     open_session(&s, &t, "b").await;
@@ -372,9 +427,8 @@ async fn a_referenced_blob_is_followed_by_the_servers_ready_or_failed() {
     s.stop().await;
 }
 
-#[tokio::test]
-async fn a_person_uploads_an_attachment_and_sends_it_with_a_message() {
-    let s = Server::start().await;
+async fn a_person_uploads_an_attachment_and_sends_it_with_a_message(b: BlobBackend) {
+    let s = start(b).await;
     let t = token("acme", &[Role::Writer, Role::Reader, Role::Backend]);
     let person = token("acme", &[Role::Writer, Role::Reader]);
     s.post("/v1/sessions", &t, &json!({"sessionId": "a"}))
@@ -425,7 +479,8 @@ async fn a_person_uploads_an_attachment_and_sends_it_with_a_message() {
         .await
         .unwrap();
     assert_eq!(again.status(), 409);
-    assert_eq!(blob_rows(&s, "acme").await, 2, "one blob, one chunk");
+    // One blob, one chunk.
+    held_settles(&s, "acme", 2).await;
     // A backend may upload, but adds attachments by appending.
     let backend = token("acme", &[Role::Backend]);
     let res = s
@@ -443,14 +498,17 @@ async fn a_person_uploads_an_attachment_and_sends_it_with_a_message() {
     s.stop().await;
 }
 
-#[tokio::test]
-async fn blobs_no_event_names_are_collected_and_named_ones_stay() {
-    let s = Server::start_with_runtime(narad_server::runtime::RuntimeSettings {
-        sweep_interval: std::time::Duration::from_millis(100),
-        retention_sweep: std::time::Duration::from_millis(100),
-        blob_unreferenced_after: std::time::Duration::from_secs(1),
-        ..Default::default()
-    })
+async fn blobs_no_event_names_are_collected_and_named_ones_stay(b: BlobBackend) {
+    let s = Server::start_with_blobs(
+        b,
+        RuntimeSettings {
+            sweep_interval: std::time::Duration::from_millis(100),
+            retention_sweep: std::time::Duration::from_millis(100),
+            blob_unreferenced_after: std::time::Duration::from_secs(1),
+            ..Default::default()
+        },
+        LimitValues::default(),
+    )
     .await;
     let t = token("acme", &[Role::Writer, Role::Reader, Role::Backend]);
     open_session(&s, &t, "a").await;
@@ -495,16 +553,20 @@ async fn blobs_no_event_names_are_collected_and_named_ones_stay() {
     let url = used["url"].as_str().unwrap();
     assert_eq!(download(&s, &t, url, &[]).await.status(), 200);
     assert!(Scrape::of(&s).await.get("narad_blobs_collected_total") >= 1.0);
+    // What stays: the named blob's row and its one chunk.
+    held_settles(&s, "acme", 2).await;
     s.stop().await;
 }
 
-#[tokio::test]
-async fn a_resumable_upload_survives_a_broken_connection_and_resumes_where_it_stopped() {
+async fn a_resumable_upload_survives_a_broken_connection_and_resumes_where_it_stopped(
+    b: BlobBackend,
+) {
     use tokio::io::AsyncWriteExt;
-    let s = Server::start().await;
+    let s = start(b).await;
     let t = token("acme", &[Role::Writer, Role::Reader, Role::Backend]);
     open_session(&s, &t, "a").await;
-    let mib = 1024 * 1024;
+    // Offsets in the blob's chunks: a partial chunk is topped up.
+    let mib = s.blob_chunk();
     let data = bytes(3 * mib + 100);
     // Begin: the length announced, the first 1.5 MiB sent.
     let begun = s
@@ -593,5 +655,104 @@ async fn a_resumable_upload_survives_a_broken_connection_and_resumes_where_it_st
         patch(data.len(), b"x".to_vec()).await.unwrap().status(),
         409
     );
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn an_object_store_outage_is_a_503_with_nothing_kept() {
+    let s = start(BlobBackend::S3).await;
+    let t = token("acme", &[Role::Writer, Role::Reader, Role::Backend]);
+    open_session(&s, &t, "a").await;
+    let up = upload(&s, &t, "a", "a.txt", "text/plain", b"before".to_vec()).await;
+    let url = up.expect(201)["url"].as_str().unwrap().to_owned();
+    s.kill_blob_store();
+    let refused = upload(&s, &t, "a", "b.txt", "text/plain", b"during".to_vec()).await;
+    assert_eq!(refused.status, 503, "{}", refused.body);
+    assert_eq!(refused.body["code"], "NRD-0902");
+    // Only the first blob's row: the refused upload left none.
+    assert_eq!(blob_rows(&s, "acme").await, 1);
+    let read = download(&s, &t, &url, &[]).await;
+    assert_eq!(read.status(), 503);
+    let read: Value = read.json().await.unwrap();
+    assert_eq!(read["code"], "NRD-0902");
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn a_ticket_reads_one_blob_from_a_plain_url() {
+    let s = start(BlobBackend::Postgres).await;
+    let t = token("acme", &[Role::Writer, Role::Reader, Role::Backend]);
+    open_session(&s, &t, "a").await;
+    let data = bytes(5000);
+    let up = upload(&s, &t, "a", "chart.png", "image/png", data.clone()).await;
+    let id = up.expect(201)["blobId"].as_str().unwrap().to_owned();
+    let other = upload(&s, &t, "a", "other.png", "image/png", bytes(10)).await;
+    let other = other.expect(201)["blobId"].as_str().unwrap().to_owned();
+    let ticket = s
+        .post(
+            "/v1/stream-tickets",
+            &t,
+            &json!({"stream": "blob", "blobId": id}),
+        )
+        .await;
+    let ticket = ticket.expect(201).clone();
+    let url = ticket["url"].as_str().unwrap();
+    assert_eq!(
+        url,
+        format!(
+            "/v1/blobs/{id}?ticket={}",
+            ticket["ticket"].as_str().unwrap()
+        )
+    );
+    // No Authorization: the URL alone reads it, whole and in ranges.
+    let plain = |path: String, range: Option<&'static str>| {
+        let mut req = s.http.get(format!("{}{path}", s.base));
+        if let Some(r) = range {
+            req = req.header("range", r);
+        }
+        req.send()
+    };
+    let got = plain(url.to_owned(), None).await.unwrap();
+    assert_eq!(got.status(), 200);
+    assert_eq!(got.bytes().await.unwrap().to_vec(), data);
+    let part = plain(url.to_owned(), Some("bytes=10-19")).await.unwrap();
+    assert_eq!(part.status(), 206);
+    assert_eq!(part.bytes().await.unwrap().to_vec(), data[10..20]);
+    // Not another blob, not a stream, not without it.
+    let t_only = ticket["ticket"].as_str().unwrap();
+    for path in [
+        format!("/v1/blobs/{other}?ticket={t_only}"),
+        format!("/v1/sessions/a/stream?ticket={t_only}"),
+        format!("/v1/blobs/{id}"),
+    ] {
+        assert_eq!(
+            plain(path.clone(), None).await.unwrap().status(),
+            401,
+            "{path}"
+        );
+    }
+    // A ticket only for a blob the token reaches.
+    let limited = hs256(&{
+        let mut c = claims("acme", "limited", &[Role::Reader]);
+        c.sessions = Some(vec!["b".into()]);
+        c
+    });
+    let refused = s
+        .post(
+            "/v1/stream-tickets",
+            &limited,
+            &json!({"stream": "blob", "blobId": id}),
+        )
+        .await;
+    assert_eq!(refused.status, 403, "{}", refused.body);
+    let globex = token("globex", &[Role::Reader]);
+    let missing = s
+        .post(
+            "/v1/stream-tickets",
+            &globex,
+            &json!({"stream": "blob", "blobId": id}),
+        )
+        .await;
+    assert_eq!(missing.status, 404, "{}", missing.body);
     s.stop().await;
 }

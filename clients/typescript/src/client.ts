@@ -221,7 +221,7 @@ export class NaradClient {
    * `[first, last]` (206).
    */
   async downloadBlob(reference: string, options: { range?: [number, number]; signal?: AbortSignal } = {}): Promise<Response> {
-    const id = reference.startsWith(BLOB_REFERENCE) ? reference.slice(BLOB_REFERENCE.length) : reference;
+    const id = blobIdOf(reference);
     const request: RequestOptions = {};
     if (options.range) {
       request.headers = { Range: `bytes=${options.range[0]}-${options.range[1]}` };
@@ -230,6 +230,16 @@ export class NaradClient {
       request.signal = options.signal;
     }
     return this.send("GET", `/v1/blobs/${encodeURIComponent(id)}`, request);
+  }
+
+  /**
+   * A plain URL that reads a blob, by its reference or id, for a minute
+   * without `Authorization` (an `<img src>`, a download link, a player's
+   * range requests): a ticket bound to this token and to that one blob.
+   */
+  async blobUrl(reference: string): Promise<string> {
+    const ticket = await this.streamTicket({ stream: "blob", blobId: blobIdOf(reference) });
+    return (this.serversInTurn()[0] as string) + ticket.url;
   }
 
   async *openInterrupts(query: { limit?: number } = {}): AsyncGenerator<OpenInterrupt> {
@@ -313,6 +323,11 @@ export class NaradClient {
   streamTicket(request: TicketRequest): Promise<StreamTicket> {
     return this.request("POST", "/v1/stream-tickets", { body: request });
   }
+}
+
+/** A blob's id, from its reference (`narad://blobs/{id}`) or the id itself. */
+function blobIdOf(reference: string): string {
+  return reference.startsWith(BLOB_REFERENCE) ? reference.slice(BLOB_REFERENCE.length) : reference;
 }
 
 /** The cursor of the page after `page`, in the form `query` used. */

@@ -183,6 +183,13 @@ test("a blob goes up and comes back, whole and in part, and a person attaches on
   const part = await narad.downloadBlob(blob.blobId, { range: [1024 * 1024 - 2, 1024 * 1024 + 1] });
   assert.equal(part.status, 206);
   assert.deepEqual(new Uint8Array(await part.arrayBuffer()), bytes.slice(1024 * 1024 - 2, 1024 * 1024 + 2));
+  // A plain URL, with no Authorization, as an <img src> would load it.
+  const plain = await narad.blobUrl(blob.uri);
+  assert.ok(plain.startsWith(url) && plain.includes("?ticket=nst_"), plain);
+  const fetched = await fetch(plain);
+  assert.equal(fetched.status, 200);
+  assert.deepEqual(new Uint8Array(await fetched.arrayBuffer()), bytes);
+  assert.equal((await fetch(plain.replace(/\?ticket=.*/, ""))).status, 401);
   const attached = await narad.uploadBlob(session.sessionId, "hello", {
     name: "hello.txt",
     mediaType: "text/plain",

@@ -1,13 +1,14 @@
-//! Attachment and artifact bytes (§9.5) in Postgres: a blob belongs to one
-//! session of one tenant, is written in chunks of at most [`CHUNK`] bytes
-//! (each in its own transaction, so that a slow upload holds no connection
-//! between chunks), and becomes `stored` once complete with its SHA-256.
+//! Attachment and artifact bytes (§9.5): a blob belongs to one session of
+//! one tenant, is written in chunks of its store's chunk size (each stored
+//! on its own, so that a slow upload holds no connection between chunks;
+//! every chunk but the last is full), and becomes `stored` once complete
+//! with its SHA-256. Where the chunks live: [`crate::blob_store`].
 
+use futures::StreamExt;
+use futures::stream::BoxStream;
+
+use crate::blob_store::BlobStore;
 use crate::{Journal, JournalError, TenantId, in_tenant};
-
-/// The largest chunk stored in one row: an upload holds at most this much
-/// in memory, and a download reads this much at a time.
-pub const CHUNK: usize = 1024 * 1024;
 
 /// A blob as stored.
 #[derive(Debug, Clone, PartialEq)]
@@ -30,11 +31,23 @@ pub struct BlobRecord {
     pub created_at: String,
     /// The length a resumable upload announced.
     pub upload_length: Option<u64>,
+    /// Where its bytes are: `postgres` or `objects`.
+    pub store: String,
+    /// The size of its chunks (all but the last are full).
+    pub chunk_bytes: u64,
+}
+
+impl BlobRecord {
+    /// The chunk holding byte `offset`.
+    pub fn chunk_of(&self, offset: u64) -> i32 {
+        (offset / self.chunk_bytes) as i32
+    }
 }
 
 const COLUMNS: &str = "blob_id, session_id, name, media_type, size_bytes, \
     encode(sha256, 'hex'), state = 'stored', \
-    to_char(created_at at time zone 'utc', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"'), upload_length";
+    to_char(created_at at time zone 'utc', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"'), upload_length, \
+    store, chunk_bytes";
 
 fn record(r: &tokio_postgres::Row) -> BlobRecord {
     BlobRecord {
@@ -49,7 +62,14 @@ fn record(r: &tokio_postgres::Row) -> BlobRecord {
         upload_length: r
             .get::<_, Option<i64>>(8)
             .and_then(|n| u64::try_from(n).ok()),
+        store: r.get(9),
+        chunk_bytes: u64::try_from(r.get::<_, i32>(10)).unwrap_or(1),
     }
+}
+
+/// An object store's failure, as the journal reports it.
+fn unavailable(e: object_store::Error) -> JournalError {
+    JournalError::BlobStore(e.to_string())
 }
 
 impl Journal {
@@ -65,14 +85,15 @@ impl Journal {
     ) -> Result<BlobRecord, JournalError> {
         let upload_length = upload_length.map(|n| n as i64);
         let blob_id = narad_protocol::primitives::EventId::new_v7().to_string();
+        let (store, chunk) = (self.blob_store.name(), self.blob_store.chunk_bytes() as i32);
         let client = self.pool.get().await?;
         in_tenant(client, tenant, async |c| {
             let row = c
                 .query_opt(
                     &format!(
                         "insert into blobs (tenant_id, blob_id, session_id, name, media_type, \
-                           upload_length) \
-                         select $1, $2, $3, $4, $5, $6 from sessions \
+                           upload_length, store, chunk_bytes) \
+                         select $1, $2, $3, $4, $5, $6, $7, $8 from sessions \
                          where tenant_id = $1 and session_id = $3 returning {COLUMNS}"
                     ),
                     &[
@@ -82,6 +103,8 @@ impl Journal {
                         &name,
                         &media_type,
                         &upload_length,
+                        &store,
+                        &chunk,
                     ],
                 )
                 .await?;
@@ -95,32 +118,61 @@ impl Journal {
 
     /// Stores chunk `seq` of an uploading blob (replacing a shorter one
     /// a resumed upload tops up); the blob's size becomes the bytes up to
-    /// the end of this chunk.
+    /// the end of this chunk. NotFound when the blob was deleted meanwhile
+    /// (its session erased, the upload discarded): nothing of it is kept.
     pub async fn put_blob_chunk(
         &self,
         tenant: &TenantId,
-        blob_id: &str,
+        blob: &BlobRecord,
         seq: i32,
         data: &[u8],
     ) -> Result<(), JournalError> {
+        let size = i64::from(seq) * blob.chunk_bytes as i64 + data.len() as i64;
+        let postgres = blob.store == BlobStore::Postgres.name();
+        if !postgres {
+            let objects = self.blob_store.objects()?;
+            objects
+                .put(tenant.as_str(), &blob.blob_id, seq, data)
+                .await
+                .map_err(unavailable)?;
+        }
         let client = self.pool.get().await?;
-        let size = i64::from(seq) * CHUNK as i64 + data.len() as i64;
-        in_tenant(client, tenant, async |c| {
-            c.execute(
-                "insert into blob_chunks (tenant_id, blob_id, seq, data) values ($1, $2, $3, $4) \
-                 on conflict (tenant_id, blob_id, seq) do update set data = excluded.data",
-                &[&tenant.as_str(), &blob_id, &seq, &data],
-            )
-            .await?;
-            // The size so far counts in the tenant's stored bytes at once.
-            c.execute(
-                "update blobs set size_bytes = $3 where tenant_id = $1 and blob_id = $2",
-                &[&tenant.as_str(), &blob_id, &size],
-            )
-            .await?;
-            Ok(())
+        let blob_id = blob.blob_id.as_str();
+        let updated = in_tenant(client, tenant, async |c| {
+            // The size so far counts in the tenant's stored bytes at once;
+            // the row stays locked until the chunk is in (a deletion of
+            // the blob waits, and then deletes the chunk with it).
+            let updated = c
+                .execute(
+                    "update blobs set size_bytes = $3 where tenant_id = $1 and blob_id = $2",
+                    &[&tenant.as_str(), &blob_id, &size],
+                )
+                .await?;
+            if postgres && updated > 0 {
+                c.execute(
+                    "insert into blob_chunks (tenant_id, blob_id, seq, data) \
+                     values ($1, $2, $3, $4) \
+                     on conflict (tenant_id, blob_id, seq) do update set data = excluded.data",
+                    &[&tenant.as_str(), &blob_id, &seq, &data],
+                )
+                .await?;
+            }
+            Ok(updated)
         })
-        .await
+        .await?;
+        if updated == 0 {
+            if !postgres {
+                // Deleted while this chunk was on its way: its objects were
+                // queued for deletion before this one existed.
+                self.blob_store
+                    .objects()?
+                    .delete_blob(tenant.as_str(), blob_id)
+                    .await
+                    .map_err(unavailable)?;
+            }
+            return Err(JournalError::NotFound(format!("blob {blob_id}")));
+        }
+        Ok(())
     }
 
     /// Marks a blob stored, with its size and digest.
@@ -148,15 +200,11 @@ impl Journal {
         .await
     }
 
-    /// Deletes a blob and its chunks (an upload refused or abandoned).
+    /// Deletes a blob (an upload refused or abandoned); its bytes go with
+    /// it (see [`crate::blob_store`]).
     pub async fn discard_blob(&self, tenant: &TenantId, blob_id: &str) -> Result<(), JournalError> {
         let client = self.pool.get().await?;
         in_tenant(client, tenant, async |c| {
-            c.execute(
-                "delete from blob_chunks where tenant_id = $1 and blob_id = $2",
-                &[&tenant.as_str(), &blob_id],
-            )
-            .await?;
             c.execute(
                 "delete from blobs where tenant_id = $1 and blob_id = $2",
                 &[&tenant.as_str(), &blob_id],
@@ -186,13 +234,21 @@ impl Journal {
         .await
     }
 
-    /// Chunk `seq` of a blob.
+    /// Chunk `seq` of a blob, if it was written.
     pub async fn blob_chunk(
         &self,
         tenant: &TenantId,
-        blob_id: &str,
+        blob: &BlobRecord,
         seq: i32,
-    ) -> Result<Option<Vec<u8>>, JournalError> {
+    ) -> Result<Option<bytes::Bytes>, JournalError> {
+        if blob.store != BlobStore::Postgres.name() {
+            return self
+                .blob_store
+                .objects()?
+                .get(tenant.as_str(), &blob.blob_id, seq)
+                .await
+                .map_err(unavailable);
+        }
         let client = self.pool.get().await?;
         let stmt = client
             .prepare_cached(
@@ -201,11 +257,67 @@ impl Journal {
             .await?;
         in_tenant(client, tenant, async |c| {
             let row = c
-                .query_opt(&stmt, &[&tenant.as_str(), &blob_id, &seq])
+                .query_opt(&stmt, &[&tenant.as_str(), &blob.blob_id, &seq])
                 .await?;
-            Ok(row.map(|r| r.get(0)))
+            Ok(row.map(|r| bytes::Bytes::from(r.get::<_, Vec<u8>>(0))))
         })
         .await
+    }
+
+    /// The bytes `first..=last` of a blob, a chunk at a time (an object
+    /// store's as they arrive).
+    pub fn read_blob(
+        &self,
+        tenant: &TenantId,
+        blob: &BlobRecord,
+        first: u64,
+        last: u64,
+    ) -> BoxStream<'static, Result<bytes::Bytes, JournalError>> {
+        let (journal, tenant, blob) = (self.clone(), tenant.clone(), blob.clone());
+        let chunk = blob.chunk_bytes;
+        let (from, to) = (blob.chunk_of(first), blob.chunk_of(last));
+        futures::stream::iter(from..=to)
+            .then(move |seq| {
+                let (journal, tenant, blob) = (journal.clone(), tenant.clone(), blob.clone());
+                async move {
+                    let start = u64::from(seq as u32) * chunk;
+                    let lo = first.saturating_sub(start);
+                    let hi = (last + 1 - start).min(chunk);
+                    if blob.store != BlobStore::Postgres.name() {
+                        let objects = journal.blob_store.objects()?;
+                        let part = objects
+                            .get_range(tenant.as_str(), &blob.blob_id, seq, lo..hi)
+                            .await
+                            .map_err(unavailable)?;
+                        return Ok(part.map(|r| r.map_err(unavailable)).boxed());
+                    }
+                    let data = journal
+                        .blob_chunk(&tenant, &blob, seq)
+                        .await?
+                        .ok_or_else(|| {
+                            JournalError::Corrupt(format!(
+                                "blob {} lacks chunk {seq}",
+                                blob.blob_id
+                            ))
+                        })?;
+                    let hi = (hi as usize).min(data.len());
+                    let part = data.slice((lo as usize).min(hi)..hi);
+                    Ok(futures::stream::once(async move { Ok(part) }).boxed())
+                }
+            })
+            .map(
+                |part: Result<
+                    BoxStream<'static, Result<bytes::Bytes, JournalError>>,
+                    JournalError,
+                >| {
+                    match part {
+                        Ok(stream) => stream,
+                        Err(e) => futures::stream::once(async move { Err(e) }).boxed(),
+                    }
+                },
+            )
+            .flatten()
+            .boxed()
     }
 
     /// The bytes `tenant`'s blobs hold, uploads under way included.
@@ -247,26 +359,51 @@ impl Journal {
             .collect()
     }
 
-    /// The SHA-256 of a blob's `size` bytes, read back chunk by chunk (a
-    /// resumable upload's bytes arrive over several requests).
+    /// The SHA-256 of a blob's `size` bytes, read back (a resumable
+    /// upload's bytes arrive over several requests).
     pub async fn blob_sha256(
         &self,
         tenant: &TenantId,
-        blob_id: &str,
+        blob: &BlobRecord,
         size: u64,
     ) -> Result<Vec<u8>, JournalError> {
         use sha2::Digest;
         let mut digest = sha2::Sha256::new();
-        let chunks = size.div_ceil(CHUNK as u64);
-        for seq in 0..chunks {
-            let data = self
-                .blob_chunk(tenant, blob_id, seq as i32)
-                .await?
-                .ok_or_else(|| {
-                    JournalError::Corrupt(format!("blob {blob_id} lacks chunk {seq}"))
-                })?;
-            digest.update(&data);
+        if size > 0 {
+            let mut bytes = self.read_blob(tenant, blob, 0, size - 1);
+            while let Some(part) = bytes.next().await {
+                digest.update(&part?);
+            }
         }
         Ok(digest.finalize().to_vec())
+    }
+
+    /// Deletes the objects of up to `max` deleted blobs (see
+    /// [`crate::blob_store`]): how many blobs' objects went.
+    pub async fn delete_queued_objects(&self, max: i32) -> Result<usize, JournalError> {
+        let client = self.pool.get().await?;
+        let due = client
+            .query(
+                "select tenant_id, blob_id from blob_deletions_due($1)",
+                &[&max],
+            )
+            .await?;
+        drop(client);
+        if due.is_empty() {
+            return Ok(0);
+        }
+        let objects = self.blob_store.objects()?;
+        for row in &due {
+            let (tenant, blob_id): (String, String) = (row.get(0), row.get(1));
+            objects
+                .delete_blob(&tenant, &blob_id)
+                .await
+                .map_err(unavailable)?;
+            let client = self.pool.get().await?;
+            client
+                .execute("select blob_deletion_done($1, $2)", &[&tenant, &blob_id])
+                .await?;
+        }
+        Ok(due.len())
     }
 }

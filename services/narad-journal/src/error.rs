@@ -150,6 +150,9 @@ pub enum JournalError {
     /// Stored data could not be read back.
     #[error("stored data is unreadable: {0}")]
     Corrupt(String),
+    /// The object store holding blob bytes failed or cannot be reached.
+    #[error("the blob store failed: {0}")]
+    BlobStore(String),
 }
 
 impl JournalError {
@@ -185,6 +188,7 @@ impl JournalError {
             JournalError::Database(_) | JournalError::Pool(_) | JournalError::Corrupt(_) => {
                 ErrorCode::Internal
             }
+            JournalError::BlobStore(_) => ErrorCode::BlobStoreUnavailable,
         }
     }
 
@@ -249,6 +253,11 @@ impl JournalError {
                     "the server failed; the detail is in its log under the x-request-id",
                 )
             }
+            JournalError::BlobStore(_) => ErrorBody::new(
+                self.code(),
+                "the blob store failed or cannot be reached; retry with backoff (the detail is \
+                 in the server's log under the x-request-id)",
+            ),
             other => ErrorBody::new(self.code(), other.to_string()),
         }
     }

@@ -23,6 +23,7 @@
 pub mod access;
 pub mod append;
 pub mod audit;
+pub mod blob_store;
 pub mod blobs;
 mod combine;
 pub mod commands;
@@ -54,6 +55,7 @@ use tokio_postgres::NoTls;
 pub use access::{Authorized, Caller};
 pub use append::{AppendOptions, Appended, AppendedEvent, Fence};
 pub use audit::{AuditEntry, AuditFilter, AuditRecord};
+pub use blob_store::BlobStore;
 pub use blobs::BlobRecord;
 pub use combine::AppendStats;
 pub use commands::{QueuedStart, RunStart, WorkflowCancel};
@@ -121,6 +123,7 @@ pub struct Journal {
     config: std::sync::Arc<tokio_postgres::Config>,
     combiner: std::sync::Arc<combine::Combiner>,
     work_defaults: runtime::WorkDefaults,
+    blob_store: blob_store::BlobStore,
 }
 
 /// How many append transactions a journal runs at a time by default (each
@@ -164,7 +167,15 @@ impl Journal {
             config: std::sync::Arc::new(config),
             combiner,
             work_defaults: runtime::WorkDefaults::default(),
+            blob_store: blob_store::BlobStore::Postgres,
         })
+    }
+
+    /// The same journal writing new blobs' bytes to `store` (blobs written
+    /// before are read where they are).
+    pub fn with_blob_store(mut self, store: blob_store::BlobStore) -> Journal {
+        self.blob_store = store;
+        self
     }
 
     /// The same journal filling in `defaults` where a start-run's

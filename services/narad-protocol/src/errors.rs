@@ -130,6 +130,8 @@ error_codes! {
     StoredBytesLimitReached = "NRD-0606", 429, "Stored bytes limit reached";
     /// The database cannot be reached.
     DatabaseUnavailable = "NRD-0901", 503, "Database unavailable";
+    /// The object store holding blob bytes cannot be reached or failed.
+    BlobStoreUnavailable = "NRD-0902", 503, "Blob store unavailable";
 }
 
 /// The error envelope of every API answer that is not a success.

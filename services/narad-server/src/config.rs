@@ -174,6 +174,13 @@ pub struct Config {
     /// Sessions an organisation may hold; unset: no limit.
     #[arg(long, env = "NARAD_LIMIT_SESSIONS")]
     pub limit_sessions: Option<u64>,
+    /// Where blob bytes (attachments, artifacts) are written: `postgres`
+    /// (the default: rows in the journal's database) or an S3-compatible
+    /// bucket, `s3://bucket/prefix`, reached with the usual `AWS_*`
+    /// variables (`AWS_ENDPOINT_URL`, `AWS_REGION`, `AWS_ACCESS_KEY_ID`,
+    /// `AWS_SECRET_ACCESS_KEY`).
+    #[arg(long, env = "NARAD_BLOB_STORE", default_value = "postgres")]
+    pub blob_store: String,
     /// The largest blob (attachment or artifact bytes) one upload may hold.
     #[arg(long, env = "NARAD_BLOB_MAX_BYTES", default_value_t = 256 * 1024 * 1024)]
     pub blob_max_bytes: u64,

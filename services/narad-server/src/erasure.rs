@@ -1,7 +1,8 @@
 //! The erasure sweeper: on one replica at a time, it works through the
 //! tenant erasures asked for (a bounded batch of sessions each pass,
 //! resumable after a crash), applies each organisation's retention
-//! policy (`retentionDays`), and collects blobs no event names.
+//! policy (`retentionDays`), collects blobs no event names, and deletes
+//! the objects of deleted blobs from an object store.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -37,6 +38,7 @@ pub async fn sweep(
         let pass = journal
             .as_erasure_sweeper(async || {
                 erase_tenants(&journal).await?;
+                delete_objects(&journal).await?;
                 if retention_due {
                     apply_retention(&journal, &quotas).await?;
                     collect_blobs(&journal, settings.blob_unreferenced_after).await?;
@@ -77,6 +79,16 @@ pub async fn collect_blobs(
     for (tenant, blob_id) in journal.blobs_unreferenced(after, 500).await? {
         journal.discard_blob(&tenant, &blob_id).await?;
         crate::metrics::blob_collected();
+    }
+    Ok(())
+}
+
+/// Deletes the objects of blobs deleted since the last pass (erased,
+/// discarded, collected), a batch at a time.
+pub async fn delete_objects(journal: &Journal) -> Result<(), JournalError> {
+    let deleted = journal.delete_queued_objects(100).await?;
+    if deleted > 0 {
+        tracing::debug!(blobs = deleted, "deleted the objects of deleted blobs");
     }
     Ok(())
 }

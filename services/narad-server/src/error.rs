@@ -106,6 +106,9 @@ impl From<JournalError> for ApiError {
             JournalError::Corrupt(_) => {
                 tracing::error!(error = %e, "stored data is not what narad wrote");
             }
+            JournalError::BlobStore(_) => {
+                tracing::error!(error = %e, "the blob store failed");
+            }
             _ => {}
         }
         let limit = matches!(e, JournalError::LimitReached { .. });

@@ -15,6 +15,10 @@
 //! their checksums; each test database is a copy of it, which takes
 //! milliseconds. A [`TestDatabase`] drops its database when it goes away.
 
+pub mod s3;
+
+pub use s3::S3Server;
+
 use std::path::Path;
 
 use sha2::{Digest, Sha256};

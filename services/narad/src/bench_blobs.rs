@@ -1,6 +1,8 @@
 //! `narad bench blobs`: a large blob up and down through `narad serve`
-//! (Postgres chunks), beside `cp` and `cat` of the same bytes on this
-//! machine, with the server's resident memory sampled while it streams.
+//! (Postgres chunks, or objects of an S3-compatible server with `--store
+//! s3`), beside `cp` and `cat` of the same bytes on this machine (and,
+//! with `--store s3`, beside a PUT and a GET of them straight to the S3
+//! server), with the server's resident memory sampled while it streams.
 
 use std::process::Command;
 use std::sync::Arc;
@@ -22,6 +24,10 @@ pub struct BlobsBench {
     /// The blob's size, in MiB.
     #[arg(long, default_value_t = 100)]
     mib: u64,
+    /// Where the server keeps the bytes: `postgres`, or `s3` (moto's
+    /// S3-compatible server, started for the bench as the tests start it).
+    #[arg(long, default_value = "postgres", value_parser = ["postgres", "s3"])]
+    store: String,
 }
 
 /// `narad bench blobs`.
@@ -47,13 +53,29 @@ pub async fn blobs(args: &BlobsBench) -> anyhow::Result<()> {
             .status()
     })?;
 
-    let db = scratch_on(args.server_url.as_deref()).await?;
-    let server = ServerProcess::start_with(
-        db.url(),
-        &[("NARAD_BLOB_MAX_BYTES", (size * 2).to_string())],
-    )?;
-    let token = bench_token("bench")?;
     let http = reqwest::Client::new();
+    let mut env = vec![("NARAD_BLOB_MAX_BYTES".to_owned(), (size * 2).to_string())];
+    let s3 = if args.store == "s3" {
+        let s3 = narad_testkit::S3Server::start().await;
+        s3.create_bucket("narad-bench").await;
+        env.extend(s3.env());
+        env.push((
+            "NARAD_BLOB_STORE".to_owned(),
+            "s3://narad-bench/blobs".to_owned(),
+        ));
+        Some(s3)
+    } else {
+        None
+    };
+    // The S3 server's own throughput: the file PUT and read back directly.
+    let direct = match &s3 {
+        Some(s3) => Some(direct_to_s3(&http, s3.endpoint(), &source, size).await?),
+        None => None,
+    };
+    let db = scratch_on(args.server_url.as_deref()).await?;
+    let env: Vec<(&str, String)> = env.iter().map(|(k, v)| (k.as_str(), v.clone())).collect();
+    let server = ServerProcess::start_with(db.url(), &env)?;
+    let token = bench_token("bench")?;
     http.post(format!("{}/v1/sessions", server.base))
         .bearer_auth(&token)
         .json(&json!({"sessionId": "b"}))
@@ -127,10 +149,17 @@ pub async fn blobs(args: &BlobsBench) -> anyhow::Result<()> {
     let _ = pid_rss.join();
     anyhow::ensure!(received == size, "downloaded {received} of {size} bytes");
     drop(server);
+    drop(s3);
     let _ = std::fs::remove_dir_all(&dir);
 
     let mibs = |d: Duration| args.mib as f64 / d.as_secs_f64();
-    println!("blob of {} MiB (Postgres chunks of 1 MiB)", args.mib);
+    match args.store.as_str() {
+        "s3" => println!(
+            "blob of {} MiB (objects of 8 MiB in moto's S3-compatible server)",
+            args.mib
+        ),
+        _ => println!("blob of {} MiB (Postgres chunks of 1 MiB)", args.mib),
+    }
     println!("| what | time | MiB/s | ÷ baseline |");
     println!("|---|---|---|---|");
     println!(
@@ -155,6 +184,20 @@ pub async fn blobs(args: &BlobsBench) -> anyhow::Result<()> {
         mibs(download),
         download.as_secs_f64() / cat.as_secs_f64()
     );
+    if let Some((put, get)) = direct {
+        println!(
+            "| PUT straight to the S3 server (its own upload) | {:.2} s | {:.0} | {:.2} |",
+            put.as_secs_f64(),
+            mibs(put),
+            put.as_secs_f64() / cp.as_secs_f64()
+        );
+        println!(
+            "| GET straight from the S3 server (its own download) | {:.2} s | {:.0} | {:.2} |",
+            get.as_secs_f64(),
+            mibs(get),
+            get.as_secs_f64() / cat.as_secs_f64()
+        );
+    }
     println!(
         "server resident memory: {} MiB idle, {} MiB at most while uploading, {} MiB at most while downloading",
         idle_kib / 1024,
@@ -162,6 +205,43 @@ pub async fn blobs(args: &BlobsBench) -> anyhow::Result<()> {
         download_peak / 1024
     );
     Ok(())
+}
+
+/// One PUT of the file straight to the S3 server and one GET of it back
+/// (moto takes unsigned requests): how long each took.
+async fn direct_to_s3(
+    http: &reqwest::Client,
+    endpoint: &str,
+    source: &std::path::Path,
+    size: u64,
+) -> anyhow::Result<(Duration, Duration)> {
+    let url = format!("{endpoint}/narad-bench/direct.bin");
+    let file = tokio::fs::File::open(source).await?;
+    let body =
+        reqwest::Body::wrap_stream(tokio_util::io::ReaderStream::with_capacity(file, 64 * 1024));
+    let started = Instant::now();
+    http.put(&url)
+        .header("content-length", size)
+        .body(body)
+        .send()
+        .await?
+        .error_for_status()?;
+    let put = started.elapsed();
+    let started = Instant::now();
+    let mut stream = http
+        .get(&url)
+        .send()
+        .await?
+        .error_for_status()?
+        .bytes_stream();
+    let mut received = 0u64;
+    while let Some(chunk) = stream.next().await {
+        received += chunk?.len() as u64;
+    }
+    let get = started.elapsed();
+    anyhow::ensure!(received == size, "read back {received} of {size} bytes");
+    http.delete(&url).send().await?.error_for_status()?;
+    Ok((put, get))
 }
 
 /// How long `run` takes; its exit must be a success.

@@ -42,8 +42,11 @@ async fn serve_with(config: &Config, url: &Secret, embedded: bool) -> anyhow::Re
         .with_context(|| format!("migrating {url}"))?;
     narad_server::metrics::install();
     let runtime = Arc::new(config.runtime_settings().map_err(anyhow::Error::msg)?);
-    let journal =
-        Journal::connect(url.expose(), config.database_pool)?.with_work_defaults(runtime.defaults);
+    let blob_store =
+        narad_journal::BlobStore::from_url(&config.blob_store).map_err(anyhow::Error::msg)?;
+    let journal = Journal::connect(url.expose(), config.database_pool)?
+        .with_work_defaults(runtime.defaults)
+        .with_blob_store(blob_store);
     let mut settings = auth_settings(config)?;
     let mut dev_token = None;
     if embedded && settings.hs256_secret.is_none() && settings.jwks.is_none() {

@@ -900,10 +900,11 @@ export interface paths {
         put?: never;
         /**
          * Issues a ticket that opens one stream from a browser's `EventSource`
-         *     (which cannot send `Authorization`): for a minute, bound to this
-         *     token's tenant, subject, roles and sessions, accepted on that stream
-         *     only. Reconnects within the minute reuse it; later ones need a new one
-         *     (resume with `lastEventId`).
+         *     (which cannot send `Authorization`), or reads one blob from a plain URL
+         *     (`<img src>`, a download link): for a minute, bound to this token's
+         *     tenant, subject, roles and sessions, accepted on that URL only.
+         *     Reconnects (and range requests) within the minute reuse it; later ones
+         *     need a new one (resume a stream with `lastEventId`).
          */
         post: operations["createStreamTicket"];
         delete?: never;
@@ -1087,10 +1088,10 @@ export interface components {
          */
         Error: {
             /**
-             * @description The catalog: NRD-0001 (500): Internal error; NRD-0002 (400): Malformed JSON; NRD-0003 (400): Invalid object; NRD-0004 (400): Unsupported protocol version; NRD-0005 (400): Unknown wire type; NRD-0006 (413): Payload too large; NRD-0007 (404): Not found; NRD-0008 (400): Invalid parameter; NRD-0009 (405): Method not allowed; NRD-0010 (416): Range not satisfiable; NRD-0011 (409): Upload offset mismatch; NRD-0101 (401): Authentication required; NRD-0102 (403): Forbidden; NRD-0201 (409): Protocol rule violated; NRD-0202 (409): Event id conflict; NRD-0203 (409): Session sequence mismatch; NRD-0204 (409): Session busy; NRD-0205 (409): Interrupt already resolved; NRD-0206 (409): Session exists; NRD-0207 (409): Extension exists; NRD-0208 (410): Session erased; NRD-0209 (409): Blob reference not held; NRD-0301 (400): Cursor conflict; NRD-0302 (409): Cursor ahead of the store; NRD-0303 (409): Cursor unknown; NRD-0401 (409): Lease not current; NRD-0402 (403): Execution token invalid; NRD-0403 (410): Execution token expired; NRD-0404 (409): Finish conflicts; NRD-0501 (409): Runtime lease not current; NRD-0502 (409): Runtime lease required; NRD-0601 (429): Event rate limit reached; NRD-0602 (429): Command rate limit reached; NRD-0603 (429): Open stream limit reached; NRD-0604 (429): Attached executor limit reached; NRD-0605 (429): Session limit reached; NRD-0606 (429): Stored bytes limit reached; NRD-0901 (503): Database unavailable.
+             * @description The catalog: NRD-0001 (500): Internal error; NRD-0002 (400): Malformed JSON; NRD-0003 (400): Invalid object; NRD-0004 (400): Unsupported protocol version; NRD-0005 (400): Unknown wire type; NRD-0006 (413): Payload too large; NRD-0007 (404): Not found; NRD-0008 (400): Invalid parameter; NRD-0009 (405): Method not allowed; NRD-0010 (416): Range not satisfiable; NRD-0011 (409): Upload offset mismatch; NRD-0101 (401): Authentication required; NRD-0102 (403): Forbidden; NRD-0201 (409): Protocol rule violated; NRD-0202 (409): Event id conflict; NRD-0203 (409): Session sequence mismatch; NRD-0204 (409): Session busy; NRD-0205 (409): Interrupt already resolved; NRD-0206 (409): Session exists; NRD-0207 (409): Extension exists; NRD-0208 (410): Session erased; NRD-0209 (409): Blob reference not held; NRD-0301 (400): Cursor conflict; NRD-0302 (409): Cursor ahead of the store; NRD-0303 (409): Cursor unknown; NRD-0401 (409): Lease not current; NRD-0402 (403): Execution token invalid; NRD-0403 (410): Execution token expired; NRD-0404 (409): Finish conflicts; NRD-0501 (409): Runtime lease not current; NRD-0502 (409): Runtime lease required; NRD-0601 (429): Event rate limit reached; NRD-0602 (429): Command rate limit reached; NRD-0603 (429): Open stream limit reached; NRD-0604 (429): Attached executor limit reached; NRD-0605 (429): Session limit reached; NRD-0606 (429): Stored bytes limit reached; NRD-0901 (503): Database unavailable; NRD-0902 (503): Blob store unavailable.
              * @enum {unknown}
              */
-            code?: "NRD-0001" | "NRD-0002" | "NRD-0003" | "NRD-0004" | "NRD-0005" | "NRD-0006" | "NRD-0007" | "NRD-0008" | "NRD-0009" | "NRD-0010" | "NRD-0011" | "NRD-0101" | "NRD-0102" | "NRD-0201" | "NRD-0202" | "NRD-0203" | "NRD-0204" | "NRD-0205" | "NRD-0206" | "NRD-0207" | "NRD-0208" | "NRD-0209" | "NRD-0301" | "NRD-0302" | "NRD-0303" | "NRD-0401" | "NRD-0402" | "NRD-0403" | "NRD-0404" | "NRD-0501" | "NRD-0502" | "NRD-0601" | "NRD-0602" | "NRD-0603" | "NRD-0604" | "NRD-0605" | "NRD-0606" | "NRD-0901";
+            code?: "NRD-0001" | "NRD-0002" | "NRD-0003" | "NRD-0004" | "NRD-0005" | "NRD-0006" | "NRD-0007" | "NRD-0008" | "NRD-0009" | "NRD-0010" | "NRD-0011" | "NRD-0101" | "NRD-0102" | "NRD-0201" | "NRD-0202" | "NRD-0203" | "NRD-0204" | "NRD-0205" | "NRD-0206" | "NRD-0207" | "NRD-0208" | "NRD-0209" | "NRD-0301" | "NRD-0302" | "NRD-0303" | "NRD-0401" | "NRD-0402" | "NRD-0403" | "NRD-0404" | "NRD-0501" | "NRD-0502" | "NRD-0601" | "NRD-0602" | "NRD-0603" | "NRD-0604" | "NRD-0605" | "NRD-0606" | "NRD-0901" | "NRD-0902";
         } & components["schemas"]["documents.error"];
         /** @description The calls a controls poll hands over. */
         ExecutorControls: {
@@ -1565,7 +1566,7 @@ export interface components {
             /** @description The watch event's eventId: resume after it with Last-Event-ID. */
             id: components["schemas"]["defs.id"];
         };
-        /** @description The stream a ticket opens: a session's, or the tenant's (filter that one with `?sessionId=` on the stream itself). */
+        /** @description What a ticket opens: a session's stream, the tenant's (filter that one with `?sessionId=` on the stream itself), or a blob's bytes. */
         TicketRequest: {
             sessionId: components["schemas"]["defs.id"];
             /** @constant */
@@ -1573,6 +1574,10 @@ export interface components {
         } | {
             /** @constant */
             stream: "events";
+        } | {
+            blobId: string;
+            /** @constant */
+            stream: "blob";
         };
         /** @description A resumable upload under way. */
         Upload: {
@@ -6375,7 +6380,10 @@ export interface operations {
     };
     downloadBlob: {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description A ticket (POST /v1/stream-tickets with {stream: blob, blobId}) instead of Authorization, for a plain URL in a browser */
+                ticket?: string;
+            };
             header?: never;
             path: {
                 /** @description The blob (what follows narad://blobs/ in its reference) */
@@ -6464,7 +6472,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description NRD-0901: the database cannot be reached; retry with backoff */
+            /** @description NRD-0902: the object store holding its bytes cannot be read; retry with backoff */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -6576,7 +6584,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description NRD-0901: the database cannot be reached; retry with backoff */
+            /** @description NRD-0902: the object store cannot take the bytes; send them again from the offset stored */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -9658,7 +9666,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description NRD-0901: the database cannot be reached; retry with backoff */
+            /** @description NRD-0902: the object store cannot take the bytes; nothing was kept; retry with backoff */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -10308,14 +10316,14 @@ export interface operations {
             path?: never;
             cookie?: never;
         };
-        /** @description `{stream: session, sessionId}` or `{stream: events}` */
+        /** @description `{stream: session, sessionId}`, `{stream: events}` or `{stream: blob, blobId}` */
         requestBody: {
             content: {
                 "application/json": components["schemas"]["TicketRequest"];
             };
         };
         responses: {
-            /** @description The ticket and the stream's URL with it */
+            /** @description The ticket and the URL with it */
             201: {
                 headers: {
                     [name: string]: unknown;
@@ -10344,6 +10352,15 @@ export interface operations {
             };
             /** @description NRD-0102: no `reader` role, or the token does not reach the session */
             403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description NRD-0007: no such blob (stored) in this organisation */
+            404: {
                 headers: {
                     [name: string]: unknown;
                 };

@@ -1,5 +1,5 @@
 //! Attachment and artifact bytes (§9.5): `POST /v1/sessions/{sessionId}/blobs`
-//! streams an upload into the journal's database (never whole in memory),
+//! streams an upload into the blob store (never whole in memory),
 //! digesting it as it comes; `GET /v1/blobs/{blobId}` serves it back with
 //! the session's authorization, `Range`, `ETag` = its SHA-256, and headers
 //! that keep a browser from running what it downloads. Events name a blob
@@ -12,7 +12,6 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use futures::StreamExt;
 use narad_journal::BlobRecord;
-use narad_journal::blobs::CHUNK;
 use narad_protocol::ErrorCode;
 use serde::Serialize;
 use serde_json::json;
@@ -157,6 +156,7 @@ fn media_type(headers: &HeaderMap) -> ApiResult<String> {
         (status = 409, description = "NRD-0201: with attachmentId, the attachment.added it appends breaks a rule (the id is taken); nothing of the upload is kept"),
         (status = 413, description = "NRD-0006: larger than the organisation's largest blob"),
         (status = 429, description = "NRD-0606: the organisation's blobs hold as many bytes as they may"),
+        (status = 503, description = "NRD-0902: the object store cannot take the bytes; nothing was kept; retry with backoff"),
     ),
     security(("bearer" = [])))]
 pub async fn upload(
@@ -231,11 +231,8 @@ pub async fn upload(
         .journal
         .create_blob(tenant, &session_id, &name, &media_type, None)
         .await?;
+    let stored = receive(&state, &principal, &blob, body, |size| limits.check(size)).await;
     let blob_id = blob.blob_id;
-    let stored = receive(&state, &principal, &blob_id, body, |size| {
-        limits.check(size)
-    })
-    .await;
     let stored = match (stored, &attach_as, &attachment_id) {
         (Ok(record), Some(auth), Some(id)) => state
             .journal
@@ -327,35 +324,42 @@ impl UploadLimits {
     }
 }
 
-/// Reads the body into chunks of [`CHUNK`] bytes, each stored as it fills,
+/// Reads the body into the blob's chunks, each stored as it fills,
 /// digesting as it goes; `check` sees the size so far before each chunk.
 async fn receive(
     state: &AppState,
     principal: &Principal,
-    blob_id: &str,
+    blob: &BlobRecord,
     body: Body,
     check: impl Fn(u64) -> ApiResult<()>,
 ) -> ApiResult<BlobRecord> {
     let tenant = &principal.tenant;
-    let mut sink = Sink::new(state, tenant, blob_id, 0, Vec::new(), true);
+    let mut sink = Sink::new(state, tenant, blob, 0, Vec::new(), true);
     sink.take(body, check, false).await?;
     let digest = sink.digest.take().map(|d| d.finalize().to_vec());
     Ok(state
         .journal
-        .finish_blob(tenant, blob_id, sink.size, &digest.unwrap_or_default())
+        .finish_blob(
+            tenant,
+            &blob.blob_id,
+            sink.size,
+            &digest.unwrap_or_default(),
+        )
         .await?)
 }
 
 /// Where a body's bytes go: a blob, its size so far, and its last chunk
-/// while that is not full. Every chunk but the last is [`CHUNK`] bytes, so
-/// that a byte's chunk is its offset divided by [`CHUNK`].
+/// while that is not full. Every chunk but the last is the blob's chunk
+/// size, so that a byte's chunk is its offset divided by that.
 pub(crate) struct Sink<'a> {
     state: &'a AppState,
     tenant: &'a narad_journal::TenantId,
-    blob_id: &'a str,
+    blob: &'a BlobRecord,
+    /// The blob's chunk size.
+    chunk: usize,
     /// Bytes received in all, those in `pending` included.
     pub(crate) size: u64,
-    /// The offset of `pending`'s first byte: a multiple of [`CHUNK`].
+    /// The offset of `pending`'s first byte: a multiple of `chunk`.
     base: u64,
     pending: Vec<u8>,
     digest: Option<Sha256>,
@@ -367,7 +371,7 @@ impl<'a> Sink<'a> {
     pub(crate) fn new(
         state: &'a AppState,
         tenant: &'a narad_journal::TenantId,
-        blob_id: &'a str,
+        blob: &'a BlobRecord,
         size: u64,
         pending: Vec<u8>,
         digest: bool,
@@ -375,7 +379,8 @@ impl<'a> Sink<'a> {
         Sink {
             state,
             tenant,
-            blob_id,
+            blob,
+            chunk: blob.chunk_bytes as usize,
             size,
             base: size - pending.len() as u64,
             pending,
@@ -413,13 +418,13 @@ impl<'a> Sink<'a> {
             }
             let mut rest = &bytes[..];
             while !rest.is_empty() {
-                let take = (CHUNK - self.pending.len()).min(rest.len());
+                let take = (self.chunk - self.pending.len()).min(rest.len());
                 self.pending.extend_from_slice(&rest[..take]);
                 rest = &rest[take..];
-                if self.pending.len() == CHUNK {
+                if self.pending.len() == self.chunk {
                     self.flush().await?;
                     self.pending.clear();
-                    self.base += CHUNK as u64;
+                    self.base += self.chunk as u64;
                 }
             }
         }
@@ -431,11 +436,11 @@ impl<'a> Sink<'a> {
         if self.pending.is_empty() {
             return Ok(());
         }
-        let seq = (self.base / CHUNK as u64) as i32;
+        let seq = self.blob.chunk_of(self.base);
         Ok(self
             .state
             .journal
-            .put_blob_chunk(self.tenant, self.blob_id, seq, &self.pending)
+            .put_blob_chunk(self.tenant, self.blob, seq, &self.pending)
             .await?)
     }
 }
@@ -447,7 +452,10 @@ impl<'a> Sink<'a> {
 /// run (`Content-Security-Policy: sandbox`). Another organisation's blob
 /// is 404.
 #[utoipa::path(get, path = "/v1/blobs/{blobId}", operation_id = "downloadBlob", tag = "blobs",
-    params(("blobId" = String, Path, description = "The blob (what follows narad://blobs/ in its reference)")),
+    params(
+        ("blobId" = String, Path, description = "The blob (what follows narad://blobs/ in its reference)"),
+        ("ticket" = Option<String>, Query, description = "A ticket (POST /v1/stream-tickets with {stream: blob, blobId}) instead of Authorization, for a plain URL in a browser"),
+    ),
     responses(
         (status = 200, description = "The bytes", content_type = "application/octet-stream", body = Vec<u8>),
         (status = 206, description = "The bytes of the range asked for", content_type = "application/octet-stream", body = Vec<u8>),
@@ -455,11 +463,12 @@ impl<'a> Sink<'a> {
         (status = 403, description = "NRD-0102: no `reader` role, or the token is limited to other sessions"),
         (status = 404, description = "NRD-0007: no such blob, or its upload has not finished"),
         (status = 416, description = "NRD-0010: the range names no byte of the blob"),
+        (status = 503, description = "NRD-0902: the object store holding its bytes cannot be read; retry with backoff"),
     ),
     security(("bearer" = [])))]
 pub async fn download(
     State(state): State<AppState>,
-    principal: Principal,
+    crate::signature::StreamCaller(principal): crate::signature::StreamCaller,
     Path(blob_id): Path<String>,
     headers: HeaderMap,
 ) -> ApiResult<Response> {
@@ -525,7 +534,12 @@ pub async fn download(
     let body = if length == 0 {
         Body::empty()
     } else {
-        Body::from_stream(chunks(state, tenant, blob_id, first, last))
+        // The first part is read before answering: a store that cannot be
+        // read is a 503, not a download that breaks off at once.
+        let mut bytes = state.journal.read_blob(&tenant, &blob, first, last);
+        let head = bytes.next().await.transpose()?;
+        let rest = bytes.map(|part| part.map_err(std::io::Error::other));
+        Body::from_stream(futures::stream::iter(head.map(Ok)).chain(rest))
     };
     Ok((status, response_headers, body).into_response())
 }
@@ -579,40 +593,4 @@ fn disposition(inline: bool, name: &str) -> String {
         .collect();
     let encoded = percent_encoding::utf8_percent_encode(name, percent_encoding::NON_ALPHANUMERIC);
     format!("{kind}; filename=\"{fallback}\"; filename*=UTF-8''{encoded}")
-}
-
-/// The bytes `first..=last` of a blob, read a chunk at a time.
-fn chunks(
-    state: AppState,
-    tenant: narad_journal::TenantId,
-    blob_id: String,
-    first: u64,
-    last: u64,
-) -> impl futures::Stream<Item = Result<axum::body::Bytes, std::io::Error>> {
-    let chunk = CHUNK as u64;
-    let from = (first / chunk) as i32;
-    let to = (last / chunk) as i32;
-    futures::stream::unfold(from, move |seq| {
-        let (state, tenant, blob_id) = (state.clone(), tenant.clone(), blob_id.clone());
-        async move {
-            if seq > to {
-                return None;
-            }
-            let read = state.journal.blob_chunk(&tenant, &blob_id, seq).await;
-            let data = match read {
-                Ok(Some(data)) => data,
-                Ok(None) => {
-                    return Some((
-                        Err(std::io::Error::other("a chunk of the blob is missing")),
-                        to + 1,
-                    ));
-                }
-                Err(e) => return Some((Err(std::io::Error::other(e.to_string())), to + 1)),
-            };
-            let start = u64::from(seq as u32) * chunk;
-            let lo = first.saturating_sub(start) as usize;
-            let hi = ((last + 1 - start) as usize).min(data.len());
-            Some((Ok(axum::body::Bytes::from(data).slice(lo..hi)), seq + 1))
-        }
-    })
 }

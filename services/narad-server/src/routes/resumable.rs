@@ -12,7 +12,6 @@ use axum::extract::{Path, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use narad_journal::BlobRecord;
-use narad_journal::blobs::CHUNK;
 use narad_protocol::ErrorCode;
 use serde::Serialize;
 use serde_json::json;
@@ -102,25 +101,19 @@ pub async fn continue_upload(
     let length = blob.upload_length.unwrap_or_default();
     let limits = UploadLimits::of(state, tenant, blob.size_bytes).await?;
     // The partial last chunk is topped up: every chunk but the last is full.
-    let partial = blob.size_bytes % CHUNK as u64;
+    let partial = blob.size_bytes % blob.chunk_bytes;
     let pending = if partial == 0 {
         Vec::new()
     } else {
-        let seq = (blob.size_bytes / CHUNK as u64) as i32;
+        let seq = blob.chunk_of(blob.size_bytes);
         state
             .journal
-            .blob_chunk(tenant, &blob.blob_id, seq)
+            .blob_chunk(tenant, &blob, seq)
             .await?
+            .map(|b| b.to_vec())
             .unwrap_or_default()
     };
-    let mut sink = Sink::new(
-        state,
-        tenant,
-        &blob.blob_id,
-        blob.size_bytes,
-        pending,
-        false,
-    );
+    let mut sink = Sink::new(state, tenant, &blob, blob.size_bytes, pending, false);
     sink.take(
         body,
         |size| {
@@ -144,10 +137,7 @@ pub async fn continue_upload(
         };
         return Ok(progress(StatusCode::ACCEPTED, &now));
     }
-    let digest = state
-        .journal
-        .blob_sha256(tenant, &blob.blob_id, size)
-        .await?;
+    let digest = state.journal.blob_sha256(tenant, &blob, size).await?;
     let stored = state
         .journal
         .finish_blob(tenant, &blob.blob_id, size, &digest)
@@ -201,6 +191,7 @@ async fn uploading(
         (status = 404, description = "NRD-0007: no such upload"),
         (status = 409, description = "NRD-0011: Upload-Offset is not the offset stored, or the upload is complete"),
         (status = 413, description = "NRD-0006: past the announced Upload-Length or the largest blob"),
+        (status = 503, description = "NRD-0902: the object store cannot take the bytes; send them again from the offset stored"),
     ),
     security(("bearer" = [])))]
 pub async fn resume(

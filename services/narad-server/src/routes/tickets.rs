@@ -1,6 +1,7 @@
 //! Stream tickets: `POST /v1/stream-tickets` gives a browser page a
 //! credential it can put in a stream's URL, because its `EventSource`
-//! cannot send an `Authorization` header.
+//! cannot send an `Authorization` header; and in a blob's URL, for an
+//! `<img src>` or a download link.
 //!
 //! A ticket is good for [`TICKET_LIFETIME`] to open the one stream it
 //! names and to reconnect to it (an `EventSource` reconnects by itself,
@@ -49,6 +50,13 @@ pub enum TicketRequest {
     /// `GET /v1/events`, the tenant stream (filter it with `?sessionId=`
     /// on the stream itself).
     Events {},
+    /// `GET /v1/blobs/{blobId}`: a blob's bytes for a plain URL (an `<img>`,
+    /// a download link), where a browser sends no `Authorization`.
+    Blob {
+        /// The blob it reads.
+        #[serde(rename = "blobId")]
+        blob_id: String,
+    },
 }
 
 /// A ticket, and where to use it.
@@ -67,15 +75,17 @@ pub struct StreamTicket {
 }
 
 /// Issues a ticket that opens one stream from a browser's `EventSource`
-/// (which cannot send `Authorization`): for a minute, bound to this
-/// token's tenant, subject, roles and sessions, accepted on that stream
-/// only. Reconnects within the minute reuse it; later ones need a new one
-/// (resume with `lastEventId`).
+/// (which cannot send `Authorization`), or reads one blob from a plain URL
+/// (`<img src>`, a download link): for a minute, bound to this token's
+/// tenant, subject, roles and sessions, accepted on that URL only.
+/// Reconnects (and range requests) within the minute reuse it; later ones
+/// need a new one (resume a stream with `lastEventId`).
 #[utoipa::path(post, path = "/v1/stream-tickets", operation_id = "createStreamTicket", tag = "events",
-    request_body(content = ref("#/components/schemas/TicketRequest"), description = "`{stream: session, sessionId}` or `{stream: events}`"),
+    request_body(content = ref("#/components/schemas/TicketRequest"), description = "`{stream: session, sessionId}`, `{stream: events}` or `{stream: blob, blobId}`"),
     responses(
-        (status = 201, description = "The ticket and the stream's URL with it", body = StreamTicket),
+        (status = 201, description = "The ticket and the URL with it", body = StreamTicket),
         (status = 403, description = "NRD-0102: no `reader` role, or the token does not reach the session"),
+        (status = 404, description = "NRD-0007: no such blob (stored) in this organisation"),
     ),
     security(("bearer" = [])))]
 pub async fn issue(
@@ -94,6 +104,19 @@ pub async fn issue(
             )
         }
         TicketRequest::Events {} => ("events".to_owned(), "/v1/events".to_owned()),
+        TicketRequest::Blob { blob_id } => {
+            let blob = state
+                .journal
+                .blob(&principal.tenant, blob_id)
+                .await?
+                .filter(|b| b.stored)
+                .ok_or_else(|| ApiError::new(ErrorCode::NotFound, "no blob has this id here"))?;
+            principal.require_session(&blob.session_id)?;
+            (
+                format!("blob:{blob_id}"),
+                format!("/v1/blobs/{}", path_segment(blob_id)),
+            )
+        }
     };
     let grant = TicketGrant {
         tenant: principal.tenant.clone(),
@@ -125,7 +148,7 @@ pub async fn issue(
 /// The OpenAPI schema of [`TicketRequest`], component `TicketRequest`.
 pub fn request_schema() -> serde_json::Value {
     serde_json::json!({
-        "description": "The stream a ticket opens: a session's, or the tenant's (filter that one with `?sessionId=` on the stream itself).",
+        "description": "What a ticket opens: a session's stream, the tenant's (filter that one with `?sessionId=` on the stream itself), or a blob's bytes.",
         "oneOf": [
             {
                 "type": "object",
@@ -140,6 +163,15 @@ pub fn request_schema() -> serde_json::Value {
                 "type": "object",
                 "required": ["stream"],
                 "properties": { "stream": { "const": "events" } },
+                "additionalProperties": false,
+            },
+            {
+                "type": "object",
+                "required": ["stream", "blobId"],
+                "properties": {
+                    "stream": { "const": "blob" },
+                    "blobId": { "type": "string", "minLength": 1, "maxLength": 256 },
+                },
                 "additionalProperties": false,
             },
         ],
@@ -159,16 +191,17 @@ fn path_segment(id: &str) -> String {
         .collect()
 }
 
-/// The stream a request's path opens, as tickets name it; `None` on every
-/// other route.
+/// What a request's path opens, as tickets name it; `None` on every other
+/// route.
 fn stream_of(path: &str) -> Option<String> {
     let segments: Vec<&str> = path.split('/').collect();
+    let decoded = |id: &str| String::from_utf8(crate::body::percent_decode(id.as_bytes())).ok();
     match segments[..] {
         ["", "v1", "events"] => Some("events".to_owned()),
         ["", "v1", "sessions", id, "stream"] if !id.is_empty() => {
-            let id = String::from_utf8(crate::body::percent_decode(id.as_bytes())).ok()?;
-            Some(format!("session:{id}"))
+            Some(format!("session:{}", decoded(id)?))
         }
+        ["", "v1", "blobs", id] if !id.is_empty() => Some(format!("blob:{}", decoded(id)?)),
         _ => None,
     }
 }
@@ -236,6 +269,9 @@ mod tests {
             serde_json::json!({"stream": "graph"}),
             serde_json::json!({"sessionId": "s1"}),
             serde_json::json!({"stream": "session", "sessionId": ""}),
+            serde_json::json!({"stream": "blob", "blobId": "b1"}),
+            serde_json::json!({"stream": "blob"}),
+            serde_json::json!({"stream": "blob", "blobId": "b1", "sessionId": "s1"}),
         ] {
             let typed = serde_json::from_value::<TicketRequest>(body.clone()).is_ok();
             assert_eq!(schema.is_valid(&body), typed, "{body}");
@@ -243,8 +279,9 @@ mod tests {
     }
 
     #[test]
-    fn tickets_name_the_two_streams_only() {
+    fn tickets_name_the_two_streams_and_blobs_only() {
         assert_eq!(stream_of("/v1/events").as_deref(), Some("events"));
+        assert_eq!(stream_of("/v1/blobs/b%201").as_deref(), Some("blob:b 1"));
         assert_eq!(
             stream_of("/v1/sessions/a%20b/stream").as_deref(),
             Some("session:a b")
@@ -253,6 +290,8 @@ mod tests {
             "/v1/sessions/s1/events",
             "/v1/sessions//stream",
             "/v1/sessions",
+            "/v1/blobs/b1/upload",
+            "/v1/blobs/",
             "/healthz",
         ] {
             assert_eq!(stream_of(other), None, "{other}");
