@@ -67,6 +67,32 @@ fn record(r: &tokio_postgres::Row) -> BlobRecord {
     }
 }
 
+/// The most one read of a Postgres chunk fetches.
+pub const READ_SLICE: u64 = 256 * 1024;
+
+/// The reads that serve bytes `first..=last` of a blob: per chunk, its
+/// range, cut into [`READ_SLICE`]s when `sliced`.
+fn pieces(
+    blob: &BlobRecord,
+    first: u64,
+    last: u64,
+    sliced: bool,
+) -> Vec<(i32, std::ops::Range<u64>)> {
+    let chunk = blob.chunk_bytes;
+    let mut out = Vec::new();
+    for seq in blob.chunk_of(first)..=blob.chunk_of(last) {
+        let start = u64::from(seq as u32) * chunk;
+        let (lo, hi) = (first.saturating_sub(start), (last + 1 - start).min(chunk));
+        let step = if sliced { READ_SLICE } else { hi - lo };
+        let mut at = lo;
+        while at < hi {
+            out.push((seq, at..(at + step).min(hi)));
+            at += step;
+        }
+    }
+    out
+}
+
 /// An object store's failure, as the journal reports it.
 fn unavailable(e: object_store::Error) -> JournalError {
     JournalError::BlobStore(e.to_string())
@@ -264,8 +290,8 @@ impl Journal {
         .await
     }
 
-    /// The bytes `first..=last` of a blob, a chunk at a time (an object
-    /// store's as they arrive).
+    /// The bytes `first..=last` of a blob: an object store's as they
+    /// arrive, Postgres chunks in slices of [`READ_SLICE`] bytes.
     pub fn read_blob(
         &self,
         tenant: &TenantId,
@@ -274,35 +300,21 @@ impl Journal {
         last: u64,
     ) -> BoxStream<'static, Result<bytes::Bytes, JournalError>> {
         let (journal, tenant, blob) = (self.clone(), tenant.clone(), blob.clone());
-        let chunk = blob.chunk_bytes;
-        let (from, to) = (blob.chunk_of(first), blob.chunk_of(last));
-        futures::stream::iter(from..=to)
-            .then(move |seq| {
+        let postgres = blob.store == BlobStore::Postgres.name();
+        futures::stream::iter(pieces(&blob, first, last, postgres))
+            .then(move |(seq, range)| {
                 let (journal, tenant, blob) = (journal.clone(), tenant.clone(), blob.clone());
                 async move {
-                    let start = u64::from(seq as u32) * chunk;
-                    let lo = first.saturating_sub(start);
-                    let hi = (last + 1 - start).min(chunk);
-                    if blob.store != BlobStore::Postgres.name() {
-                        let objects = journal.blob_store.objects()?;
-                        let part = objects
-                            .get_range(tenant.as_str(), &blob.blob_id, seq, lo..hi)
-                            .await
-                            .map_err(unavailable)?;
-                        return Ok(part.map(|r| r.map_err(unavailable)).boxed());
+                    if postgres {
+                        let part = journal.blob_slice(&tenant, &blob, seq, range).await?;
+                        return Ok(futures::stream::once(async move { Ok(part) }).boxed());
                     }
-                    let data = journal
-                        .blob_chunk(&tenant, &blob, seq)
-                        .await?
-                        .ok_or_else(|| {
-                            JournalError::Corrupt(format!(
-                                "blob {} lacks chunk {seq}",
-                                blob.blob_id
-                            ))
-                        })?;
-                    let hi = (hi as usize).min(data.len());
-                    let part = data.slice((lo as usize).min(hi)..hi);
-                    Ok(futures::stream::once(async move { Ok(part) }).boxed())
+                    let objects = journal.blob_store.objects()?;
+                    let part = objects
+                        .get_range(tenant.as_str(), &blob.blob_id, seq, range)
+                        .await
+                        .map_err(unavailable)?;
+                    Ok(part.map(|r| r.map_err(unavailable)).boxed())
                 }
             })
             .map(
@@ -318,6 +330,40 @@ impl Journal {
             )
             .flatten()
             .boxed()
+    }
+
+    /// The bytes `range` of a Postgres chunk: only those are read from
+    /// its TOAST slices (the column is stored uncompressed), so a pooled
+    /// connection's buffer stays the size of a slice.
+    async fn blob_slice(
+        &self,
+        tenant: &TenantId,
+        blob: &BlobRecord,
+        seq: i32,
+        range: std::ops::Range<u64>,
+    ) -> Result<bytes::Bytes, JournalError> {
+        let client = self.pool.get().await?;
+        let stmt = client
+            .prepare_cached(
+                "select substring(data from $4 for $5) from blob_chunks \
+                 where tenant_id = $1 and blob_id = $2 and seq = $3",
+            )
+            .await?;
+        let (from, length) = (range.start as i32 + 1, (range.end - range.start) as i32);
+        let row = in_tenant(client, tenant, async |c| {
+            Ok(c.query_opt(
+                &stmt,
+                &[&tenant.as_str(), &blob.blob_id, &seq, &from, &length],
+            )
+            .await?)
+        })
+        .await?;
+        let data: Vec<u8> = row
+            .ok_or_else(|| {
+                JournalError::Corrupt(format!("blob {} lacks chunk {seq}", blob.blob_id))
+            })?
+            .get(0);
+        Ok(bytes::Bytes::from(data))
     }
 
     /// The bytes `tenant`'s blobs hold, uploads under way included.
@@ -405,5 +451,52 @@ impl Journal {
                 .await?;
         }
         Ok(due.len())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn blob(chunk: u64) -> BlobRecord {
+        BlobRecord {
+            blob_id: "b".into(),
+            session_id: "s".into(),
+            name: "n".into(),
+            media_type: "application/octet-stream".into(),
+            size_bytes: 0,
+            sha256: None,
+            stored: true,
+            created_at: String::new(),
+            upload_length: None,
+            store: "postgres".into(),
+            chunk_bytes: chunk,
+        }
+    }
+
+    /// The pieces cover exactly the bytes asked for, in order, none
+    /// larger than a slice when sliced, none crossing a chunk.
+    #[test]
+    fn pieces_cover_the_range_exactly() {
+        let mib = 1024 * 1024;
+        for (chunk, first, last) in [
+            (mib, 0, 3 * mib + 4320),
+            (mib, mib - 5, mib + 9),
+            (mib, 10, 10),
+            (8 * mib, 3, 20 * mib),
+        ] {
+            for sliced in [true, false] {
+                let b = blob(chunk);
+                let ps = pieces(&b, first, last, sliced);
+                let mut at = first;
+                for (seq, r) in &ps {
+                    assert_eq!(u64::from(*seq as u32) * chunk + r.start, at);
+                    assert!(r.end <= chunk && r.start < r.end);
+                    assert!(!sliced || r.end - r.start <= READ_SLICE);
+                    at += r.end - r.start;
+                }
+                assert_eq!(at, last + 1, "{chunk} {first} {last} {sliced}");
+            }
+        }
     }
 }

@@ -131,16 +131,21 @@ pub fn load(jsonl: &Path) -> Result<Trace, String> {
     let expect_path = jsonl.with_file_name(format!("{name}.expect.json"));
     let expect = std::fs::read_to_string(&expect_path)
         .map_err(|e| format!("cannot read {}: {e}", expect_path.display()))?;
-    let manifest: Manifest =
-        serde_json::from_str(&expect).map_err(|e| format!("{}: {e}", expect_path.display()))?;
-    let lines = text
+    parse(&name, &text, &expect).map_err(|e| format!("{}: {e}", expect_path.display()))
+}
+
+/// A trace from its name, the text of its `.jsonl` and of its
+/// `.expect.json`.
+pub fn parse(name: &str, jsonl: &str, expect: &str) -> Result<Trace, String> {
+    let manifest: Manifest = serde_json::from_str(expect).map_err(|e| e.to_string())?;
+    let lines = jsonl
         .lines()
         .enumerate()
         .filter(|(_, l)| !l.trim().is_empty())
         .map(|(i, l)| (i + 1, l.to_owned()))
         .collect();
     Ok(Trace {
-        name,
+        name: name.to_owned(),
         lines,
         manifest,
     })

@@ -69,7 +69,7 @@ pub async fn blobs(args: &BlobsBench) -> anyhow::Result<()> {
     };
     // The S3 server's own throughput: the file PUT and read back directly.
     let direct = match &s3 {
-        Some(s3) => Some(direct_to_s3(&http, s3.endpoint(), &source, size).await?),
+        Some(s3) => Some(direct_to_s3(s3, &source, size).await?),
         None => None,
     };
     let db = scratch_on(args.server_url.as_deref()).await?;
@@ -207,40 +207,35 @@ pub async fn blobs(args: &BlobsBench) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// One PUT of the file straight to the S3 server and one GET of it back
-/// (moto takes unsigned requests): how long each took.
+/// One PUT of the file straight to the S3 server and one GET of it back,
+/// signed by the same S3 client library narad uses: how long each took.
 async fn direct_to_s3(
-    http: &reqwest::Client,
-    endpoint: &str,
+    s3: &narad_testkit::S3Server,
     source: &std::path::Path,
     size: u64,
 ) -> anyhow::Result<(Duration, Duration)> {
-    let url = format!("{endpoint}/narad-bench/direct.bin");
-    let file = tokio::fs::File::open(source).await?;
-    let body =
-        reqwest::Body::wrap_stream(tokio_util::io::ReaderStream::with_capacity(file, 64 * 1024));
+    use object_store::ObjectStoreExt;
+    let mut builder = object_store::aws::AmazonS3Builder::new()
+        .with_bucket_name("narad-bench")
+        .with_allow_http(true);
+    for (key, value) in s3.env() {
+        builder = builder.with_config(key.to_ascii_lowercase().parse()?, value);
+    }
+    let store = builder.build()?;
+    let path = object_store::path::Path::from("direct/blob.bin");
+    let bytes = tokio::fs::read(source).await?;
     let started = Instant::now();
-    http.put(&url)
-        .header("content-length", size)
-        .body(body)
-        .send()
-        .await?
-        .error_for_status()?;
+    store.put(&path, bytes.into()).await?;
     let put = started.elapsed();
     let started = Instant::now();
-    let mut stream = http
-        .get(&url)
-        .send()
-        .await?
-        .error_for_status()?
-        .bytes_stream();
+    let mut stream = store.get(&path).await?.into_stream();
     let mut received = 0u64;
     while let Some(chunk) = stream.next().await {
         received += chunk?.len() as u64;
     }
     let get = started.elapsed();
     anyhow::ensure!(received == size, "read back {received} of {size} bytes");
-    http.delete(&url).send().await?.error_for_status()?;
+    store.delete(&path).await?;
     Ok((put, get))
 }
 

@@ -13,6 +13,7 @@ mod bench_limits;
 mod bench_stream;
 mod demo_agent;
 mod executor;
+mod kit;
 mod serve;
 mod servers;
 mod tail;
@@ -109,6 +110,12 @@ enum ConformanceCommand {
         #[arg(long, short)]
         quiet: bool,
     },
+    /// Check a running narad/v1 server over its HTTP API and SSE alone:
+    /// the journal traces appended through it, commands and their
+    /// conflicts, history cursors, live delivery and resume. One line per
+    /// case, then "N passed, M failed, K skipped"; exits 1 when a case
+    /// fails.
+    Server(kit::ServerArgs),
 }
 
 #[derive(clap::Args)]
@@ -185,6 +192,9 @@ fn main() -> ExitCode {
         }
         Command::Conformance(ConformanceCommand::Check { dir, quiet }) => {
             conformance_check(&dir, quiet)
+        }
+        Command::Conformance(ConformanceCommand::Server(args)) => {
+            runtime().block_on(kit::server(&args))
         }
     };
     match result {

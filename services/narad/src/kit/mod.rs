@@ -1,0 +1,263 @@
+//! The conformance kit, server suite: `narad conformance server --url URL
+//! --token-command CMD` checks any narad/v1 server over its HTTP API and
+//! SSE alone (no database, no narad internals) and prints one line per
+//! case with its specification sections and rule, then `N passed, M
+//! failed, K skipped`; `--junit FILE` writes the cases as JUnit XML; the
+//! exit status is 1 when a case failed. See `conformance/README.md`.
+
+pub mod api;
+mod commands;
+mod history;
+mod journal;
+pub mod report;
+mod streams;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Instant;
+
+use narad_protocol::conformance::{self, Trace};
+use report::{Case, Report, Verdict};
+
+/// What a case answers: nothing when it holds, why otherwise.
+pub type Step<T = ()> = anyhow::Result<T>;
+
+/// Fails with `why()` unless `holds`.
+pub fn check(holds: bool, why: impl FnOnce() -> String) -> Step {
+    if holds {
+        Ok(())
+    } else {
+        Err(anyhow::anyhow!(why()))
+    }
+}
+
+/// The traces built into this binary (`conformance/traces` when it was
+/// built).
+static TRACES: include_dir::Dir<'_> =
+    include_dir::include_dir!("$CARGO_MANIFEST_DIR/../../conformance/traces");
+
+/// The built-in traces, by name.
+pub fn builtin_traces() -> anyhow::Result<Vec<Trace>> {
+    let mut traces = Vec::new();
+    for file in TRACES.files() {
+        let path = file.path();
+        let Some(name) = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .and_then(|n| n.strip_suffix(".jsonl"))
+        else {
+            continue;
+        };
+        let expect = TRACES
+            .get_file(format!("{name}.expect.json"))
+            .ok_or_else(|| anyhow::anyhow!("built-in trace {name} has no manifest"))?;
+        let text = |f: &include_dir::File<'_>| String::from_utf8_lossy(f.contents()).into_owned();
+        traces.push(
+            conformance::parse(name, &text(file), &text(expect))
+                .map_err(|e| anyhow::anyhow!("built-in trace {name}: {e}"))?,
+        );
+    }
+    traces.sort_by(|a, b| a.name.cmp(&b.name));
+    Ok(traces)
+}
+
+/// Options of `narad conformance server`.
+#[derive(clap::Args)]
+pub struct ServerArgs {
+    /// The server's base URL, e.g. http://127.0.0.1:8080.
+    #[arg(long)]
+    url: String,
+    /// A shell command that prints a bearer token for the kit's
+    /// organisation: `{org}`, `{sub}` and `{roles}` (comma-separated) are
+    /// filled in, and also given as NARAD_KIT_ORG and NARAD_KIT_ROLES. For
+    /// narad: 'narad token --org {org} --sub {sub} --roles {roles}'.
+    #[arg(long)]
+    token_command: String,
+    /// The organisation the kit works in (default: a new one per run,
+    /// `conformance-<random>`, so runs never meet).
+    #[arg(long)]
+    org: Option<String>,
+    /// A directory of traces to use instead of the built-in ones.
+    #[arg(long)]
+    traces: Option<PathBuf>,
+    /// Write the cases as JUnit XML to this file.
+    #[arg(long)]
+    junit: Option<PathBuf>,
+    /// Run only the cases whose name contains this text.
+    #[arg(long)]
+    only: Option<String>,
+    /// Print only failures and the summary.
+    #[arg(long, short)]
+    quiet: bool,
+}
+
+/// A case running.
+type CaseFuture<'a> = std::pin::Pin<Box<dyn Future<Output = Step> + 'a>>;
+
+/// A case of the suite beyond the traces: its name, sections and rule.
+struct Named {
+    name: &'static str,
+    spec: &'static str,
+    rule: Option<&'static str>,
+}
+
+/// `narad conformance server`.
+pub async fn server(args: &ServerArgs) -> anyhow::Result<ExitCode> {
+    narad_server::auth::install_tls_provider();
+    let run_id = {
+        let mut b = [0u8; 4];
+        getrandom::fill(&mut b).map_err(|e| anyhow::anyhow!("no randomness: {e}"))?;
+        hex::encode(b)
+    };
+    let org = args
+        .org
+        .clone()
+        .unwrap_or_else(|| format!("conformance-{run_id}"));
+    let api = api::Api::new(&args.url, &org, &args.token_command);
+    let traces = match &args.traces {
+        Some(dir) => conformance::load_dir(dir).map_err(anyhow::Error::msg)?,
+        None => builtin_traces()?,
+    };
+    let only = |name: &str| args.only.as_deref().is_none_or(|o| name.contains(o));
+
+    // What the server claims.
+    let caps = api.get("/v1/capabilities", api::BACKEND).await?;
+    let caps = caps.expect(200, "GET /v1/capabilities")?.clone();
+    anyhow::ensure!(
+        caps["protocolVersion"] == "narad/v1",
+        "the server does not speak narad/v1: {caps}"
+    );
+    let claimed: Vec<String> = caps["activeProfiles"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|p| p.as_str())
+                .filter(|p| *p != "narad.core/v1")
+                .map(str::to_owned)
+                .collect()
+        })
+        .unwrap_or_default();
+    println!(
+        "narad conformance server: {} as organisation {org}; profiles claimed: {}",
+        api.base,
+        if claimed.is_empty() {
+            "core only".to_owned()
+        } else {
+            claimed.join(", ")
+        }
+    );
+
+    let mut report = Report::new(args.quiet);
+    let not_for_api = journal::run(&api, &traces, &claimed, &run_id, &mut report, only).await;
+
+    let prefix = format!("kit-{run_id}");
+    let cases: Vec<(Named, CaseFuture<'_>)> = vec![
+        (
+            Named {
+                name: "commands/slot-reject-enqueue-interrupt",
+                spec: "§2.2, §3.1",
+                rule: None,
+            },
+            Box::pin(commands::slot(&api, &prefix)),
+        ),
+        (
+            Named {
+                name: "commands/resolve-interrupt-once",
+                spec: "§7.7",
+                rule: None,
+            },
+            Box::pin(commands::resolve_once(&api, &prefix)),
+        ),
+        (
+            Named {
+                name: "commands/stop-run",
+                spec: "§6.3, §7.4",
+                rule: None,
+            },
+            Box::pin(commands::stop(&api, &prefix)),
+        ),
+        (
+            Named {
+                name: "history/cursors",
+                spec: "§10.2",
+                rule: None,
+            },
+            Box::pin(history::cursors(&api, &prefix)),
+        ),
+        (
+            Named {
+                name: "history/cursor-conflicts",
+                spec: "§10.2",
+                rule: None,
+            },
+            Box::pin(history::cursor_conflicts(&api, &prefix)),
+        ),
+        (
+            Named {
+                name: "streams/subscribe-before-replay",
+                spec: "§10.1, §10.3",
+                rule: None,
+            },
+            Box::pin(streams::subscribe_before_replay(&api, &prefix)),
+        ),
+        (
+            Named {
+                name: "streams/resume-and-cursors",
+                spec: "§10.1, §10.3",
+                rule: None,
+            },
+            Box::pin(streams::resume_and_cursors(&api, &prefix)),
+        ),
+    ];
+    for (named, case) in cases {
+        if !only(named.name) {
+            continue;
+        }
+        let started = Instant::now();
+        let verdict = match case.await {
+            Ok(()) => Verdict::Pass,
+            Err(why) => Verdict::Fail(format!("{why:#}")),
+        };
+        report.record(Case {
+            name: named.name.to_owned(),
+            spec: named.spec.to_owned(),
+            rule: named.rule.map(str::to_owned),
+            verdict,
+            time: started.elapsed(),
+        });
+    }
+
+    if not_for_api > 0 && !args.quiet {
+        println!(
+            "({not_for_api} traces are not about a server's API: delivery traces, wire-level \
+             traces and traces about what the journal assigns; conformance/README.md says why)"
+        );
+    }
+    if let Some(path) = &args.junit {
+        std::fs::write(path, report.junit("narad conformance server")?)?;
+    }
+    println!("{}", report.summary());
+    Ok(if report.failed() > 0 {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    /// The binary carries the traces of the repository, as they are.
+    #[test]
+    fn the_builtin_traces_are_the_repository_s() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../conformance/traces");
+        let on_disk = narad_protocol::conformance::load_dir(&dir).unwrap();
+        let built_in = super::builtin_traces().unwrap();
+        assert!(on_disk.len() > 100);
+        assert_eq!(on_disk.len(), built_in.len());
+        for (a, b) in on_disk.iter().zip(&built_in) {
+            assert_eq!(a.name, b.name);
+            assert_eq!(a.lines, b.lines, "{}", a.name);
+            assert_eq!(a.manifest.rule, b.manifest.rule, "{}", a.name);
+        }
+    }
+}
