@@ -85,6 +85,7 @@ on_both_stores!(
     a_person_uploads_an_attachment_and_sends_it_with_a_message,
     blobs_no_event_names_are_collected_and_named_ones_stay,
     a_resumable_upload_survives_a_broken_connection_and_resumes_where_it_stopped,
+    an_attachment_named_during_its_upload_is_settled_when_it_completes_or_is_given_up,
 );
 
 async fn start(b: BlobBackend) -> Server {
@@ -754,5 +755,111 @@ async fn a_ticket_reads_one_blob_from_a_plain_url() {
         )
         .await;
     assert_eq!(missing.status, 404, "{}", missing.body);
+    s.stop().await;
+}
+
+async fn an_attachment_named_during_its_upload_is_settled_when_it_completes_or_is_given_up(
+    b: BlobBackend,
+) {
+    let s = Server::start_with_blobs(
+        b,
+        RuntimeSettings {
+            sweep_interval: std::time::Duration::from_millis(100),
+            retention_sweep: std::time::Duration::from_millis(100),
+            blob_unreferenced_after: std::time::Duration::from_secs(2),
+            ..Default::default()
+        },
+        LimitValues::default(),
+    )
+    .await;
+    let t = token("acme", &[Role::Writer, Role::Reader, Role::Backend]);
+    open_session(&s, &t, "a").await;
+    let begin = |first: &'static [u8]| {
+        s.http
+            .post(format!("{}/v1/sessions/a/blobs?name=notes.txt", s.base))
+            .bearer_auth(&t)
+            .header("upload-length", 10)
+            .body(first)
+            .send()
+    };
+    let added = |id: &str, uri: &Value, sha: Option<String>| {
+        let mut e = json!({"protocolVersion": "narad/v1", "type": "attachment.added",
+            "eventId": format!("add-{id}"), "attachmentId": id, "name": "notes.txt",
+            "mediaType": "text/plain", "uri": uri});
+        if let Some(d) = sha {
+            e["sha256"] = json!(d);
+        }
+        e
+    };
+    let data = b"0123456789";
+    let up: Value = begin(&data[..4]).await.unwrap().json().await.unwrap();
+    let (uri, url) = (up["uri"].clone(), up["url"].as_str().unwrap().to_owned());
+    // Named while under way: accepted, no outcome yet.
+    s.post(
+        "/v1/sessions/a/events",
+        &t,
+        &json!({"events": [added("att-1", &uri, Some(hex::encode(Sha256::digest(data))))]}),
+    )
+    .await
+    .expect(201);
+    assert!(typed(&s, &t, "a", "attachment.ready").await.is_empty());
+    // A ready naming bytes not there yet is refused.
+    let early = s
+        .post(
+            "/v1/sessions/a/events",
+            &t,
+            &json!({"events": [{"protocolVersion": "narad/v1", "type": "attachment.ready",
+                "eventId": "early", "attachmentId": "att-1", "uri": uri}]}),
+        )
+        .await;
+    assert_eq!(
+        (early.status, early.code()),
+        (409, "NRD-0209"),
+        "{}",
+        early.body
+    );
+    // The rest arrives: the server's ready follows at once.
+    let done = s
+        .http
+        .patch(format!("{}{url}", s.base))
+        .bearer_auth(&t)
+        .header("upload-offset", 4)
+        .body(&data[4..])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(done.status(), 200);
+    let ready = typed(&s, &t, "a", "attachment.ready").await;
+    assert_eq!(ready.len(), 1, "{ready:?}");
+    assert_eq!(ready[0]["attachmentId"], "att-1");
+    assert_eq!(ready[0]["uri"], uri);
+
+    // Another never finishes: given up after the collector's time, the
+    // event that named it fails, and the upload is gone.
+    let left: Value = begin(&data[..3]).await.unwrap().json().await.unwrap();
+    let left_url = left["url"].as_str().unwrap().to_owned();
+    s.post(
+        "/v1/sessions/a/events",
+        &t,
+        &json!({"events": [added("att-2", &left["uri"], None)]}),
+    )
+    .await
+    .expect(201);
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(20);
+    let failed = loop {
+        let failed = typed(&s, &t, "a", "attachment.failed").await;
+        if !failed.is_empty() {
+            break failed;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "att-2 never failed");
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    };
+    assert_eq!(failed.len(), 1, "{failed:?}");
+    assert_eq!(failed[0]["attachmentId"], "att-2");
+    assert_eq!(failed[0]["code"], "upload_incomplete");
+    let gone = s.get(&format!("{left_url}/upload"), &t).await;
+    assert_eq!(gone.status, 404, "{}", gone.body);
+    // The completed one stays.
+    assert_eq!(download(&s, &t, &url, &[]).await.status(), 200);
     s.stop().await;
 }

@@ -382,6 +382,29 @@ impl Journal {
         .await
     }
 
+    /// Up to `max` uploads, across tenants, begun longer than `age` ago
+    /// and never finished.
+    pub async fn blobs_abandoned(
+        &self,
+        age: std::time::Duration,
+        max: i32,
+    ) -> Result<Vec<(TenantId, String)>, JournalError> {
+        let client = self.pool.get().await?;
+        let rows = client
+            .query(
+                "select tenant_id, blob_id from blobs_abandoned($1, $2)",
+                &[&age.as_secs_f64(), &max],
+            )
+            .await?;
+        rows.iter()
+            .map(|r| {
+                let tenant = TenantId::new(r.get::<_, String>(0))
+                    .map_err(|e| JournalError::Corrupt(format!("tenant id: {e}")))?;
+                Ok((tenant, r.get(1)))
+            })
+            .collect()
+    }
+
     /// Up to `max` blobs, across tenants, older than `age` that no event
     /// names: uploads never referenced or never finished.
     pub async fn blobs_unreferenced(

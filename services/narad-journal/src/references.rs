@@ -1,8 +1,12 @@
 //! Events that name blobs (`narad://blobs/{id}`, §9.5): a batch may name
-//! only blobs its tenant holds, stored, in the same session; an
-//! `attachment.added` / `artifact.added` naming one is followed by the
-//! server's `*.ready` (the bytes are there and match) or `*.failed` (their
-//! digest or size differs from what the event declares).
+//! only blobs its tenant holds for the same session; an `attachment.added`
+//! / `artifact.added` naming one is followed by the server's `*.ready`
+//! (the bytes are there and match) or `*.failed` (their digest or size
+//! differs from what the event declares, code `digest_mismatch` /
+//! `size_mismatch`). An `*.added` may name a resumable upload still under
+//! way: its outcome follows when the upload completes, or `*.failed` with
+//! `upload_incomplete` when the collector gives the upload up. A `*.ready`
+//! names stored bytes only.
 
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
@@ -26,6 +30,9 @@ pub(crate) struct Held {
     index: usize,
     blob: BlobRecord,
 }
+
+/// The code of an added blob whose upload never finished.
+pub const UPLOAD_INCOMPLETE: &str = "upload_incomplete";
 
 impl Journal {
     /// The blobs a batch names, each held by `tenant`, stored, for
@@ -54,6 +61,13 @@ impl Journal {
                 Some(b) if b.session_id != session.as_str() => {
                     "names a blob of another session; upload it to this session"
                 }
+                Some(b)
+                    if !b.stored && p["type"].as_str().is_some_and(|t| t.ends_with(".added")) =>
+                {
+                    // Settled when the upload completes (or is given up).
+                    held.push(Held { index, blob: b });
+                    continue;
+                }
                 Some(b) if !b.stored => "names a blob whose upload has not finished",
                 Some(blob) => {
                     held.push(Held { index, blob });
@@ -70,8 +84,11 @@ impl Journal {
 
     /// Appends, as the server, the `*.ready` (or `*.failed`) of each
     /// `*.added` of `proposals` that names a blob and whose outcome the
-    /// batch does not itself carry. Their eventIds derive from the added
-    /// event's, so settling twice (a retried batch) appends once.
+    /// batch does not itself carry. An upload still under way is read
+    /// again: settled if it completed meanwhile, left to its completion
+    /// otherwise. The outcomes' eventIds derive from the added event's, so
+    /// settling twice (a retried batch, a completion racing this) appends
+    /// once.
     pub(crate) async fn settle_references(
         &self,
         tenant: &TenantId,
@@ -80,79 +97,147 @@ impl Journal {
         held: Vec<Held>,
     ) -> Result<(), JournalError> {
         for Held { index, blob } in held {
-            let added = &proposals[index];
-            let Some(kind) = added["type"]
-                .as_str()
-                .and_then(|t| t.strip_suffix(".added"))
-            else {
-                continue;
-            };
-            let id_field = if kind == "attachment" {
-                "attachmentId"
+            let blob = if blob.stored {
+                blob
             } else {
-                "artifactId"
-            };
-            let id = &added[id_field];
-            let settled = proposals.iter().any(|p| {
-                p[id_field] == *id
-                    && (p["type"] == format!("{kind}.ready")
-                        || p["type"] == format!("{kind}.failed"))
-            });
-            if settled {
-                continue;
-            }
-            let digest = blob.sha256.clone().unwrap_or_default();
-            let mismatch = if added["sha256"]
-                .as_str()
-                .is_some_and(|d| !d.eq_ignore_ascii_case(&digest))
-            {
-                Some((
-                    "digest_mismatch",
-                    "the bytes' SHA-256 differs from the event's sha256",
-                ))
-            } else if added["sizeBytes"]
-                .as_u64()
-                .is_some_and(|s| s != blob.size_bytes)
-            {
-                Some((
-                    "size_mismatch",
-                    "the bytes' size differs from the event's sizeBytes",
-                ))
-            } else {
-                None
-            };
-            let added_id = added["eventId"].as_str().unwrap_or_default();
-            let outcome = if mismatch.is_some() {
-                "failed"
-            } else {
-                "ready"
-            };
-            let event_id = format!(
-                "srv-{}",
-                &hex::encode(Sha256::digest(format!("{added_id}\n{outcome}")))[..32]
-            );
-            let mut event = json!({
-                "protocolVersion": "narad/v1",
-                "type": format!("{kind}.{outcome}"),
-                "eventId": event_id,
-                id_field: id,
-            });
-            match mismatch {
-                Some((code, message)) => {
-                    event["code"] = json!(code);
-                    event["message"] = json!(message);
+                match self.blob(tenant, &blob.blob_id).await? {
+                    Some(now) if now.stored => now,
+                    _ => continue,
                 }
-                None => event["uri"] = added["uri"].clone(),
-            }
-            // An artifact is a run's: its outcome goes to the same run.
-            for field in ["rootRunId", "runId", "workflowId"] {
-                if let Some(v) = added.get(field) {
-                    event[field] = v.clone();
-                }
-            }
-            Box::pin(self.append(tenant, session, &[event], AppendOptions::default())).await?;
+            };
+            self.settle_added(tenant, session, &proposals[index], proposals, &blob, false)
+                .await?;
         }
         Ok(())
+    }
+
+    /// Settles every `*.added` of `blob`'s session that names it: when its
+    /// upload completed, or (`abandoned`) when the collector gives an
+    /// unfinished upload up (`*.failed`, code [`UPLOAD_INCOMPLETE`]).
+    pub async fn settle_blob(
+        &self,
+        tenant: &TenantId,
+        blob: &BlobRecord,
+        abandoned: bool,
+    ) -> Result<(), JournalError> {
+        let session = SessionId::new(blob.session_id.clone()).map_err(JournalError::Corrupt)?;
+        let uri = format!("{BLOB_REFERENCE}{}", blob.blob_id);
+        let client = self.pool.get().await?;
+        let added: Vec<Value> = crate::in_tenant(client, tenant, async |c| {
+            Ok(c.query(
+                "select body from events where tenant_id = $1 and session_id = $2 \
+                   and body ->> 'uri' like 'narad://blobs/%' and body ->> 'uri' = $3 \
+                   and body ->> 'type' in ('attachment.added', 'artifact.added') \
+                 order by session_sequence",
+                &[&tenant.as_str(), &session.as_str(), &uri],
+            )
+            .await?
+            .iter()
+            .map(|r| r.get(0))
+            .collect())
+        })
+        .await?;
+        for event in &added {
+            self.settle_added(tenant, &session, event, &[], blob, abandoned)
+                .await?;
+        }
+        Ok(())
+    }
+
+    /// Appends the outcome of one `*.added` naming `blob`, unless `batch`
+    /// carries it.
+    async fn settle_added(
+        &self,
+        tenant: &TenantId,
+        session: &SessionId,
+        added: &Value,
+        batch: &[Value],
+        blob: &BlobRecord,
+        abandoned: bool,
+    ) -> Result<(), JournalError> {
+        let Some(kind) = added["type"]
+            .as_str()
+            .and_then(|t| t.strip_suffix(".added"))
+        else {
+            return Ok(());
+        };
+        let id_field = if kind == "attachment" {
+            "attachmentId"
+        } else {
+            "artifactId"
+        };
+        let id = &added[id_field];
+        let settled = batch.iter().any(|p| {
+            p[id_field] == *id
+                && (p["type"] == format!("{kind}.ready") || p["type"] == format!("{kind}.failed"))
+        });
+        if settled {
+            return Ok(());
+        }
+        let digest = blob.sha256.clone().unwrap_or_default();
+        let mismatch = if abandoned {
+            Some((
+                UPLOAD_INCOMPLETE,
+                "the upload never finished: its bytes never arrived",
+            ))
+        } else if added["sha256"]
+            .as_str()
+            .is_some_and(|d| !d.eq_ignore_ascii_case(&digest))
+        {
+            Some((
+                "digest_mismatch",
+                "the bytes' SHA-256 differs from the event's sha256",
+            ))
+        } else if added["sizeBytes"]
+            .as_u64()
+            .is_some_and(|s| s != blob.size_bytes)
+        {
+            Some((
+                "size_mismatch",
+                "the bytes' size differs from the event's sizeBytes",
+            ))
+        } else {
+            None
+        };
+        let added_id = added["eventId"].as_str().unwrap_or_default();
+        let outcome = if mismatch.is_some() {
+            "failed"
+        } else {
+            "ready"
+        };
+        let event_id = format!(
+            "srv-{}",
+            &hex::encode(Sha256::digest(format!("{added_id}\n{outcome}")))[..32]
+        );
+        let mut event = json!({
+            "protocolVersion": "narad/v1",
+            "type": format!("{kind}.{outcome}"),
+            "eventId": event_id,
+            id_field: id,
+        });
+        match mismatch {
+            Some((code, message)) => {
+                event["code"] = json!(code);
+                event["message"] = json!(message);
+            }
+            None => event["uri"] = added["uri"].clone(),
+        }
+        // An artifact is a run's: its outcome goes to the same run.
+        for field in ["rootRunId", "runId", "workflowId"] {
+            if let Some(v) = added.get(field) {
+                event[field] = v.clone();
+            }
+        }
+        match Box::pin(self.append(tenant, session, &[event], AppendOptions::default())).await {
+            Ok(_) => Ok(()),
+            // Settled before, by this or another path, with the other
+            // outcome (a completion raced the collector): the first stands.
+            Err(JournalError::Rejected { violation, .. }) if violation.rule.starts_with(kind) => {
+                tracing::info!(rule = %violation.rule, "an added blob was settled before");
+                Ok(())
+            }
+            Err(e) => Err(e),
+        }
     }
 }
 

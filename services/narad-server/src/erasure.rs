@@ -70,12 +70,23 @@ pub async fn erase_tenants(journal: &Journal) -> Result<(), JournalError> {
     Ok(())
 }
 
-/// Deletes blobs no event has named for `after` (uploads never used, or
-/// never finished).
+/// Deletes blobs no event has named for `after` (uploads never used), and
+/// uploads unfinished for `after`, failing the events that named them.
 pub async fn collect_blobs(
     journal: &Journal,
     after: std::time::Duration,
 ) -> Result<(), JournalError> {
+    // Uploads never finished: the events that named them fail first.
+    for (tenant, blob_id) in journal.blobs_abandoned(after, 500).await? {
+        if let Some(blob) = journal.blob(&tenant, &blob_id).await?
+            && let Err(e) = journal.settle_blob(&tenant, &blob, true).await
+        {
+            tracing::warn!(error = %e, blob = %blob_id,
+                "cannot fail the events naming an abandoned upload; deleting it all the same");
+        }
+        journal.discard_blob(&tenant, &blob_id).await?;
+        crate::metrics::blob_collected();
+    }
     for (tenant, blob_id) in journal.blobs_unreferenced(after, 500).await? {
         journal.discard_blob(&tenant, &blob_id).await?;
         crate::metrics::blob_collected();

@@ -42,7 +42,7 @@ async fn kit(url: &str, extra: &[&str]) -> (i32, String) {
 async fn the_kit_passes_narad_and_writes_junit() {
     let s = Server::start().await;
     let junit = std::env::temp_dir().join(format!("narad-kit-{}.xml", std::process::id()));
-    let (code, out) = kit(&s.base, &["--junit", junit.to_str().unwrap()]).await;
+    let (code, out) = kit(&s.base, &["--faults", "--junit", junit.to_str().unwrap()]).await;
     assert_eq!(code, 0, "{out}");
     let summary = out
         .lines()
@@ -58,6 +58,8 @@ async fn the_kit_passes_narad_and_writes_junit() {
         "PASS streams/subscribe-before-replay",
         "PASS streams/resume-and-cursors",
         "PASS journal/interrupt-resolved-twice",
+        "PASS executors/execute-and-finish-once",
+        "PASS faults/resume-through-cut-reset-stalled-slow-connections",
     ] {
         assert!(out.contains(case), "{case} in:\n{out}");
     }

@@ -142,6 +142,11 @@ pub async fn continue_upload(
         .journal
         .finish_blob(tenant, &blob.blob_id, size, &digest)
         .await?;
+    // Events that named the upload while it was under way are settled now.
+    if let Err(e) = state.journal.settle_blob(tenant, &stored, false).await {
+        tracing::warn!(error = %e, blob = %stored.blob_id,
+            "cannot settle the events naming a completed upload; appending them again settles them");
+    }
     let mut response = (complete_status, Json(Blob::of(stored))).into_response();
     response
         .headers_mut()

@@ -1,12 +1,16 @@
 //! The conformance kit, server suite: `narad conformance server --url URL
 //! --token-command CMD` checks any narad/v1 server over its HTTP API and
-//! SSE alone (no database, no narad internals) and prints one line per
+//! SSE alone (no database, no narad internals): journal traces, commands,
+//! history, live delivery and resumption (through injected faults with
+//! `--faults`), client executors. It prints one line per
 //! case with its specification sections and rule, then `N passed, M
 //! failed, K skipped`; `--junit FILE` writes the cases as JUnit XML; the
 //! exit status is 1 when a case failed. See `conformance/README.md`.
 
 pub mod api;
 mod commands;
+mod executors;
+mod faults;
 mod history;
 mod journal;
 pub mod report;
@@ -86,6 +90,14 @@ pub struct ServerArgs {
     /// Run only the cases whose name contains this text.
     #[arg(long)]
     only: Option<String>,
+    /// Also follow a session through a proxy that cuts, resets, stalls
+    /// and slows the server's answers (http:// URLs).
+    #[arg(long)]
+    faults: bool,
+    /// The seed of the faults' offsets and pauses (default: random,
+    /// printed), to replay a run's faults.
+    #[arg(long)]
+    seed: Option<u64>,
     /// Print only failures and the summary.
     #[arg(long, short)]
     quiet: bool,
@@ -151,7 +163,10 @@ pub async fn server(args: &ServerArgs) -> anyhow::Result<ExitCode> {
     let not_for_api = journal::run(&api, &traces, &claimed, &run_id, &mut report, only).await;
 
     let prefix = format!("kit-{run_id}");
-    let cases: Vec<(Named, CaseFuture<'_>)> = vec![
+    let seed = args
+        .seed
+        .unwrap_or_else(|| u64::from_str_radix(&run_id, 16).unwrap_or(7));
+    let mut cases: Vec<(Named, CaseFuture<'_>)> = vec![
         (
             Named {
                 name: "commands/slot-reject-enqueue-interrupt",
@@ -208,7 +223,26 @@ pub async fn server(args: &ServerArgs) -> anyhow::Result<ExitCode> {
             },
             Box::pin(streams::resume_and_cursors(&api, &prefix)),
         ),
+        (
+            Named {
+                name: "executors/execute-and-finish-once",
+                spec: "§11.1, §11.2, §11.3",
+                rule: None,
+            },
+            Box::pin(executors::execute_and_finish_once(&api, &prefix)),
+        ),
     ];
+    if args.faults {
+        println!("faults: seed {seed} (--seed {seed} replays them)");
+        cases.push((
+            Named {
+                name: "faults/resume-through-cut-reset-stalled-slow-connections",
+                spec: "§10.1, §10.3",
+                rule: None,
+            },
+            Box::pin(faults::resume_through_faults(&api, &prefix, seed)),
+        ));
+    }
     for (named, case) in cases {
         if !only(named.name) {
             continue;

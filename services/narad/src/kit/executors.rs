@@ -1,0 +1,167 @@
+//! Client executors (§11), through the HTTP form of the executor API: a
+//! lease by attachment, heartbeats, a call handed out once with the
+//! started call's name and arguments, a token that finishes once
+//! (idempotently when repeated the same, refused when changed), and
+//! tokens and leases nobody issued refused.
+
+use serde_json::{Value, json};
+
+use super::api::{Api, PERSON};
+use super::commands::{append, event, history, session};
+use super::{Step, check};
+
+/// Roles of a client executor.
+const EXECUTOR: &[&str] = &["executor"];
+
+/// One call through its executor: attach, execute once, finish once.
+pub async fn execute_and_finish_once(api: &Api, prefix: &str) -> Step {
+    let s = format!("{prefix}-exec");
+    let desk = format!("{prefix}-desk");
+    session(api, &s).await?;
+    api.post(
+        "/v1/commands/start-run",
+        PERSON,
+        &json!({"sessionId": s, "runId": "r1", "clientExecutorId": desk}),
+    )
+    .await?
+    .expect(201, "start-run bound to the executor")?;
+    let attached = api
+        .post(
+            &format!("/v1/executors/{desk}/attach"),
+            EXECUTOR,
+            &json!({}),
+        )
+        .await?;
+    let attached = attached.expect(201, "attaching")?.clone();
+    check(attached["type"] == "client.attached", || {
+        format!("the attachment answers client.attached: {attached}")
+    })?;
+    let lease = attached["leaseId"].as_str().unwrap_or_default().to_owned();
+    check(!lease.is_empty(), || format!("no leaseId in {attached}"))?;
+    let args = json!({"path": "/tmp/report.txt", "lines": [1, 2, 3]});
+    append(
+        api,
+        &s,
+        vec![event(
+            &format!("{s}-tc"),
+            "tool.call.started",
+            "r1",
+            json!({
+            "toolCallId": format!("{s}-tc1"), "toolName": "open.file", "executor": "client",
+            "args": args}),
+        )],
+    )
+    .await?;
+    let controls = |wait: u32| {
+        let path = format!("/v1/executors/{desk}/controls?leaseId={lease}&waitMs={wait}");
+        async move { api.get(&path, EXECUTOR).await }
+    };
+    let got = controls(10_000).await?;
+    let got = got.expect(200, "polling for calls")?["controls"].clone();
+    let execute = got
+        .as_array()
+        .and_then(|c| c.first())
+        .cloned()
+        .ok_or_else(|| anyhow::anyhow!("no call handed out within 10 s: {got}"))?;
+    check(
+        execute["type"] == "client.tool.execute"
+            && execute["toolName"] == "open.file"
+            && execute["args"] == args
+            && execute["executionToken"].is_string()
+            && execute["executionTokenExpiresAt"].is_string(),
+        || {
+            format!(
+                "client.tool.execute with the started call's name and args, a token and its expiry: {execute}"
+            )
+        },
+    )?;
+    let again = controls(0).await?;
+    check(
+        again.expect(200, "polling again")?["controls"] == json!([]),
+        || format!("a call is handed out once: {}", again.body),
+    )?;
+    let beat = json!({"type": "client.heartbeat", "protocolVersion": "narad/v1",
+        "clientExecutorId": desk, "leaseId": lease});
+    let renewed = api
+        .post(&format!("/v1/executors/{desk}/heartbeat"), EXECUTOR, &beat)
+        .await?;
+    check(
+        renewed.expect(200, "a heartbeat")?["leaseId"] == lease.as_str(),
+        || format!("a heartbeat renews the lease: {}", renewed.body),
+    )?;
+    let finish = |token: &Value, response: Value| {
+        json!({"type": "client.tool.finish", "protocolVersion": "narad/v1",
+            "executionToken": token, "outcome": "success", "response": response,
+            "clientExecutorId": desk, "leaseId": lease, "toolCallId": execute["toolCallId"]})
+    };
+    let token = execute["executionToken"].clone();
+    let finish_path = format!("/v1/executors/{desk}/finish");
+    api.post(
+        &finish_path,
+        EXECUTOR,
+        &finish(&token, json!({"bytes": 42})),
+    )
+    .await?
+    .expect(200, "the finish")?;
+    // The same finish again: idempotent, no second terminal (§11.3.8).
+    api.post(
+        &finish_path,
+        EXECUTOR,
+        &finish(&token, json!({"bytes": 42})),
+    )
+    .await?
+    .expect(200, "the same finish repeated")?;
+    let changed = api
+        .post(
+            &finish_path,
+            EXECUTOR,
+            &finish(&token, json!({"bytes": 43})),
+        )
+        .await?;
+    check(
+        changed.status == 409 && changed.code() == "NRD-0404",
+        || {
+            format!(
+                "the token finished again with another response: expected 409 NRD-0404, got {} {}",
+                changed.status, changed.body
+            )
+        },
+    )?;
+    let forged = api
+        .post(
+            &finish_path,
+            EXECUTOR,
+            &finish(&json!("forged-token"), json!({})),
+        )
+        .await?;
+    check(forged.status == 403 && forged.code() == "NRD-0402", || {
+        format!(
+            "a token nobody issued: expected 403 NRD-0402, got {} {}",
+            forged.status, forged.body
+        )
+    })?;
+    let stale = api
+        .get(
+            &format!("/v1/executors/{desk}/controls?leaseId=no-such-lease&waitMs=0"),
+            EXECUTOR,
+        )
+        .await?;
+    check(stale.status == 409 && stale.code() == "NRD-0401", || {
+        format!(
+            "a lease nobody issued: expected 409 NRD-0401, got {} {}",
+            stale.status, stale.body
+        )
+    })?;
+    let h = history(api, &s).await?;
+    let finished: Vec<&Value> = h
+        .iter()
+        .filter(|e| e["type"] == "tool.call.finished")
+        .collect();
+    check(
+        finished.len() == 1
+            && finished[0]["outcome"] == "success"
+            && finished[0]["response"] == json!({"bytes": 42}),
+        || format!("one tool.call.finished equal to the accepted finish: {finished:?}"),
+    )?;
+    Ok(())
+}

@@ -1,0 +1,312 @@
+//! Faults between the kit and a server: a TCP proxy the kit runs, which
+//! forwards each connection and breaks the server's side of it as a plan
+//! says (cut mid-frame, reset, stalled, slowed). A case then checks that a
+//! client resuming through it ends with what history holds.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+/// What happens to one connection's answer.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Fault {
+    /// Forwarded as it comes.
+    None,
+    /// Closed after this many bytes of the answer (mid-frame, mostly).
+    Cut(usize),
+    /// Reset (RST) after this many bytes.
+    Reset(usize),
+    /// Stalled for a while after this many bytes, then forwarded.
+    Stall(usize, Duration),
+    /// Every read of the answer held back this long.
+    Delay(Duration),
+}
+
+/// How many connections met each kind of fault.
+#[derive(Debug, Default)]
+pub struct Tally {
+    /// Connections forwarded without a fault.
+    pub clean: AtomicU64,
+    /// Connections cut.
+    pub cut: AtomicU64,
+    /// Connections reset.
+    pub reset: AtomicU64,
+    /// Connections stalled.
+    pub stalled: AtomicU64,
+    /// Connections slowed.
+    pub delayed: AtomicU64,
+}
+
+impl Tally {
+    fn count(&self, fault: Fault) {
+        let counter = match fault {
+            Fault::None => &self.clean,
+            Fault::Cut(_) => &self.cut,
+            Fault::Reset(_) => &self.reset,
+            Fault::Stall(..) => &self.stalled,
+            Fault::Delay(_) => &self.delayed,
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// `cut 3, reset 2, …` of the connections so far.
+    pub fn describe(&self) -> String {
+        let n = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        format!(
+            "{} clean, {} cut, {} reset, {} stalled, {} slowed",
+            n(&self.clean),
+            n(&self.cut),
+            n(&self.reset),
+            n(&self.stalled),
+            n(&self.delayed)
+        )
+    }
+}
+
+/// A running proxy.
+pub struct FaultProxy {
+    /// Its base URL (`http://127.0.0.1:PORT`), standing for the server's.
+    pub url: String,
+    /// What its connections met.
+    pub tally: Arc<Tally>,
+    accepting: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for FaultProxy {
+    fn drop(&mut self) {
+        self.accepting.abort();
+    }
+}
+
+impl FaultProxy {
+    /// Forwards to `upstream` (`host:port`), the n-th connection (from 0)
+    /// meeting `plan(n)`.
+    pub async fn start(
+        upstream: String,
+        plan: impl Fn(u64) -> Fault + Send + Sync + 'static,
+    ) -> anyhow::Result<FaultProxy> {
+        let listener = TcpListener::bind("127.0.0.1:0").await?;
+        let url = format!("http://{}", listener.local_addr()?);
+        let tally = Arc::new(Tally::default());
+        let counted = tally.clone();
+        let accepting = tokio::spawn(async move {
+            let mut n = 0u64;
+            while let Ok((client, _)) = listener.accept().await {
+                let fault = plan(n);
+                n += 1;
+                counted.count(fault);
+                let upstream = upstream.clone();
+                tokio::spawn(async move {
+                    if let Ok(server) = TcpStream::connect(&upstream).await {
+                        let _ = forward(client, server, fault).await;
+                    }
+                });
+            }
+        });
+        Ok(FaultProxy {
+            url,
+            tally,
+            accepting,
+        })
+    }
+}
+
+/// Pipes one connection, breaking the answer as `fault` says.
+async fn forward(client: TcpStream, server: TcpStream, fault: Fault) -> std::io::Result<()> {
+    if let Fault::Reset(_) = fault {
+        // Closed with SO_LINGER 0, the socket sends RST instead of FIN.
+        client.set_zero_linger()?;
+    }
+    let (mut client_read, mut client_write) = client.into_split();
+    let (mut server_read, mut server_write) = server.into_split();
+    let requests = tokio::spawn(async move {
+        let _ = tokio::io::copy(&mut client_read, &mut server_write).await;
+        let _ = server_write.shutdown().await;
+    });
+    let mut sent = 0usize;
+    let mut buf = vec![0u8; 16 * 1024];
+    let mut stalled = false;
+    loop {
+        let n = server_read.read(&mut buf).await?;
+        if n == 0 {
+            break;
+        }
+        let mut chunk = &buf[..n];
+        match fault {
+            Fault::Cut(at) | Fault::Reset(at) if sent + chunk.len() >= at => {
+                client_write.write_all(&chunk[..at - sent]).await?;
+                // Both halves dropped: the client's socket closes (FIN, or
+                // RST with the linger above), mid-answer.
+                requests.abort();
+                return Ok(());
+            }
+            Fault::Stall(at, pause) if !stalled && sent + chunk.len() >= at => {
+                let head = at - sent;
+                client_write.write_all(&chunk[..head]).await?;
+                sent = at;
+                chunk = &chunk[head..];
+                stalled = true;
+                tokio::time::sleep(pause).await;
+            }
+            Fault::Delay(each) => tokio::time::sleep(each).await,
+            _ => {}
+        }
+        client_write.write_all(chunk).await?;
+        sent += chunk.len();
+    }
+    let _ = client_write.shutdown().await;
+    let _ = requests.await;
+    Ok(())
+}
+
+/// The faults of the n-th connection of the resume case: every kind
+/// first (so each is met), then clean ones; offsets and pauses drawn
+/// from the seed.
+fn plan_of(seed: u64) -> impl Fn(u64) -> Fault + Send + Sync + 'static {
+    use rand::{Rng, SeedableRng};
+    let rng = std::sync::Mutex::new(rand::rngs::StdRng::seed_from_u64(seed));
+    move |n| {
+        let mut rng = rng.lock().expect("not poisoned");
+        let at = rng.random_range(64..6000);
+        match n {
+            0 | 3 | 7 => Fault::Cut(at),
+            1 | 5 => Fault::Reset(at),
+            2 | 6 => Fault::Stall(at, Duration::from_millis(rng.random_range(1500..2500))),
+            4 => Fault::Delay(Duration::from_millis(15)),
+            _ => Fault::None,
+        }
+    }
+}
+
+/// Follows a session through the fault proxy while a backend appends to
+/// it directly: every broken, reset or stalled connection is resumed with
+/// `Last-Event-ID`; what the follower holds at the end (deduplicated by
+/// eventId, applied in order, no gap) is history, event for event.
+pub async fn resume_through_faults(api: &super::api::Api, prefix: &str, seed: u64) -> super::Step {
+    use futures::StreamExt;
+    use serde_json::{Value, json};
+
+    use super::api::BACKEND;
+    use super::commands::{append, event, history, session, tool_call};
+    use eventsource_stream::Eventsource;
+
+    let Some(upstream) = api.base.strip_prefix("http://").map(str::to_owned) else {
+        anyhow::bail!("faults are injected on http:// URLs only; run the kit against one");
+    };
+    let upstream = upstream.trim_end_matches('/').to_owned();
+    let s = format!("{prefix}-faults");
+    session(api, &s).await?;
+    append(
+        api,
+        &s,
+        vec![event(&format!("{s}-0"), "run.started", "r", json!({}))],
+    )
+    .await?;
+    let proxy = FaultProxy::start(upstream, plan_of(seed)).await?;
+
+    let batches = 40u64;
+    let total = 1 + batches * 2 + 1;
+    let appending = {
+        let (base, token, s) = (api.base.clone(), api.token(BACKEND).await?, s.clone());
+        let http = api.http().clone();
+        tokio::spawn(async move {
+            for i in 0..=batches {
+                let events = if i < batches {
+                    tool_call(&format!("{s}-t{i}"), "r")
+                } else {
+                    vec![event(&format!("{s}-end"), "run.finished", "r", json!({}))]
+                };
+                let res = http
+                    .post(format!("{base}/v1/sessions/{s}/events"))
+                    .bearer_auth(&token)
+                    .json(&json!({ "events": events }))
+                    .send()
+                    .await
+                    .map_err(|e| e.to_string())?;
+                if res.status().as_u16() != 201 {
+                    return Err(format!("an append answered {}", res.status()));
+                }
+                tokio::time::sleep(Duration::from_millis(25)).await;
+            }
+            Ok::<(), String>(())
+        })
+    };
+
+    let token = api.token(BACKEND).await?;
+    let mut held: Vec<Value> = Vec::new();
+    let mut connections = 0;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(90);
+    while (held.len() as u64) < total {
+        anyhow::ensure!(
+            tokio::time::Instant::now() < deadline,
+            "after 90 s and {connections} connections the follower holds {} of {total} events \
+             (faults: {})",
+            held.len(),
+            proxy.tally.describe()
+        );
+        connections += 1;
+        let mut req = api
+            .http()
+            .get(format!("{}/v1/sessions/{s}/stream", proxy.url))
+            .bearer_auth(&token)
+            .timeout(Duration::from_secs(60));
+        if let Some(last) = held.last() {
+            req = req.header(
+                "last-event-id",
+                last["eventId"].as_str().unwrap_or_default(),
+            );
+        }
+        let Ok(res) = req.send().await else { continue };
+        if res.status().as_u16() != 200 {
+            anyhow::bail!("a resumed stream answered {}", res.status());
+        }
+        let mut frames = res.bytes_stream().eventsource();
+        // A stalled connection is given up after a second of silence.
+        while let Ok(Some(Ok(frame))) =
+            tokio::time::timeout(Duration::from_secs(1), frames.next()).await
+        {
+            let Ok(data) = serde_json::from_str::<Value>(&frame.data) else {
+                continue;
+            };
+            let Some(seq) = data["sessionSequence"].as_u64() else {
+                continue;
+            };
+            let id = data["eventId"].as_str().unwrap_or_default();
+            if held.iter().any(|e| e["eventId"] == id) {
+                continue; // at-least-once: a duplicate is dropped
+            }
+            anyhow::ensure!(
+                seq == held.len() as u64 + 1,
+                "after sessionSequence {} the stream delivered {seq} (a gap) on connection \
+                 {connections}",
+                held.len()
+            );
+            held.push(data);
+            if held.len() as u64 == total {
+                break;
+            }
+        }
+    }
+    appending
+        .await
+        .map_err(|e| anyhow::anyhow!("the appender: {e}"))?
+        .map_err(|e| anyhow::anyhow!("the appender: {e}"))?;
+    let faulted = proxy.tally.cut.load(Ordering::Relaxed)
+        + proxy.tally.reset.load(Ordering::Relaxed)
+        + proxy.tally.stalled.load(Ordering::Relaxed);
+    anyhow::ensure!(
+        faulted >= 3,
+        "the follower needed only {connections} connections: too few faults were met ({})",
+        proxy.tally.describe()
+    );
+    let h = history(api, &s).await?;
+    anyhow::ensure!(
+        h == held,
+        "the follower's events differ from history (faults: {}, seed {seed})",
+        proxy.tally.describe()
+    );
+    Ok(())
+}
