@@ -389,20 +389,7 @@ impl Journal {
         age: std::time::Duration,
         max: i32,
     ) -> Result<Vec<(TenantId, String)>, JournalError> {
-        let client = self.pool.get().await?;
-        let rows = client
-            .query(
-                "select tenant_id, blob_id from blobs_abandoned($1, $2)",
-                &[&age.as_secs_f64(), &max],
-            )
-            .await?;
-        rows.iter()
-            .map(|r| {
-                let tenant = TenantId::new(r.get::<_, String>(0))
-                    .map_err(|e| JournalError::Corrupt(format!("tenant id: {e}")))?;
-                Ok((tenant, r.get(1)))
-            })
-            .collect()
+        self.blobs_across_tenants("blobs_abandoned", age, max).await
     }
 
     /// Up to `max` blobs, across tenants, older than `age` that no event
@@ -412,10 +399,21 @@ impl Journal {
         age: std::time::Duration,
         max: i32,
     ) -> Result<Vec<(TenantId, String)>, JournalError> {
+        self.blobs_across_tenants("blobs_unreferenced", age, max)
+            .await
+    }
+
+    /// What the collector's cross-tenant `function(age, max)` lists.
+    async fn blobs_across_tenants(
+        &self,
+        function: &'static str,
+        age: std::time::Duration,
+        max: i32,
+    ) -> Result<Vec<(TenantId, String)>, JournalError> {
         let client = self.pool.get().await?;
         let rows = client
             .query(
-                "select tenant_id, blob_id from blobs_unreferenced($1, $2)",
+                &format!("select tenant_id, blob_id from {function}($1, $2)"),
                 &[&age.as_secs_f64(), &max],
             )
             .await?;

@@ -41,6 +41,53 @@ pub fn tool_call(id: &str, run: &str) -> Vec<Value> {
     ]
 }
 
+/// Appends, in the background and straight to the server, `batches`
+/// backend tool calls of run `r` (two events each), `pause` apart, then
+/// (when `finish`) `run.finished`: the appends a stream case reads
+/// while they happen.
+pub async fn appending(
+    api: &Api,
+    session: &str,
+    batches: u64,
+    pause: Duration,
+    finish: bool,
+) -> Step<tokio::task::JoinHandle<Result<(), String>>> {
+    let (base, token, s) = (
+        api.base.clone(),
+        api.token(BACKEND).await?,
+        session.to_owned(),
+    );
+    let http = api.http().clone();
+    Ok(tokio::spawn(async move {
+        for i in 0..batches + u64::from(finish) {
+            let events = if i < batches {
+                tool_call(&format!("{s}-t{i}"), "r")
+            } else {
+                vec![event(&format!("{s}-end"), "run.finished", "r", json!({}))]
+            };
+            let res = http
+                .post(format!("{base}/v1/sessions/{s}/events"))
+                .bearer_auth(&token)
+                .json(&json!({ "events": events }))
+                .send()
+                .await
+                .map_err(|e| e.to_string())?;
+            if res.status().as_u16() != 201 {
+                return Err(format!("an append answered {}", res.status()));
+            }
+            tokio::time::sleep(pause).await;
+        }
+        Ok(())
+    }))
+}
+
+/// Waits for an appender of [`appending`]; fails with what it met.
+pub async fn appended(task: tokio::task::JoinHandle<Result<(), String>>) -> Step {
+    task.await
+        .map_err(|e| anyhow::anyhow!("the appender: {e}"))?
+        .map_err(|e| anyhow::anyhow!("the appender: {e}"))
+}
+
 /// Appends `events` as a backend; fails unless accepted.
 pub async fn append(api: &Api, session: &str, events: Vec<Value>) -> Step {
     api.post(

@@ -190,7 +190,7 @@ pub async fn resume_through_faults(api: &super::api::Api, prefix: &str, seed: u6
     use serde_json::{Value, json};
 
     use super::api::BACKEND;
-    use super::commands::{append, event, history, session, tool_call};
+    use super::commands::{append, appended, appending, event, history, session};
     use eventsource_stream::Eventsource;
 
     let Some(upstream) = api.base.strip_prefix("http://").map(str::to_owned) else {
@@ -209,31 +209,7 @@ pub async fn resume_through_faults(api: &super::api::Api, prefix: &str, seed: u6
 
     let batches = 40u64;
     let total = 1 + batches * 2 + 1;
-    let appending = {
-        let (base, token, s) = (api.base.clone(), api.token(BACKEND).await?, s.clone());
-        let http = api.http().clone();
-        tokio::spawn(async move {
-            for i in 0..=batches {
-                let events = if i < batches {
-                    tool_call(&format!("{s}-t{i}"), "r")
-                } else {
-                    vec![event(&format!("{s}-end"), "run.finished", "r", json!({}))]
-                };
-                let res = http
-                    .post(format!("{base}/v1/sessions/{s}/events"))
-                    .bearer_auth(&token)
-                    .json(&json!({ "events": events }))
-                    .send()
-                    .await
-                    .map_err(|e| e.to_string())?;
-                if res.status().as_u16() != 201 {
-                    return Err(format!("an append answered {}", res.status()));
-                }
-                tokio::time::sleep(Duration::from_millis(25)).await;
-            }
-            Ok::<(), String>(())
-        })
-    };
+    let appending = appending(api, &s, batches, Duration::from_millis(25), true).await?;
 
     let token = api.token(BACKEND).await?;
     let mut held: Vec<Value> = Vec::new();
@@ -290,10 +266,7 @@ pub async fn resume_through_faults(api: &super::api::Api, prefix: &str, seed: u6
             }
         }
     }
-    appending
-        .await
-        .map_err(|e| anyhow::anyhow!("the appender: {e}"))?
-        .map_err(|e| anyhow::anyhow!("the appender: {e}"))?;
+    appended(appending).await?;
     let faulted = proxy.tally.cut.load(Ordering::Relaxed)
         + proxy.tally.reset.load(Ordering::Relaxed)
         + proxy.tally.stalled.load(Ordering::Relaxed);

@@ -10,7 +10,7 @@ use futures::StreamExt;
 use serde_json::{Value, json};
 
 use super::api::{Api, BACKEND};
-use super::commands::{append, event, session, tool_call};
+use super::commands::{append, appended, appending, event, session, tool_call};
 use super::{Step, check};
 
 /// An open session stream.
@@ -109,27 +109,7 @@ pub async fn subscribe_before_replay(api: &Api, prefix: &str) -> Step {
     )
     .await?;
     let batches = 40u64;
-    let appending = {
-        let (base, token, s) = (api.base.clone(), api.token(BACKEND).await?, s.clone());
-        let http = api.http().clone();
-        tokio::spawn(async move {
-            for i in 0..batches {
-                let events = tool_call(&format!("{s}-t{i}"), "r");
-                let res = http
-                    .post(format!("{base}/v1/sessions/{s}/events"))
-                    .bearer_auth(&token)
-                    .json(&json!({ "events": events }))
-                    .send()
-                    .await;
-                match res {
-                    Ok(r) if r.status().as_u16() == 201 => {}
-                    Ok(r) => return Err(format!("an append answered {}", r.status())),
-                    Err(e) => return Err(e.to_string()),
-                }
-            }
-            Ok(())
-        })
-    };
+    let appending = appending(api, &s, batches, Duration::ZERO, false).await?;
     tokio::time::sleep(Duration::from_millis(20)).await;
     let (status, frames, body) = open(api, &s, "", None).await?;
     check(status == 200, || {
@@ -138,10 +118,7 @@ pub async fn subscribe_before_replay(api: &Api, prefix: &str) -> Step {
     let mut frames = frames.expect("200 has frames");
     let last = 1 + batches * 2;
     let got = authority_until(&mut frames, last, 30).await?;
-    appending
-        .await
-        .map_err(|e| anyhow::anyhow!("the appender: {e}"))?
-        .map_err(|e| anyhow::anyhow!("the appender: {e}"))?;
+    appended(appending).await?;
     check(seqs(&got) == (1..=last).collect::<Vec<_>>(), || {
         format!("delivered {:?}, not 1..={last} once each", seqs(&got))
     })?;
