@@ -116,6 +116,15 @@ enum ConformanceCommand {
     /// case, then "N passed, M failed, K skipped"; exits 1 when a case
     /// fails.
     Server(kit::ServerArgs),
+    /// Check a client library's reducer: serve every delivery-mode trace
+    /// as an SSE stream, run the client under test (after `--`) with
+    /// NARAD_CONFORMANCE_URL set, and judge what it reports of each trace.
+    /// One line per trace, then "N passed, M failed, K skipped".
+    Client(kit::client::ClientArgs),
+    /// The reference client of `narad conformance client`, on narad's own
+    /// reducer: `narad conformance client -- narad conformance
+    /// reference-client`.
+    ReferenceClient(kit::reference::ReferenceArgs),
 }
 
 #[derive(clap::Args)]
@@ -196,6 +205,12 @@ fn main() -> ExitCode {
         Command::Conformance(ConformanceCommand::Server(args)) => {
             runtime().block_on(kit::server(&args))
         }
+        Command::Conformance(ConformanceCommand::Client(args)) => {
+            runtime().block_on(kit::client::client(&args))
+        }
+        Command::Conformance(ConformanceCommand::ReferenceClient(args)) => runtime()
+            .block_on(kit::reference::reference_client(&args))
+            .map(|()| ExitCode::SUCCESS),
     };
     match result {
         Ok(code) => code,

@@ -159,3 +159,48 @@ async fn a_server_that_repeats_a_frame_on_resume_fails_the_resume_case() {
     serving.abort();
     s.stop().await;
 }
+
+/// Runs the client suite with `client` (arguments of this binary) as the
+/// client under test: its exit code and output.
+async fn client_suite(client: &[&str]) -> (i32, String) {
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_narad"))
+        .args(["conformance", "client", "--"])
+        .arg(env!("CARGO_BIN_EXE_narad"))
+        .args(client)
+        .stdin(Stdio::null())
+        .output()
+        .await
+        .expect("the kit runs");
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    (out.status.code().unwrap_or(-1), text)
+}
+
+#[tokio::test]
+async fn the_reference_client_passes_the_client_suite() {
+    let (code, out) = client_suite(&["conformance", "reference-client"]).await;
+    assert_eq!(code, 0, "{out}");
+    let traces = out
+        .lines()
+        .filter(|l| l.starts_with("PASS client/delivery"))
+        .count();
+    assert!(traces >= 19, "{traces} delivery traces passed:\n{out}");
+    assert!(
+        out.contains("PASS client/delivery-duplicates-deduplicated"),
+        "{out}"
+    );
+    assert!(out.contains(" 0 failed"), "{out}");
+}
+
+#[tokio::test]
+async fn a_client_that_skips_deduplication_fails_the_duplicates_trace() {
+    let (code, out) = client_suite(&["conformance", "reference-client", "--skip-dedup"]).await;
+    assert_eq!(code, 1, "{out}");
+    let failed = out
+        .lines()
+        .find(|l| l.starts_with("FAIL client/delivery-duplicates-deduplicated"))
+        .unwrap_or_else(|| panic!("the duplicates trace fails:\n{out}"));
+    assert!(failed.contains("event.id.unique"), "{failed}");
+    // Traces without a repeated frame still pass.
+    assert!(out.contains("PASS client/delivery-clean"), "{out}");
+}

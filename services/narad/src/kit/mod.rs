@@ -8,11 +8,13 @@
 //! exit status is 1 when a case failed. See `conformance/README.md`.
 
 pub mod api;
+pub mod client;
 mod commands;
 mod executors;
 mod faults;
 mod history;
 mod journal;
+pub mod reference;
 pub mod report;
 mod streams;
 
