@@ -53,7 +53,7 @@ async function follow(url, reducer) {
 const { traces } = await (await fetch(`${base}/traces`)).json();
 for (const trace of traces) {
   const reducer = new SessionReducer({ profiles: trace.profiles });
-  const rejected = await follow(base + trace.stream, reducer);
+  const rejected = await follow(trace.stream, reducer);
   const report = rejected ? { rejected, state: reducer.state() } : { state: reducer.state() };
   const answer = await fetch(base + trace.report, {
     method: "POST",

@@ -180,6 +180,25 @@ async fn client_suite(client: &[&str]) -> (i32, String) {
 async fn the_reference_client_passes_the_client_suite() {
     let (code, out) = client_suite(&["conformance", "reference-client"]).await;
     assert_eq!(code, 0, "{out}");
+    // Through cut and reset connections, resumed by Last-Event-ID.
+    let run = tokio::process::Command::new(env!("CARGO_BIN_EXE_narad"))
+        .args(["conformance", "client", "--faults", "--"])
+        .arg(env!("CARGO_BIN_EXE_narad"))
+        .args(["conformance", "reference-client"])
+        .output()
+        .await
+        .expect("the kit runs");
+    let faulted = String::from_utf8_lossy(&run.stdout).into_owned();
+    assert!(run.status.success(), "{faulted}");
+    let met = faulted
+        .lines()
+        .find(|l| l.starts_with("faults met by the streams:"))
+        .unwrap_or_else(|| panic!("a tally in:\n{faulted}"));
+    assert!(
+        !met.contains(" 0 cut") && !met.contains(" 0 reset"),
+        "{met}"
+    );
+    assert_eq!(code, 0, "{out}");
     let traces = out
         .lines()
         .filter(|l| l.starts_with("PASS client/delivery"))

@@ -32,6 +32,13 @@ pub struct ClientArgs {
     /// How long the client under test may take, in seconds.
     #[arg(long, default_value_t = 300)]
     timeout: u64,
+    /// Serve the streams through a proxy that cuts and resets their
+    /// connections mid-frame: the client must resume with Last-Event-ID.
+    #[arg(long)]
+    faults: bool,
+    /// The seed of the faults' offsets (default: random, printed).
+    #[arg(long)]
+    seed: Option<u64>,
     /// Print only failures and the summary.
     #[arg(long, short)]
     quiet: bool,
@@ -45,16 +52,19 @@ pub struct ClientArgs {
 struct Served {
     traces: Arc<HashMap<String, Trace>>,
     reports: Arc<Mutex<HashMap<String, Value>>>,
+    /// Where the streams are read: this server, or a fault proxy before it.
+    streams: Arc<Mutex<String>>,
 }
 
 /// `GET /traces`: what to read and where to report.
 async fn list(State(s): State<Served>) -> Json<Value> {
     let mut names: Vec<&String> = s.traces.keys().collect();
     names.sort();
+    let streams = s.streams.lock().expect("not poisoned").clone();
     Json(json!({"traces": names.iter().map(|n| json!({
         "name": n,
         "profiles": s.traces[*n].manifest.profiles,
-        "stream": format!("/traces/{n}/stream"),
+        "stream": format!("{streams}/traces/{n}/stream"),
         "report": format!("/traces/{n}/report"),
     })).collect::<Vec<_>>()}))
 }
@@ -93,7 +103,15 @@ async fn stream(State(s): State<Served>, Path(name): Path<String>, headers: Head
         }
         body.push_str(&format!("data: {line}\n\n"));
     }
-    ([("content-type", "text/event-stream")], body).into_response()
+    // One connection per stream, so that each meets its own fault.
+    (
+        [
+            ("content-type", "text/event-stream"),
+            ("connection", "close"),
+        ],
+        body,
+    )
+        .into_response()
 }
 
 /// `POST /traces/{name}/report`: the client's report of a trace.
@@ -181,6 +199,7 @@ pub async fn client(args: &ClientArgs) -> anyhow::Result<ExitCode> {
     let served = Served {
         traces: Arc::new(delivery),
         reports: Arc::new(Mutex::new(HashMap::new())),
+        streams: Arc::new(Mutex::new(String::new())),
     };
     let app = axum::Router::new()
         .route("/traces", axum::routing::get(list))
@@ -190,6 +209,24 @@ pub async fn client(args: &ClientArgs) -> anyhow::Result<ExitCode> {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let url = format!("http://{}", listener.local_addr()?);
     let serving = tokio::spawn(async move { axum::serve(listener, app).await });
+    *served.streams.lock().expect("not poisoned") = url.clone();
+    let proxy = if args.faults {
+        let seed = match args.seed {
+            Some(s) => s,
+            None => {
+                let mut b = [0u8; 8];
+                getrandom::fill(&mut b).map_err(|e| anyhow::anyhow!("no randomness: {e}"))?;
+                u64::from_le_bytes(b) >> 1
+            }
+        };
+        println!("faults: seed {seed} (--seed {seed} replays them)");
+        let upstream = url.trim_start_matches("http://").to_owned();
+        let proxy = super::faults::FaultProxy::start(upstream, super::faults::cuts(seed)).await?;
+        *served.streams.lock().expect("not poisoned") = proxy.url.clone();
+        Some(proxy)
+    } else {
+        None
+    };
     println!(
         "narad conformance client: {} delivery traces at {url}; running {}",
         served.traces.len(),
@@ -205,6 +242,9 @@ pub async fn client(args: &ClientArgs) -> anyhow::Result<ExitCode> {
     let status = tokio::time::timeout(Duration::from_secs(args.timeout), child.wait()).await;
     serving.abort();
     let mut report = Report::new(args.quiet);
+    if let Some(p) = &proxy {
+        println!("faults met by the streams: {}", p.tally.describe());
+    }
     let exited = match status {
         Ok(Ok(s)) if s.success() => Verdict::Pass,
         Ok(Ok(s)) => Verdict::Fail(format!("the client exited with {s}")),

@@ -25,7 +25,8 @@ pub enum Fault {
     Delay(Duration),
 }
 
-/// How many connections met each kind of fault.
+/// How many connections met each kind of fault (counted when it struck:
+/// a cut planned past the end of an answer is a clean connection).
 #[derive(Debug, Default)]
 pub struct Tally {
     /// Connections forwarded without a fault.
@@ -97,11 +98,11 @@ impl FaultProxy {
             while let Ok((client, _)) = listener.accept().await {
                 let fault = plan(n);
                 n += 1;
-                counted.count(fault);
-                let upstream = upstream.clone();
+                let (upstream, tally) = (upstream.clone(), counted.clone());
                 tokio::spawn(async move {
                     if let Ok(server) = TcpStream::connect(&upstream).await {
-                        let _ = forward(client, server, fault).await;
+                        let struck = forward(client, server, fault).await.unwrap_or(fault);
+                        tally.count(struck);
                     }
                 });
             }
@@ -114,8 +115,9 @@ impl FaultProxy {
     }
 }
 
-/// Pipes one connection, breaking the answer as `fault` says.
-async fn forward(client: TcpStream, server: TcpStream, fault: Fault) -> std::io::Result<()> {
+/// Pipes one connection, breaking the answer as `fault` says: the fault
+/// that struck ([`Fault::None`] when the answer ended before it).
+async fn forward(client: TcpStream, server: TcpStream, fault: Fault) -> std::io::Result<Fault> {
     if let Fault::Reset(_) = fault {
         // Closed with SO_LINGER 0, the socket sends RST instead of FIN.
         client.set_zero_linger()?;
@@ -141,7 +143,7 @@ async fn forward(client: TcpStream, server: TcpStream, fault: Fault) -> std::io:
                 // Both halves dropped: the client's socket closes (FIN, or
                 // RST with the linger above), mid-answer.
                 requests.abort();
-                return Ok(());
+                return Ok(fault);
             }
             Fault::Stall(at, pause) if !stalled && sent + chunk.len() >= at => {
                 let head = at - sent;
@@ -159,7 +161,11 @@ async fn forward(client: TcpStream, server: TcpStream, fault: Fault) -> std::io:
     }
     let _ = client_write.shutdown().await;
     let _ = requests.await;
-    Ok(())
+    Ok(match fault {
+        Fault::Stall(..) if stalled => fault,
+        Fault::Delay(_) => fault,
+        _ => Fault::None,
+    })
 }
 
 /// The faults of the n-th connection of the resume case: every kind
@@ -176,6 +182,22 @@ fn plan_of(seed: u64) -> impl Fn(u64) -> Fault + Send + Sync + 'static {
             1 | 5 => Fault::Reset(at),
             2 | 6 => Fault::Stall(at, Duration::from_millis(rng.random_range(1500..2500))),
             4 => Fault::Delay(Duration::from_millis(15)),
+            _ => Fault::None,
+        }
+    }
+}
+
+/// The faults of the client suite's streams: two connections in three
+/// cut or reset somewhere in the first 600 bytes (a trace's stream is a
+/// few KiB), the third clean, so that every trace is read to its end.
+pub fn cuts(seed: u64) -> impl Fn(u64) -> Fault + Send + Sync + 'static {
+    use rand::{Rng, SeedableRng};
+    let rng = std::sync::Mutex::new(rand::rngs::StdRng::seed_from_u64(seed));
+    move |n| {
+        let at = rng.lock().expect("not poisoned").random_range(1..600);
+        match n % 3 {
+            0 => Fault::Cut(at),
+            1 => Fault::Reset(at),
             _ => Fault::None,
         }
     }

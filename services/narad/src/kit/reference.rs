@@ -40,7 +40,7 @@ pub async fn reference_client(args: &ReferenceArgs) -> anyhow::Result<()> {
         let profiles: Vec<String> = serde_json::from_value(trace["profiles"].clone())?;
         let (set, _) = ProfileSet::from_ids(profiles.iter().map(String::as_str));
         let mut reducer = Reducer::new(set);
-        let stream_url = format!("{base}{}", trace["stream"].as_str().unwrap_or_default());
+        let stream_url = trace["stream"].as_str().unwrap_or_default().to_owned();
         let outcome = follow(&http, &stream_url, &mut reducer, args.skip_dedup).await?;
         let report = match outcome {
             None => json!({"state": reducer.to_json()}),
