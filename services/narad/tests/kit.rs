@@ -59,6 +59,7 @@ async fn the_kit_passes_narad_and_writes_junit() {
         "PASS streams/resume-and-cursors",
         "PASS journal/interrupt-resolved-twice",
         "PASS executors/execute-and-finish-once",
+        "PASS executors/superseded-lease",
         "PASS faults/resume-through-cut-reset-stalled-slow-connections",
     ] {
         assert!(out.contains(case), "{case} in:\n{out}");

@@ -165,3 +165,104 @@ pub async fn execute_and_finish_once(api: &Api, prefix: &str) -> Step {
     )?;
     Ok(())
 }
+
+/// A new attachment supersedes the lease (§11.1): the old lease polls
+/// nothing, yet finishes the token it was handed (§11.3.8), which the new
+/// lease cannot claim.
+pub async fn superseded_lease(api: &Api, prefix: &str) -> Step {
+    let s = format!("{prefix}-lease");
+    let desk = format!("{prefix}-desk2");
+    session(api, &s).await?;
+    api.post(
+        "/v1/commands/start-run",
+        PERSON,
+        &json!({"sessionId": s, "runId": "r1", "clientExecutorId": desk}),
+    )
+    .await?
+    .expect(201, "start-run bound to the executor")?;
+    let attach = || async {
+        let a = api
+            .post(
+                &format!("/v1/executors/{desk}/attach"),
+                EXECUTOR,
+                &json!({}),
+            )
+            .await?;
+        Ok::<String, anyhow::Error>(
+            a.expect(201, "attaching")?["leaseId"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned(),
+        )
+    };
+    let first = attach().await?;
+    append(
+        api,
+        &s,
+        vec![event(
+            &format!("{s}-tc"),
+            "tool.call.started",
+            "r1",
+            json!({
+            "toolCallId": format!("{s}-tc1"), "toolName": "open.file", "executor": "client",
+            "args": {}}),
+        )],
+    )
+    .await?;
+    let got = api
+        .get(
+            &format!("/v1/executors/{desk}/controls?leaseId={first}&waitMs=10000"),
+            EXECUTOR,
+        )
+        .await?;
+    let execute = got.expect(200, "polling for calls")?["controls"][0].clone();
+    check(execute["type"] == "client.tool.execute", || {
+        format!("no call handed out within 10 s: {}", got.body)
+    })?;
+    let second = attach().await?;
+    check(second != first, || {
+        "a new attachment gives a new lease".to_owned()
+    })?;
+    let old = api
+        .get(
+            &format!("/v1/executors/{desk}/controls?leaseId={first}&waitMs=0"),
+            EXECUTOR,
+        )
+        .await?;
+    check(old.status == 409 && old.code() == "NRD-0401", || {
+        format!(
+            "the superseded lease polling: expected 409 NRD-0401, got {} {}",
+            old.status, old.body
+        )
+    })?;
+    let finish = |lease: &str| {
+        json!({"type": "client.tool.finish", "protocolVersion": "narad/v1",
+            "executionToken": execute["executionToken"], "outcome": "success",
+            "response": {"ok": true}, "clientExecutorId": desk, "leaseId": lease,
+            "toolCallId": execute["toolCallId"]})
+    };
+    let path = format!("/v1/executors/{desk}/finish");
+    let claimed = api.post(&path, EXECUTOR, &finish(&second)).await?;
+    check(
+        claimed.status == 409 && claimed.code() == "NRD-0401",
+        || {
+            format!(
+                "the new lease claiming the old lease's token: expected 409 NRD-0401, got {} {}",
+                claimed.status, claimed.body
+            )
+        },
+    )?;
+    api.post(&path, EXECUTOR, &finish(&first)).await?.expect(
+        200,
+        "the token finished under its originating, superseded lease",
+    )?;
+    let h = history(api, &s).await?;
+    let finished = h
+        .iter()
+        .filter(|e| e["type"] == "tool.call.finished")
+        .count();
+    check(finished == 1, || {
+        format!("one tool.call.finished, not {finished}")
+    })?;
+    Ok(())
+}

@@ -233,6 +233,14 @@ pub async fn server(args: &ServerArgs) -> anyhow::Result<ExitCode> {
             },
             Box::pin(executors::execute_and_finish_once(&api, &prefix)),
         ),
+        (
+            Named {
+                name: "executors/superseded-lease",
+                spec: "§11.1, §11.3",
+                rule: None,
+            },
+            Box::pin(executors::superseded_lease(&api, &prefix)),
+        ),
     ];
     if args.faults {
         println!("faults: seed {seed} (--seed {seed} replays them)");
