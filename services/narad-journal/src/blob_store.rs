@@ -126,7 +126,9 @@ impl BlobStore {
     pub(crate) fn objects(&self) -> Result<&Objects, crate::JournalError> {
         match self {
             BlobStore::Objects(o) => Ok(o),
-            BlobStore::Postgres => Err(crate::JournalError::Corrupt(
+            // The deployment's configuration, not the data: the store is
+            // unavailable to this replica (503) until it is named.
+            BlobStore::Postgres => Err(crate::JournalError::BlobStore(
                 "a blob's bytes are in an object store, and NARAD_BLOB_STORE names none: \
                  set it to the bucket they were written to"
                     .to_owned(),
