@@ -23,19 +23,32 @@ fn token_command() -> String {
     )
 }
 
-/// Runs the kit against `url`: its exit code and output.
-async fn kit(url: &str, extra: &[&str]) -> (i32, String) {
+/// Runs this binary with `args`: its exit code and output.
+async fn narad(args: &[&str]) -> (i32, String) {
     let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_narad"))
-        .args(["conformance", "server", "--url", url, "--token-command"])
-        .arg(token_command())
-        .args(extra)
+        .args(args)
         .stdin(Stdio::null())
         .output()
         .await
-        .expect("the kit runs");
+        .expect("narad runs");
     let text =
         String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
     (out.status.code().unwrap_or(-1), text)
+}
+
+/// Runs the kit's server suite against `url`.
+async fn kit(url: &str, extra: &[&str]) -> (i32, String) {
+    let tokens = token_command();
+    let mut args = vec![
+        "conformance",
+        "server",
+        "--url",
+        url,
+        "--token-command",
+        &tokens,
+    ];
+    args.extend_from_slice(extra);
+    narad(&args).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -161,36 +174,24 @@ async fn a_server_that_repeats_a_frame_on_resume_fails_the_resume_case() {
     s.stop().await;
 }
 
-/// Runs the client suite with `client` (arguments of this binary) as the
-/// client under test: its exit code and output.
-async fn client_suite(client: &[&str]) -> (i32, String) {
-    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_narad"))
-        .args(["conformance", "client", "--"])
-        .arg(env!("CARGO_BIN_EXE_narad"))
-        .args(client)
-        .stdin(Stdio::null())
-        .output()
-        .await
-        .expect("the kit runs");
-    let text =
-        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
-    (out.status.code().unwrap_or(-1), text)
+/// Runs the client suite (`suite` its options) with this binary's
+/// `client` arguments as the client under test.
+async fn client_suite(suite: &[&str], client: &[&str]) -> (i32, String) {
+    let mut args = vec!["conformance", "client"];
+    args.extend_from_slice(suite);
+    args.extend_from_slice(&["--", env!("CARGO_BIN_EXE_narad")]);
+    args.extend_from_slice(client);
+    narad(&args).await
 }
 
 #[tokio::test]
 async fn the_reference_client_passes_the_client_suite() {
-    let (code, out) = client_suite(&["conformance", "reference-client"]).await;
+    let reference = ["conformance", "reference-client"];
+    let (code, out) = client_suite(&[], &reference).await;
     assert_eq!(code, 0, "{out}");
     // Through cut and reset connections, resumed by Last-Event-ID.
-    let run = tokio::process::Command::new(env!("CARGO_BIN_EXE_narad"))
-        .args(["conformance", "client", "--faults", "--"])
-        .arg(env!("CARGO_BIN_EXE_narad"))
-        .args(["conformance", "reference-client"])
-        .output()
-        .await
-        .expect("the kit runs");
-    let faulted = String::from_utf8_lossy(&run.stdout).into_owned();
-    assert!(run.status.success(), "{faulted}");
+    let (code, faulted) = client_suite(&["--faults"], &reference).await;
+    assert_eq!(code, 0, "{faulted}");
     let met = faulted
         .lines()
         .find(|l| l.starts_with("faults met by the streams:"))
@@ -214,7 +215,7 @@ async fn the_reference_client_passes_the_client_suite() {
 
 #[tokio::test]
 async fn a_client_that_skips_deduplication_fails_the_duplicates_trace() {
-    let (code, out) = client_suite(&["conformance", "reference-client", "--skip-dedup"]).await;
+    let (code, out) = client_suite(&[], &["conformance", "reference-client", "--skip-dedup"]).await;
     assert_eq!(code, 1, "{out}");
     let failed = out
         .lines()

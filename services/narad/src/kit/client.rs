@@ -23,12 +23,8 @@ use super::report::{Case, Report, Verdict};
 /// Options of `narad conformance client`.
 #[derive(clap::Args)]
 pub struct ClientArgs {
-    /// A directory of traces to use instead of the built-in ones.
-    #[arg(long)]
-    traces: Option<std::path::PathBuf>,
-    /// Write the cases as JUnit XML to this file.
-    #[arg(long)]
-    junit: Option<std::path::PathBuf>,
+    #[command(flatten)]
+    common: super::Common,
     /// How long the client under test may take, in seconds.
     #[arg(long, default_value_t = 300)]
     timeout: u64,
@@ -39,9 +35,6 @@ pub struct ClientArgs {
     /// The seed of the faults' offsets (default: random, printed).
     #[arg(long)]
     seed: Option<u64>,
-    /// Print only failures and the summary.
-    #[arg(long, short)]
-    quiet: bool,
     /// The client under test and its arguments.
     #[arg(last = true, required = true)]
     command: Vec<String>,
@@ -186,10 +179,7 @@ fn judge(trace: &Trace, report: Option<&Value>) -> Verdict {
 
 /// `narad conformance client`.
 pub async fn client(args: &ClientArgs) -> anyhow::Result<ExitCode> {
-    let traces = match &args.traces {
-        Some(dir) => conformance::load_dir(dir).map_err(anyhow::Error::msg)?,
-        None => super::builtin_traces()?,
-    };
+    let traces = args.common.load()?;
     let delivery: HashMap<String, Trace> = traces
         .into_iter()
         .filter(|t| t.manifest.mode == Mode::Delivery)
@@ -241,7 +231,7 @@ pub async fn client(args: &ClientArgs) -> anyhow::Result<ExitCode> {
         .map_err(|e| anyhow::anyhow!("cannot run {}: {e}", args.command[0]))?;
     let status = tokio::time::timeout(Duration::from_secs(args.timeout), child.wait()).await;
     serving.abort();
-    let mut report = Report::new(args.quiet);
+    let mut report = Report::new(args.common.quiet);
     if let Some(p) = &proxy {
         println!("faults met by the streams: {}", p.tally.describe());
     }
@@ -271,13 +261,5 @@ pub async fn client(args: &ClientArgs) -> anyhow::Result<ExitCode> {
         verdict: exited,
         time: started.elapsed(),
     });
-    if let Some(path) = &args.junit {
-        std::fs::write(path, report.junit("narad conformance client")?)?;
-    }
-    println!("{}", report.summary());
-    Ok(if report.failed() > 0 {
-        ExitCode::FAILURE
-    } else {
-        ExitCode::SUCCESS
-    })
+    args.common.finish(&report, "narad conformance client")
 }

@@ -13,11 +13,9 @@ use super::{Step, check};
 /// Roles of a client executor.
 const EXECUTOR: &[&str] = &["executor"];
 
-/// One call through its executor: attach, execute once, finish once.
-pub async fn execute_and_finish_once(api: &Api, prefix: &str) -> Step {
-    let s = format!("{prefix}-exec");
-    let desk = format!("{prefix}-desk");
-    session(api, &s).await?;
+/// Session `s` with run r1 bound to executor `desk`.
+async fn bound_run(api: &Api, s: &str, desk: &str) -> Step {
+    session(api, s).await?;
     api.post(
         "/v1/commands/start-run",
         PERSON,
@@ -25,6 +23,11 @@ pub async fn execute_and_finish_once(api: &Api, prefix: &str) -> Step {
     )
     .await?
     .expect(201, "start-run bound to the executor")?;
+    Ok(())
+}
+
+/// Attaches `desk`: its lease.
+async fn attach(api: &Api, desk: &str) -> Step<String> {
     let attached = api
         .post(
             &format!("/v1/executors/{desk}/attach"),
@@ -38,10 +41,14 @@ pub async fn execute_and_finish_once(api: &Api, prefix: &str) -> Step {
     })?;
     let lease = attached["leaseId"].as_str().unwrap_or_default().to_owned();
     check(!lease.is_empty(), || format!("no leaseId in {attached}"))?;
-    let args = json!({"path": "/tmp/report.txt", "lines": [1, 2, 3]});
+    Ok(lease)
+}
+
+/// Starts client tool call `{s}-tc1` of r1 with `args`.
+async fn start_call(api: &Api, s: &str, args: &Value) -> Step {
     append(
         api,
-        &s,
+        s,
         vec![event(
             &format!("{s}-tc"),
             "tool.call.started",
@@ -51,7 +58,17 @@ pub async fn execute_and_finish_once(api: &Api, prefix: &str) -> Step {
             "args": args}),
         )],
     )
-    .await?;
+    .await
+}
+
+/// One call through its executor: attach, execute once, finish once.
+pub async fn execute_and_finish_once(api: &Api, prefix: &str) -> Step {
+    let s = format!("{prefix}-exec");
+    let desk = format!("{prefix}-desk");
+    bound_run(api, &s, &desk).await?;
+    let lease = attach(api, &desk).await?;
+    let args = json!({"path": "/tmp/report.txt", "lines": [1, 2, 3]});
+    start_call(api, &s, &args).await?;
     let controls = |wait: u32| {
         let path = format!("/v1/executors/{desk}/controls?leaseId={lease}&waitMs={wait}");
         async move { api.get(&path, EXECUTOR).await }
@@ -172,43 +189,9 @@ pub async fn execute_and_finish_once(api: &Api, prefix: &str) -> Step {
 pub async fn superseded_lease(api: &Api, prefix: &str) -> Step {
     let s = format!("{prefix}-lease");
     let desk = format!("{prefix}-desk2");
-    session(api, &s).await?;
-    api.post(
-        "/v1/commands/start-run",
-        PERSON,
-        &json!({"sessionId": s, "runId": "r1", "clientExecutorId": desk}),
-    )
-    .await?
-    .expect(201, "start-run bound to the executor")?;
-    let attach = || async {
-        let a = api
-            .post(
-                &format!("/v1/executors/{desk}/attach"),
-                EXECUTOR,
-                &json!({}),
-            )
-            .await?;
-        Ok::<String, anyhow::Error>(
-            a.expect(201, "attaching")?["leaseId"]
-                .as_str()
-                .unwrap_or_default()
-                .to_owned(),
-        )
-    };
-    let first = attach().await?;
-    append(
-        api,
-        &s,
-        vec![event(
-            &format!("{s}-tc"),
-            "tool.call.started",
-            "r1",
-            json!({
-            "toolCallId": format!("{s}-tc1"), "toolName": "open.file", "executor": "client",
-            "args": {}}),
-        )],
-    )
-    .await?;
+    bound_run(api, &s, &desk).await?;
+    let first = attach(api, &desk).await?;
+    start_call(api, &s, &json!({})).await?;
     let got = api
         .get(
             &format!("/v1/executors/{desk}/controls?leaseId={first}&waitMs=10000"),
@@ -219,7 +202,7 @@ pub async fn superseded_lease(api: &Api, prefix: &str) -> Step {
     check(execute["type"] == "client.tool.execute", || {
         format!("no call handed out within 10 s: {}", got.body)
     })?;
-    let second = attach().await?;
+    let second = attach(api, &desk).await?;
     check(second != first, || {
         "a new attachment gives a new lease".to_owned()
     })?;

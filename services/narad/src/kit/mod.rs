@@ -83,12 +83,8 @@ pub struct ServerArgs {
     /// `conformance-<random>`, so runs never meet).
     #[arg(long)]
     org: Option<String>,
-    /// A directory of traces to use instead of the built-in ones.
-    #[arg(long)]
-    traces: Option<PathBuf>,
-    /// Write the cases as JUnit XML to this file.
-    #[arg(long)]
-    junit: Option<PathBuf>,
+    #[command(flatten)]
+    common: Common,
     /// Run only the cases whose name contains this text.
     #[arg(long)]
     only: Option<String>,
@@ -100,9 +96,44 @@ pub struct ServerArgs {
     /// printed), to replay a run's faults.
     #[arg(long)]
     seed: Option<u64>,
+}
+
+/// The options both suites take.
+#[derive(clap::Args)]
+pub struct Common {
+    /// A directory of traces to use instead of the built-in ones.
+    #[arg(long)]
+    pub traces: Option<PathBuf>,
+    /// Write the cases as JUnit XML to this file.
+    #[arg(long)]
+    pub junit: Option<PathBuf>,
     /// Print only failures and the summary.
     #[arg(long, short)]
-    quiet: bool,
+    pub quiet: bool,
+}
+
+impl Common {
+    /// The traces: the directory's, or the built-in ones.
+    pub fn load(&self) -> anyhow::Result<Vec<Trace>> {
+        match &self.traces {
+            Some(dir) => conformance::load_dir(dir).map_err(anyhow::Error::msg),
+            None => builtin_traces(),
+        }
+    }
+
+    /// Writes the JUnit file when asked, prints the summary, and answers
+    /// the exit status.
+    pub fn finish(&self, report: &Report, suite: &str) -> anyhow::Result<ExitCode> {
+        if let Some(path) = &self.junit {
+            std::fs::write(path, report.junit(suite)?)?;
+        }
+        println!("{}", report.summary());
+        Ok(if report.failed() > 0 {
+            ExitCode::FAILURE
+        } else {
+            ExitCode::SUCCESS
+        })
+    }
 }
 
 /// A case running.
@@ -128,10 +159,7 @@ pub async fn server(args: &ServerArgs) -> anyhow::Result<ExitCode> {
         .clone()
         .unwrap_or_else(|| format!("conformance-{run_id}"));
     let api = api::Api::new(&args.url, &org, &args.token_command);
-    let traces = match &args.traces {
-        Some(dir) => conformance::load_dir(dir).map_err(anyhow::Error::msg)?,
-        None => builtin_traces()?,
-    };
+    let traces = args.common.load()?;
     let only = |name: &str| args.only.as_deref().is_none_or(|o| name.contains(o));
 
     // What the server claims.
@@ -161,7 +189,7 @@ pub async fn server(args: &ServerArgs) -> anyhow::Result<ExitCode> {
         }
     );
 
-    let mut report = Report::new(args.quiet);
+    let mut report = Report::new(args.common.quiet);
     let not_for_api = journal::run(&api, &traces, &claimed, &run_id, &mut report, only).await;
 
     let prefix = format!("kit-{run_id}");
@@ -271,21 +299,13 @@ pub async fn server(args: &ServerArgs) -> anyhow::Result<ExitCode> {
         });
     }
 
-    if not_for_api > 0 && !args.quiet {
+    if not_for_api > 0 && !args.common.quiet {
         println!(
             "({not_for_api} traces are not about a server's API: delivery traces, wire-level \
              traces and traces about what the journal assigns; conformance/README.md says why)"
         );
     }
-    if let Some(path) = &args.junit {
-        std::fs::write(path, report.junit("narad conformance server")?)?;
-    }
-    println!("{}", report.summary());
-    Ok(if report.failed() > 0 {
-        ExitCode::FAILURE
-    } else {
-        ExitCode::SUCCESS
-    })
+    args.common.finish(&report, "narad conformance server")
 }
 
 #[cfg(test)]
