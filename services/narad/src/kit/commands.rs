@@ -108,6 +108,18 @@ pub async fn session(api: &Api, id: &str) -> Step {
     Ok(())
 }
 
+/// Session `id` with run `r` started by a backend: what the stream cases
+/// append to.
+pub async fn session_with_run(api: &Api, id: &str) -> Step {
+    session(api, id).await?;
+    append(
+        api,
+        id,
+        vec![event(&format!("{id}-0"), "run.started", "r", json!({}))],
+    )
+    .await
+}
+
 /// Every event of a session's history, page by page.
 pub async fn history(api: &Api, session: &str) -> Step<Vec<Value>> {
     let mut out = Vec::new();

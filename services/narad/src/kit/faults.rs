@@ -209,10 +209,10 @@ pub fn cuts(seed: u64) -> impl Fn(u64) -> Fault + Send + Sync + 'static {
 /// eventId, applied in order, no gap) is history, event for event.
 pub async fn resume_through_faults(api: &super::api::Api, prefix: &str, seed: u64) -> super::Step {
     use futures::StreamExt;
-    use serde_json::{Value, json};
+    use serde_json::Value;
 
     use super::api::BACKEND;
-    use super::commands::{append, appended, appending, event, history, session};
+    use super::commands::{appended, appending, history, session_with_run};
     use eventsource_stream::Eventsource;
 
     let Some(upstream) = api.base.strip_prefix("http://").map(str::to_owned) else {
@@ -220,13 +220,7 @@ pub async fn resume_through_faults(api: &super::api::Api, prefix: &str, seed: u6
     };
     let upstream = upstream.trim_end_matches('/').to_owned();
     let s = format!("{prefix}-faults");
-    session(api, &s).await?;
-    append(
-        api,
-        &s,
-        vec![event(&format!("{s}-0"), "run.started", "r", json!({}))],
-    )
-    .await?;
+    session_with_run(api, &s).await?;
     let proxy = FaultProxy::start(upstream, plan_of(seed)).await?;
 
     let batches = 40u64;

@@ -10,7 +10,7 @@ use futures::StreamExt;
 use serde_json::{Value, json};
 
 use super::api::{Api, BACKEND};
-use super::commands::{append, appended, appending, event, session, tool_call};
+use super::commands::{append, appended, appending, event, session, session_with_run, tool_call};
 use super::{Step, check};
 
 /// An open session stream.
@@ -56,7 +56,8 @@ async fn open(
 }
 
 /// Reads authority events (frames whose data carries a sessionSequence)
-/// until the one at `upto`, within `seconds`.
+/// until the one at `upto`, within `seconds`; every frame of an event
+/// (authority or watch) must have its eventId as its id.
 async fn authority_until(frames: &mut Frames, upto: u64, seconds: u64) -> Step<Vec<Value>> {
     let mut out: Vec<Value> = Vec::new();
     let deadline = tokio::time::Instant::now() + Duration::from_secs(seconds);
@@ -73,16 +74,16 @@ async fn authority_until(frames: &mut Frames, upto: u64, seconds: u64) -> Step<V
         let Ok(data) = serde_json::from_str::<Value>(&frame.data) else {
             continue;
         };
+        // §10.1: the frame id of an authority or watch event is its eventId.
+        if let Some(id) = data["eventId"].as_str() {
+            check(frame.id == id, || {
+                format!(
+                    "a frame's id {:?} is not its event's eventId {id:?} ({})",
+                    frame.id, data["type"]
+                )
+            })?;
+        }
         if data["sessionSequence"].is_u64() && data["eventId"].is_string() {
-            check(
-                frame.id == data["eventId"].as_str().unwrap_or_default(),
-                || {
-                    format!(
-                        "an authority frame's id {:?} is not its eventId {}",
-                        frame.id, data["eventId"]
-                    )
-                },
-            )?;
             out.push(data);
         }
     }
@@ -101,13 +102,7 @@ fn seqs(events: &[Value]) -> Vec<u64> {
 /// order, the replayed and the live alike.
 pub async fn subscribe_before_replay(api: &Api, prefix: &str) -> Step {
     let s = format!("{prefix}-live");
-    session(api, &s).await?;
-    append(
-        api,
-        &s,
-        vec![event(&format!("{s}-0"), "run.started", "r", json!({}))],
-    )
-    .await?;
+    session_with_run(api, &s).await?;
     let batches = 40u64;
     let appending = appending(api, &s, batches, Duration::ZERO, false).await?;
     tokio::time::sleep(Duration::from_millis(20)).await;
