@@ -55,6 +55,38 @@ fn edge_id(kind: &str, from: &str, to: &str) -> String {
     format!("{kind}:{from}->{to}")
 }
 
+/// The index `key` has (or would have) in the id-ordered array of `map`.
+fn position(map: &BTreeMap<String, Value>, key: &str) -> usize {
+    map.range::<str, _>((std::ops::Bound::Unbounded, std::ops::Bound::Excluded(key)))
+        .count()
+}
+
+/// `token` escaped for a JSON Pointer (RFC 6901).
+fn pointer_token(token: &str) -> String {
+    token.replace('~', "~0").replace('/', "~1")
+}
+
+/// Puts `value` at `key` of `map` (the document's array `array`), writing
+/// the operation: an add at its place in id order, a replace of a
+/// different value, nothing for the same.
+fn put(
+    map: &mut BTreeMap<String, Value>,
+    array: &str,
+    key: String,
+    value: Value,
+    ops: &mut Vec<Value>,
+) {
+    let at = position(map, &key);
+    match map.get(&key) {
+        Some(old) if *old == value => return,
+        Some(_) => {
+            ops.push(json!({"op": "replace", "path": format!("/{array}/{at}"), "value": value}))
+        }
+        None => ops.push(json!({"op": "add", "path": format!("/{array}/{at}"), "value": value})),
+    }
+    map.insert(key, value);
+}
+
 impl RunGraph {
     /// An empty graph of the run journal `root_run_id`.
     pub fn new(root_run_id: RunId) -> RunGraph {
@@ -96,10 +128,12 @@ impl RunGraph {
             // the graph as it is: no document is built for them.
             return None;
         }
-        let before = self.document();
-        self.fold(&run.run_id, &event.body);
-        let after = self.document();
-        if before == after {
+        // The patch is written as the graph changes, one operation per
+        // node or edge touched: its cost and size do not grow with the
+        // graph (diffing whole documents did, for every event).
+        let mut ops = Vec::new();
+        self.fold(&run.run_id, &event.body, &mut ops);
+        if ops.is_empty() {
             return None;
         }
         let base_revision = self.revision;
@@ -108,11 +142,12 @@ impl RunGraph {
             base_revision,
             revision: self.revision,
             cursor: self.cursor,
-            patch: json_patch::diff(&before, &after),
+            patch: serde_json::from_value(Value::Array(ops))
+                .expect("the graph's operations are RFC 6902"),
         })
     }
 
-    fn fold(&mut self, run_id: &RunId, body: &AuthorityBody) {
+    fn fold(&mut self, run_id: &RunId, body: &AuthorityBody, ops: &mut Vec<Value>) {
         use AuthorityBody as B;
         let me = run_node(run_id);
         match body {
@@ -123,42 +158,41 @@ impl RunGraph {
                     node["parentRunId"] = json!(p);
                     let parent = run_node(p);
                     let id = edge_id("parent", &parent, &me);
-                    self.edges.insert(
-                        id.clone(),
-                        json!({"id": id, "kind": "parent", "from": parent, "to": me}),
-                    );
+                    let edge = json!({"id": id, "kind": "parent", "from": parent, "to": me});
+                    put(&mut self.edges, "edges", id, edge, ops);
                 }
                 if let Some(c) = &b.client_executor_id {
                     node["clientExecutorId"] = json!(c);
                 }
-                self.nodes.insert(me, node);
+                put(&mut self.nodes, "nodes", me, node, ops);
             }
             B::RunPaused(b) => {
-                self.set(&me, "status", json!("paused"));
-                self.set(&me, "pauseReason", json!(b.reason));
+                self.set(&me, "status", json!("paused"), ops);
+                self.set(&me, "pauseReason", json!(b.reason), ops);
             }
             B::RunResumed(_) => {
-                self.set(&me, "status", json!("running"));
-                self.unset(&me, "pauseReason");
+                self.set(&me, "status", json!("running"), ops);
+                self.unset(&me, "pauseReason", ops);
             }
             B::RunStopRequested(b) => {
-                self.set(&run_node(&b.target_run_id), "stopRequested", json!(true));
+                self.set(
+                    &run_node(&b.target_run_id),
+                    "stopRequested",
+                    json!(true),
+                    ops,
+                );
             }
-            B::RunFinished(_) => self.set(&me, "status", json!("finished")),
-            B::RunError(_) => self.set(&me, "status", json!("error")),
-            B::RunCancelled(_) => self.set(&me, "status", json!("cancelled")),
+            B::RunFinished(_) => self.set(&me, "status", json!("finished"), ops),
+            B::RunError(_) => self.set(&me, "status", json!("error"), ops),
+            B::RunCancelled(_) => self.set(&me, "status", json!("cancelled"), ops),
             B::ToolCallStarted(b) => {
                 let id = format!("tool.call:{}", b.tool_call_id);
-                self.nodes.insert(
-                    id.clone(),
-                    json!({"id": id, "kind": "tool.call", "toolCallId": b.tool_call_id,
-                           "toolName": b.tool_name, "executor": b.executor, "status": "open"}),
-                );
+                let node = json!({"id": id, "kind": "tool.call", "toolCallId": b.tool_call_id,
+                       "toolName": b.tool_name, "executor": b.executor, "status": "open"});
+                put(&mut self.nodes, "nodes", id.clone(), node, ops);
                 let edge = edge_id("tool.call", &me, &id);
-                self.edges.insert(
-                    edge.clone(),
-                    json!({"id": edge, "kind": "tool.call", "from": me, "to": id}),
-                );
+                let value = json!({"id": edge, "kind": "tool.call", "from": me, "to": id});
+                put(&mut self.edges, "edges", edge, value, ops);
             }
             B::ToolCallFinished(b) => {
                 let outcome = match b.outcome {
@@ -170,39 +204,51 @@ impl RunGraph {
                     &format!("tool.call:{}", b.tool_call_id),
                     "status",
                     json!(outcome),
+                    ops,
                 );
             }
             B::InterruptRequested(b) => {
                 let id = format!("interrupt:{}", b.interrupt_id);
-                self.nodes.insert(
-                    id.clone(),
-                    json!({"id": id, "kind": "interrupt", "interruptId": b.interrupt_id,
-                           "status": "open"}),
-                );
+                let node = json!({"id": id, "kind": "interrupt", "interruptId": b.interrupt_id,
+                       "status": "open"});
+                put(&mut self.nodes, "nodes", id.clone(), node, ops);
                 let edge = edge_id("interrupt", &me, &id);
-                self.edges.insert(
-                    edge.clone(),
-                    json!({"id": edge, "kind": "interrupt", "from": me, "to": id}),
-                );
+                let value = json!({"id": edge, "kind": "interrupt", "from": me, "to": id});
+                put(&mut self.edges, "edges", edge, value, ops);
             }
             B::InterruptResolved(b) => {
                 let id = format!("interrupt:{}", b.interrupt_id);
-                self.set(&id, "status", json!("resolved"));
-                self.set(&id, "decision", json!(b.decision));
+                self.set(&id, "status", json!("resolved"), ops);
+                self.set(&id, "decision", json!(b.decision), ops);
             }
             _ => {}
         }
     }
 
-    fn set(&mut self, node: &str, field: &str, value: Value) {
-        if let Some(n) = self.nodes.get_mut(node) {
-            n[field] = value;
+    /// Sets `field` of `node` (when the node exists), writing the
+    /// operation.
+    fn set(&mut self, node: &str, field: &str, value: Value, ops: &mut Vec<Value>) {
+        let at = position(&self.nodes, node);
+        let Some(Value::Object(n)) = self.nodes.get_mut(node) else {
+            return;
+        };
+        let path = format!("/nodes/{at}/{}", pointer_token(field));
+        match n.get(field) {
+            Some(old) if *old == value => return,
+            Some(_) => ops.push(json!({"op": "replace", "path": path, "value": value})),
+            None => ops.push(json!({"op": "add", "path": path, "value": value})),
         }
+        n.insert(field.to_owned(), value);
     }
 
-    fn unset(&mut self, node: &str, field: &str) {
-        if let Some(Value::Object(n)) = self.nodes.get_mut(node) {
-            n.remove(field);
+    /// Removes `field` of `node` (when it has one), writing the operation.
+    fn unset(&mut self, node: &str, field: &str, ops: &mut Vec<Value>) {
+        let at = position(&self.nodes, node);
+        if let Some(Value::Object(n)) = self.nodes.get_mut(node)
+            && n.remove(field).is_some()
+        {
+            let path = format!("/nodes/{at}/{}", pointer_token(field));
+            ops.push(json!({"op": "remove", "path": path}));
         }
     }
 
@@ -426,6 +472,49 @@ mod tests {
         // Applying an event twice changes nothing.
         assert!(g.apply(&events[4]).is_none());
         assert_eq!(g.revision(), 4);
+    }
+
+    /// A delta is as large as what changed, not as the graph: in a run of
+    /// many tool calls, each call's start is one node and one edge added
+    /// at their places, its finish one field replaced (diffing the whole
+    /// documents wrote a replace for every node after the new one).
+    #[test]
+    fn deltas_do_not_grow_with_the_graph() {
+        let mut events = vec![ev(1, "r1", "run.started", json!({}))];
+        // Ids that sort before the ones already there: every new node
+        // lands in front of the others.
+        for i in 0..200u64 {
+            let call = format!("t{:03}", 999 - i);
+            events.push(ev(
+                2 + 2 * i,
+                "r1",
+                "tool.call.started",
+                json!({
+                "toolCallId": call, "toolName": "lookup", "executor": "backend", "args": {}}),
+            ));
+            events.push(ev(
+                3 + 2 * i,
+                "r1",
+                "tool.call.finished",
+                json!({
+                "toolCallId": call, "outcome": "success", "response": {}}),
+            ));
+        }
+        let events = authority(&events);
+        let mut g = RunGraph::new(RunId::new("r1").expect("a run id"));
+        let mut doc = g.document();
+        for (i, event) in events.iter().enumerate() {
+            let change = g.apply(event).expect("every event changes the graph");
+            let ops = change.patch.0.len();
+            let expected = match i {
+                0 => 1,
+                i if i % 2 == 1 => 2,
+                _ => 1,
+            };
+            assert_eq!(ops, expected, "event {i}: {:?}", change.patch);
+            json_patch::patch(&mut doc, &change.patch).expect("the delta applies");
+        }
+        assert_eq!(doc, g.document());
     }
 
     proptest! {

@@ -33,16 +33,24 @@ pub const SUBSCRIBER_BACKLOG: usize = 1024;
 const RELAY_BATCH: u32 = 500;
 /// Outbox rows retention deletes at a time.
 const FORGET_BATCH: u32 = 5_000;
-/// How often retention runs.
+/// How often retention runs, at most (a short retention runs more often:
+/// [`retention_period`]).
 pub const RETENTION_EVERY: Duration = Duration::from_secs(60);
 /// The most not-yet-relayed rows a lag sample counts (`narad_outbox_lag_rows`
 /// reads this value when the relay is at least this far behind): counting
 /// reads each row's body, about 4 ms per 1,000 rows.
 pub const LAG_COUNT_CAP: u32 = 1_000;
 
+/// How often retention of `retention` runs: every [`RETENTION_EVERY`], or
+/// twice within a shorter retention (at most once a second), so that a
+/// row is forgotten at most half its retention late.
+pub fn retention_period(retention: Duration) -> Duration {
+    (retention / 2).clamp(Duration::from_secs(1), RETENTION_EVERY)
+}
+
 /// Deletes outbox rows older than `retention` (never events), in batches,
-/// every [`RETENTION_EVERY`], until the process ends. Every replica may run
-/// it: the deletes are idempotent.
+/// every [`retention_period`], until the process ends. Every replica may
+/// run it: the deletes are idempotent.
 pub async fn retain_outbox(journal: Journal, retention: Duration) {
     loop {
         loop {
@@ -60,7 +68,7 @@ pub async fn retain_outbox(journal: Journal, retention: Duration) {
                 }
             }
         }
-        tokio::time::sleep(RETENTION_EVERY).await;
+        tokio::time::sleep(retention_period(retention)).await;
     }
 }
 
@@ -554,5 +562,29 @@ async fn sleep_until(due: Option<Instant>) {
     match due {
         Some(at) => tokio::time::sleep_until(at).await,
         None => std::future::pending().await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::{RETENTION_EVERY, retention_period};
+
+    #[test]
+    fn a_short_retention_is_applied_within_half_of_it() {
+        assert_eq!(
+            retention_period(Duration::from_secs(86_400)),
+            RETENTION_EVERY
+        );
+        assert_eq!(
+            retention_period(Duration::from_secs(10)),
+            Duration::from_secs(5)
+        );
+        assert_eq!(
+            retention_period(Duration::from_secs(2)),
+            Duration::from_secs(1)
+        );
+        assert_eq!(retention_period(Duration::ZERO), Duration::from_secs(1));
     }
 }

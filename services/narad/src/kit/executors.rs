@@ -4,11 +4,13 @@
 //! (idempotently when repeated the same, refused when changed), and
 //! tokens and leases nobody issued refused.
 
+use std::time::Duration;
+
 use serde_json::{Value, json};
 
 use super::api::{Api, PERSON};
 use super::commands::{append, event, history, session};
-use super::{Step, check};
+use super::{Skip, Step, check};
 
 /// Roles of a client executor.
 const EXECUTOR: &[&str] = &["executor"];
@@ -247,5 +249,186 @@ pub async fn superseded_lease(api: &Api, prefix: &str) -> Step {
     check(finished == 1, || {
         format!("one tool.call.finished, not {finished}")
     })?;
+    Ok(())
+}
+
+/// The longest the lease of a new attachment lives, from the server's
+/// capabilities (`heartbeat.leaseTtlMs`), unless it is longer than the
+/// kit waits.
+async fn lease_ttl(api: &Api, max_wait: Duration) -> Step<Duration> {
+    let caps = api.get("/v1/capabilities", PERSON).await?;
+    let caps = caps.expect(200, "GET /v1/capabilities")?;
+    let Some(ms) = caps["heartbeat"]["leaseTtlMs"].as_u64() else {
+        anyhow::bail!("the capabilities name no heartbeat.leaseTtlMs (§10.4): {caps}");
+    };
+    let ttl = Duration::from_millis(ms);
+    if ttl > max_wait {
+        return Err(Skip(format!(
+            "the server's executor lease lives {ms} ms, longer than --max-wait {} s",
+            max_wait.as_secs()
+        ))
+        .into());
+    }
+    Ok(ttl)
+}
+
+/// A lease without heartbeats lapses (§11.1, §11.2): it accepts no new
+/// execution, and the missing heartbeats do not by themselves end the run;
+/// a new attachment gets the call the lapsed lease was never handed.
+pub async fn lease_lapse(api: &Api, prefix: &str, max_wait: Duration) -> Step {
+    let ttl = lease_ttl(api, max_wait).await?;
+    let s = format!("{prefix}-lapse");
+    let desk = format!("{prefix}-desk3");
+    bound_run(api, &s, &desk).await?;
+    let lease = attach(api, &desk).await?;
+    let poll = |lease: String| {
+        let path = format!("/v1/executors/{desk}/controls?leaseId={lease}&waitMs=0");
+        async move { api.get(&path, EXECUTOR).await }
+    };
+    poll(lease.clone())
+        .await?
+        .expect(200, "polling under a fresh lease")?;
+    // No heartbeat: lapsed after its lifetime (and a sweep, at most).
+    let deadline = tokio::time::Instant::now() + ttl + Duration::from_secs(10);
+    tokio::time::sleep(ttl).await;
+    loop {
+        let polled = poll(lease.clone()).await?;
+        if polled.status == 409 {
+            check(polled.code() == "NRD-0401", || {
+                format!(
+                    "a lapsed lease: expected 409 NRD-0401, got 409 {}",
+                    polled.body
+                )
+            })?;
+            break;
+        }
+        polled.expect(200, "polling")?;
+        anyhow::ensure!(
+            tokio::time::Instant::now() < deadline,
+            "a lease without heartbeats still accepted polls {} s after its {} ms lifetime",
+            (deadline - tokio::time::Instant::now() + Duration::from_secs(10)).as_secs(),
+            ttl.as_millis()
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    start_call(api, &s, &json!({"after": "lapse"})).await?;
+    let lapsed = poll(lease.clone()).await?;
+    check(lapsed.status == 409 && lapsed.code() == "NRD-0401", || {
+        format!(
+            "a lapsed lease is handed a new call: expected 409 NRD-0401, got {} {}",
+            lapsed.status, lapsed.body
+        )
+    })?;
+    let h = history(api, &s).await?;
+    let ended: Vec<&Value> = h
+        .iter()
+        .filter(|e| {
+            matches!(
+                e["type"].as_str(),
+                Some("run.finished" | "run.failed" | "run.cancelled")
+            )
+        })
+        .collect();
+    check(ended.is_empty(), || {
+        format!("missing heartbeats ended the run (§11.2): {ended:?}")
+    })?;
+    let again = attach(api, &desk).await?;
+    let got = api
+        .get(
+            &format!("/v1/executors/{desk}/controls?leaseId={again}&waitMs=10000"),
+            EXECUTOR,
+        )
+        .await?;
+    let execute = got.expect(200, "polling under the new lease")?["controls"][0].clone();
+    check(
+        execute["type"] == "client.tool.execute" && execute["args"] == json!({"after": "lapse"}),
+        || format!("the new lease is handed the call within 10 s: {}", got.body),
+    )?;
+    Ok(())
+}
+
+/// A token not finished by its `executionTokenExpiresAt` (§11.3.9): the
+/// server closes the call `error` / `client_execution_expired`, once, and
+/// refuses the token afterwards.
+pub async fn token_expiry(api: &Api, prefix: &str, max_wait: Duration) -> Step {
+    let ttl = lease_ttl(api, max_wait).await?;
+    let s = format!("{prefix}-expiry");
+    let desk = format!("{prefix}-desk4");
+    bound_run(api, &s, &desk).await?;
+    let lease = attach(api, &desk).await?;
+    start_call(api, &s, &json!({})).await?;
+    let got = api
+        .get(
+            &format!("/v1/executors/{desk}/controls?leaseId={lease}&waitMs=10000"),
+            EXECUTOR,
+        )
+        .await?;
+    let execute = got.expect(200, "polling for calls")?["controls"][0].clone();
+    check(execute["type"] == "client.tool.execute", || {
+        format!("no call handed out within 10 s: {}", got.body)
+    })?;
+    let expires = execute["executionTokenExpiresAt"]
+        .as_str()
+        .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok())
+        .ok_or_else(|| anyhow::anyhow!("no RFC 3339 executionTokenExpiresAt in {execute}"))?;
+    let left = (expires.with_timezone(&chrono::Utc) - chrono::Utc::now())
+        .to_std()
+        .unwrap_or_default();
+    if left > max_wait {
+        return Err(Skip(format!(
+            "the server's execution tokens live {} s, longer than --max-wait {} s",
+            left.as_secs(),
+            max_wait.as_secs()
+        ))
+        .into());
+    }
+    // The executor stays attached (heartbeats) but never finishes.
+    let beat = json!({"type": "client.heartbeat", "protocolVersion": "narad/v1",
+        "clientExecutorId": desk, "leaseId": lease});
+    let deadline = tokio::time::Instant::now() + left + Duration::from_secs(10);
+    let closed = loop {
+        api.post(&format!("/v1/executors/{desk}/heartbeat"), EXECUTOR, &beat)
+            .await?
+            .expect(200, "a heartbeat")?;
+        let h = history(api, &s).await?;
+        if let Some(finished) = h.iter().find(|e| e["type"] == "tool.call.finished") {
+            break finished.clone();
+        }
+        anyhow::ensure!(
+            tokio::time::Instant::now() < deadline,
+            "the call was not closed within 10 s after its token expired"
+        );
+        tokio::time::sleep((ttl / 4).min(Duration::from_millis(500))).await;
+    };
+    check(
+        closed["outcome"] == "error" && closed["code"] == "client_execution_expired",
+        || format!("the expired call closes error / client_execution_expired: {closed}"),
+    )?;
+    check(
+        chrono::Utc::now() >= expires.with_timezone(&chrono::Utc),
+        || format!("the call was closed before its token expired ({expires}): {closed}"),
+    )?;
+    let late = api
+        .post(
+            &format!("/v1/executors/{desk}/finish"),
+            EXECUTOR,
+            &json!({"type": "client.tool.finish", "protocolVersion": "narad/v1",
+                "executionToken": execute["executionToken"], "outcome": "success",
+                "response": {}, "clientExecutorId": desk, "leaseId": lease,
+                "toolCallId": execute["toolCallId"]}),
+        )
+        .await?;
+    check(late.status == 410 || late.status == 409, || {
+        format!(
+            "a finish after expiry is refused (410 NRD-0403 or 409 NRD-0404), got {} {}",
+            late.status, late.body
+        )
+    })?;
+    let h = history(api, &s).await?;
+    let n = h
+        .iter()
+        .filter(|e| e["type"] == "tool.call.finished")
+        .count();
+    check(n == 1, || format!("one tool.call.finished, not {n}"))?;
     Ok(())
 }

@@ -23,6 +23,11 @@ pub enum Fault {
     Stall(usize, Duration),
     /// Every read of the answer held back this long.
     Delay(Duration),
+    /// Nothing read of the answer after this many bytes until the proxy is
+    /// released ([`FaultProxy::release`]): with the proxy's small receive
+    /// buffer toward the server, the server meets a reader that reads
+    /// nothing.
+    Hold(usize),
 }
 
 /// How many connections met each kind of fault (counted when it struck:
@@ -48,7 +53,7 @@ impl Tally {
             Fault::Cut(_) => &self.cut,
             Fault::Reset(_) => &self.reset,
             Fault::Stall(..) => &self.stalled,
-            Fault::Delay(_) => &self.delayed,
+            Fault::Delay(_) | Fault::Hold(_) => &self.delayed,
         };
         counter.fetch_add(1, Ordering::Relaxed);
     }
@@ -73,6 +78,8 @@ pub struct FaultProxy {
     pub url: String,
     /// What its connections met.
     pub tally: Arc<Tally>,
+    /// Ends every [`Fault::Hold`].
+    released: Arc<tokio::sync::watch::Sender<bool>>,
     accepting: tokio::task::JoinHandle<()>,
 }
 
@@ -89,19 +96,35 @@ impl FaultProxy {
         upstream: String,
         plan: impl Fn(u64) -> Fault + Send + Sync + 'static,
     ) -> anyhow::Result<FaultProxy> {
+        FaultProxy::start_with(upstream, plan, None).await
+    }
+
+    /// As [`FaultProxy::start`], its sockets toward the server receiving
+    /// into at most `receive_buffer` bytes when given (no autotuning: what
+    /// the proxy does not read backs up into the server at once).
+    pub async fn start_with(
+        upstream: String,
+        plan: impl Fn(u64) -> Fault + Send + Sync + 'static,
+        receive_buffer: Option<u32>,
+    ) -> anyhow::Result<FaultProxy> {
         let listener = TcpListener::bind("127.0.0.1:0").await?;
         let url = format!("http://{}", listener.local_addr()?);
         let tally = Arc::new(Tally::default());
         let counted = tally.clone();
+        let released = Arc::new(tokio::sync::watch::channel(false).0);
+        let release = released.clone();
         let accepting = tokio::spawn(async move {
             let mut n = 0u64;
             while let Ok((client, _)) = listener.accept().await {
                 let fault = plan(n);
                 n += 1;
                 let (upstream, tally) = (upstream.clone(), counted.clone());
+                let released = release.subscribe();
                 tokio::spawn(async move {
-                    if let Ok(server) = TcpStream::connect(&upstream).await {
-                        let struck = forward(client, server, fault).await.unwrap_or(fault);
+                    if let Ok(server) = connect(&upstream, receive_buffer).await {
+                        let struck = forward(client, server, fault, released)
+                            .await
+                            .unwrap_or(fault);
                         tally.count(struck);
                     }
                 });
@@ -110,14 +133,48 @@ impl FaultProxy {
         Ok(FaultProxy {
             url,
             tally,
+            released,
             accepting,
         })
     }
+
+    /// Lets every held connection go on.
+    pub fn release(&self) {
+        self.released.send_replace(true);
+    }
+}
+
+/// A connection to `upstream` (`host:port`), receiving into at most
+/// `receive_buffer` bytes when given.
+async fn connect(upstream: &str, receive_buffer: Option<u32>) -> std::io::Result<TcpStream> {
+    let Some(size) = receive_buffer else {
+        return TcpStream::connect(upstream).await;
+    };
+    let mut last = std::io::Error::other(format!("{upstream} resolves to no address"));
+    for addr in tokio::net::lookup_host(upstream).await? {
+        let socket = if addr.is_ipv4() {
+            tokio::net::TcpSocket::new_v4()?
+        } else {
+            tokio::net::TcpSocket::new_v6()?
+        };
+        // Set before connecting, so that the window offered is small.
+        socket.set_recv_buffer_size(size)?;
+        match socket.connect(addr).await {
+            Ok(stream) => return Ok(stream),
+            Err(e) => last = e,
+        }
+    }
+    Err(last)
 }
 
 /// Pipes one connection, breaking the answer as `fault` says: the fault
 /// that struck ([`Fault::None`] when the answer ended before it).
-async fn forward(client: TcpStream, server: TcpStream, fault: Fault) -> std::io::Result<Fault> {
+async fn forward(
+    client: TcpStream,
+    server: TcpStream,
+    fault: Fault,
+    mut released: tokio::sync::watch::Receiver<bool>,
+) -> std::io::Result<Fault> {
     if let Fault::Reset(_) = fault {
         // Closed with SO_LINGER 0, the socket sends RST instead of FIN.
         client.set_zero_linger()?;
@@ -153,6 +210,15 @@ async fn forward(client: TcpStream, server: TcpStream, fault: Fault) -> std::io:
                 stalled = true;
                 tokio::time::sleep(pause).await;
             }
+            Fault::Hold(at) if !stalled && sent + chunk.len() >= at => {
+                let head = at - sent;
+                client_write.write_all(&chunk[..head]).await?;
+                sent = at;
+                chunk = &chunk[head..];
+                stalled = true;
+                // Released, or the proxy gone: go on either way.
+                let _ = released.wait_for(|r| *r).await;
+            }
             Fault::Delay(each) => tokio::time::sleep(each).await,
             _ => {}
         }
@@ -162,7 +228,7 @@ async fn forward(client: TcpStream, server: TcpStream, fault: Fault) -> std::io:
     let _ = client_write.shutdown().await;
     let _ = requests.await;
     Ok(match fault {
-        Fault::Stall(..) if stalled => fault,
+        Fault::Stall(..) | Fault::Hold(_) if stalled => fault,
         Fault::Delay(_) => fault,
         _ => Fault::None,
     })

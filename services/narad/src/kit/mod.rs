@@ -28,6 +28,19 @@ use report::{Case, Report, Verdict};
 /// What a case answers: nothing when it holds, why otherwise.
 pub type Step<T = ()> = anyhow::Result<T>;
 
+/// Why a case was not run (a server timing longer than the kit waits,
+/// say): returned as its error, it is reported as skipped.
+#[derive(Debug)]
+pub struct Skip(pub String);
+
+impl std::fmt::Display for Skip {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Skip {}
+
 /// Fails with `why()` unless `holds`.
 pub fn check(holds: bool, why: impl FnOnce() -> String) -> Step {
     if holds {
@@ -96,6 +109,16 @@ pub struct ServerArgs {
     /// printed), to replay a run's faults.
     #[arg(long)]
     seed: Option<u64>,
+    /// The longest the kit waits for a server's timing (an executor
+    /// lease's lapse, a token's expiry, the stream's retention); a case
+    /// that would wait longer is skipped and says so.
+    #[arg(long, default_value_t = 20)]
+    max_wait: u64,
+    /// How long the server keeps the replay of its tenant stream (GET
+    /// /v1/events), in seconds: given, the kit checks `replay-gap` (for
+    /// narad: NARAD_OUTBOX_RETENTION_SECONDS).
+    #[arg(long)]
+    stream_retention: Option<u64>,
 }
 
 /// The options both suites take.
@@ -196,6 +219,8 @@ pub async fn server(args: &ServerArgs) -> anyhow::Result<ExitCode> {
     let seed = args
         .seed
         .unwrap_or_else(|| u64::from_str_radix(&run_id, 16).unwrap_or(7));
+    let max_wait = std::time::Duration::from_secs(args.max_wait);
+    let retention = args.stream_retention.map(std::time::Duration::from_secs);
     let mut cases: Vec<(Named, CaseFuture<'_>)> = vec![
         (
             Named {
@@ -255,6 +280,22 @@ pub async fn server(args: &ServerArgs) -> anyhow::Result<ExitCode> {
         ),
         (
             Named {
+                name: "streams/slow-reader-dropped",
+                spec: "§10.1",
+                rule: None,
+            },
+            Box::pin(streams::slow_reader_dropped(&api, &prefix)),
+        ),
+        (
+            Named {
+                name: "streams/replay-gap",
+                spec: "§10.1, §10.3",
+                rule: None,
+            },
+            Box::pin(streams::replay_gap(&api, &prefix, retention, max_wait)),
+        ),
+        (
+            Named {
                 name: "executors/execute-and-finish-once",
                 spec: "§11.1, §11.2, §11.3",
                 rule: None,
@@ -268,6 +309,22 @@ pub async fn server(args: &ServerArgs) -> anyhow::Result<ExitCode> {
                 rule: None,
             },
             Box::pin(executors::superseded_lease(&api, &prefix)),
+        ),
+        (
+            Named {
+                name: "executors/lease-lapse",
+                spec: "§11.1, §11.2",
+                rule: None,
+            },
+            Box::pin(executors::lease_lapse(&api, &prefix, max_wait)),
+        ),
+        (
+            Named {
+                name: "executors/token-expiry",
+                spec: "§11.3",
+                rule: None,
+            },
+            Box::pin(executors::token_expiry(&api, &prefix, max_wait)),
         ),
     ];
     if args.faults {
@@ -288,7 +345,10 @@ pub async fn server(args: &ServerArgs) -> anyhow::Result<ExitCode> {
         let started = Instant::now();
         let verdict = match case.await {
             Ok(()) => Verdict::Pass,
-            Err(why) => Verdict::Fail(format!("{why:#}")),
+            Err(why) => match why.downcast_ref::<Skip>() {
+                Some(skip) => Verdict::Skip(skip.0.clone()),
+                None => Verdict::Fail(format!("{why:#}")),
+            },
         };
         report.record(Case {
             name: named.name.to_owned(),

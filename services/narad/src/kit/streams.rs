@@ -11,7 +11,8 @@ use serde_json::{Value, json};
 
 use super::api::{Api, BACKEND};
 use super::commands::{append, appended, appending, event, session, session_with_run, tool_call};
-use super::{Step, check};
+use super::faults::{Fault, FaultProxy};
+use super::{Skip, Step, check};
 
 /// An open session stream.
 type Frames = std::pin::Pin<
@@ -33,10 +34,26 @@ async fn open(
     query: &str,
     last_event_id: Option<&str>,
 ) -> Step<(u16, Option<Frames>, Value)> {
+    open_at(
+        api,
+        &api.base,
+        &format!("/v1/sessions/{session}/stream{query}"),
+        last_event_id,
+    )
+    .await
+}
+
+/// Opens the stream at `path` of `base` (the server's, or a proxy's).
+async fn open_at(
+    api: &Api,
+    base: &str,
+    path: &str,
+    last_event_id: Option<&str>,
+) -> Step<(u16, Option<Frames>, Value)> {
     let token = api.token(BACKEND).await?;
     let mut req = api
         .http()
-        .get(format!("{}/v1/sessions/{session}/stream{query}", api.base))
+        .get(format!("{base}{path}"))
         .bearer_auth(token)
         .header("accept", "text/event-stream");
     if let Some(id) = last_event_id {
@@ -162,4 +179,259 @@ pub async fn resume_and_cursors(api: &Api, prefix: &str) -> Step {
         format!("a Last-Event-ID of no event: expected 409 NRD-0303, got {status} {body}")
     })?;
     Ok(())
+}
+
+/// Events the slow-reader case appends, and the bytes of each one's
+/// padding: 3,000 events of about 4 KiB, some 12 MiB, all for a reader
+/// that reads none of it.
+const SLOW_EVENTS: u64 = 3000;
+const SLOW_PAD: usize = 4000;
+
+/// A reader that reads nothing neither blocks the others nor is kept for
+/// ever: while it stalls, a second reader of the session receives every
+/// event; the stalled one's stream ends before the last (it was dropped),
+/// having delivered an exact prefix, and resuming from its last id
+/// delivers exactly the rest.
+pub async fn slow_reader_dropped(api: &Api, prefix: &str) -> Step {
+    let Some(upstream) = api.base.strip_prefix("http://") else {
+        return Err(Skip("a slow reader is staged on http:// URLs only".into()).into());
+    };
+    let s = format!("{prefix}-slow");
+    session_with_run(api, &s).await?;
+    // The slow reader: its connection held by a proxy that reads nothing
+    // and offers the server a receive window of 8 KiB.
+    let proxy = FaultProxy::start_with(
+        upstream.trim_end_matches('/').to_owned(),
+        |_| Fault::Hold(0),
+        Some(8 * 1024),
+    )
+    .await?;
+    let path = format!("/v1/sessions/{s}/stream");
+    let (base, token, http) = (
+        proxy.url.clone(),
+        api.token(BACKEND).await?,
+        api.http().clone(),
+    );
+    // Its answer's head waits in the proxy too: it reads in the
+    // background, from the moment the proxy lets go.
+    let slow = tokio::spawn(async move {
+        let res = http
+            .get(format!("{base}{path}"))
+            .bearer_auth(token)
+            .header("accept", "text/event-stream")
+            .send()
+            .await
+            .map_err(|e| format!("the slow reader's stream: {e}"))?;
+        if res.status().as_u16() != 200 {
+            return Err(format!(
+                "the slow reader's stream answered {}",
+                res.status()
+            ));
+        }
+        let mut frames = res.bytes_stream().eventsource();
+        let mut held: Vec<Value> = Vec::new();
+        loop {
+            match tokio::time::timeout(Duration::from_secs(30), frames.next()).await {
+                Err(_) => return Ok((held, false)),
+                Ok(None | Some(Err(_))) => return Ok((held, true)),
+                Ok(Some(Ok(frame))) => {
+                    let Ok(data) = serde_json::from_str::<Value>(&frame.data) else {
+                        continue;
+                    };
+                    if data["sessionSequence"].is_u64() && data["eventId"].is_string() {
+                        held.push(data);
+                    }
+                }
+            }
+        }
+    });
+    // Attached before the appends begin.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let (status, fast, body) = open(api, &s, "", None).await?;
+    check(status == 200, || {
+        format!("the stream answered {status} {body}")
+    })?;
+    let mut fast = fast.expect("200 has frames");
+    let last = 1 + SLOW_EVENTS;
+    // The reader beside it reads as the events come.
+    let fast = tokio::spawn(async move { authority_until(&mut fast, last, 120).await });
+
+    let pad = "x".repeat(SLOW_PAD);
+    // Batches of about 40 KiB: under a 64 KiB body limit.
+    let per_append = 10;
+    let mut n = 0;
+    while n < SLOW_EVENTS {
+        let events: Vec<Value> = (n..n + per_append)
+            .map(|i| {
+                event(
+                    &format!("{s}-e{i}"),
+                    "tool.call.started",
+                    "r",
+                    json!({"toolCallId": format!("{s}-c{i}"), "toolName": "lookup",
+                        "executor": "backend", "args": {"pad": pad}}),
+                )
+            })
+            .collect();
+        append(api, &s, events).await?;
+        n += per_append;
+    }
+    let got = fast
+        .await?
+        .map_err(|e| anyhow::anyhow!("a reader beside the stalled one: {e:#}"))?;
+    check(seqs(&got) == (1..=last).collect::<Vec<_>>(), || {
+        "the reader beside the stalled one missed events".to_owned()
+    })?;
+    proxy.release();
+
+    // The stalled reader: what it was sent before it was dropped.
+    let (held, ended) = slow
+        .await
+        .map_err(|e| anyhow::anyhow!("the slow reader: {e}"))?
+        .map_err(anyhow::Error::msg)?;
+    let k = held.len() as u64;
+    check(ended || k == last, || {
+        format!(
+            "the reader that read nothing was neither dropped nor served: it had {k} of {last} \
+             events and its stream was still open 30 s later"
+        )
+    })?;
+    check(k < last, || {
+        format!(
+            "the reader that read nothing was kept: the server held all {last} events (about \
+             {} MiB) for it instead of dropping it",
+            SLOW_EVENTS * SLOW_PAD as u64 / (1024 * 1024)
+        )
+    })?;
+    check(seqs(&held) == (1..=k).collect::<Vec<_>>(), || {
+        format!(
+            "the dropped reader's events were not a prefix: {:?}…",
+            &seqs(&held)[..k.min(10) as usize]
+        )
+    })?;
+    let from = held
+        .last()
+        .and_then(|e| e["eventId"].as_str())
+        .map(str::to_owned);
+    let (status, frames, body) = open(api, &s, "", from.as_deref()).await?;
+    check(status == 200, || {
+        format!("resuming the dropped reader: {status} {body}")
+    })?;
+    let rest = authority_until(&mut frames.expect("frames"), last, 60).await?;
+    check(seqs(&rest) == (k + 1..=last).collect::<Vec<_>>(), || {
+        format!(
+            "resumed after sessionSequence {k}: not exactly {}..={last}",
+            k + 1
+        )
+    })?;
+    Ok(())
+}
+
+/// A replay whose start the stream forgot opens with one `replay-gap`
+/// frame without an id naming `forgottenThrough`, then goes on live.
+/// `retention` is how long the server keeps its tenant stream's replay.
+pub async fn replay_gap(
+    api: &Api,
+    prefix: &str,
+    retention: Option<Duration>,
+    max_wait: Duration,
+) -> Step {
+    let Some(retention) = retention else {
+        return Err(Skip(
+            "give --stream-retention SECONDS (how long the server keeps GET /v1/events' replay) \
+             to check replay-gap"
+                .into(),
+        )
+        .into());
+    };
+    if retention > max_wait {
+        return Err(Skip(format!(
+            "the stream retention {} s is longer than --max-wait {} s",
+            retention.as_secs(),
+            max_wait.as_secs()
+        ))
+        .into());
+    }
+    let s = format!("{prefix}-gap");
+    session(api, &s).await?;
+    let first = format!("{s}-0");
+    append(
+        api,
+        &s,
+        vec![
+            event(&first, "run.started", "r", json!({})),
+            event(&format!("{s}-1"), "run.finished", "r", json!({})),
+        ],
+    )
+    .await?;
+    let path = format!("/v1/events?sessionId={s}");
+    // Forgotten some time after the retention: look once a second.
+    let deadline = tokio::time::Instant::now() + retention + max_wait;
+    let (gap, mut frames) = loop {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let (status, frames, body) = open_at(api, &api.base, &path, Some(&first)).await?;
+        check(status == 200, || {
+            format!("GET {path} after {first}: {status} {body}")
+        })?;
+        let mut frames = frames.expect("200 has frames");
+        let mut opening = None;
+        // The first frame after the capabilities, if any within a second.
+        while let Ok(Some(frame)) =
+            tokio::time::timeout(Duration::from_secs(1), frames.next()).await
+        {
+            let frame = frame?;
+            if frame.event != "capabilities" {
+                opening = Some(frame);
+                break;
+            }
+        }
+        if let Some(frame) =
+            opening.filter(|f| f.event == "replay-gap" || f.data.contains("replay-gap"))
+        {
+            break (frame, frames);
+        }
+        anyhow::ensure!(
+            tokio::time::Instant::now() < deadline,
+            "{} s after the events were appended, a replay after the first of them still opens \
+             without a replay-gap frame (retention {} s)",
+            (retention + max_wait).as_secs(),
+            retention.as_secs()
+        );
+    };
+    let data: Value = serde_json::from_str(&gap.data).map_err(|e| {
+        anyhow::anyhow!(
+            "the replay-gap frame's data is not JSON ({e}): {}",
+            gap.data
+        )
+    })?;
+    check(gap.id.is_empty(), || {
+        format!(
+            "the replay-gap frame has an id ({:?}): it must move no cursor",
+            gap.id
+        )
+    })?;
+    check(
+        data["type"] == "replay-gap" && data["forgottenThrough"].is_string(),
+        || format!("a replay-gap frame names type replay-gap and forgottenThrough: {data}"),
+    )?;
+    // Then live: an event appended now arrives, with its id.
+    let next = format!("{s}-2");
+    append(api, &s, vec![event(&next, "run.started", "r2", json!({}))]).await?;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+    loop {
+        let frame = match tokio::time::timeout_at(deadline, frames.next()).await {
+            Ok(Some(frame)) => frame?,
+            _ => anyhow::bail!(
+                "after the replay-gap frame, an event appended was not delivered within 15 s"
+            ),
+        };
+        let Ok(data) = serde_json::from_str::<Value>(&frame.data) else {
+            continue;
+        };
+        if data["eventId"] == next.as_str() {
+            check(frame.id == next, || {
+                format!("the frame of {next} has id {:?}", frame.id)
+            })?;
+            return Ok(());
+        }
+    }
 }
