@@ -168,13 +168,16 @@ async fn a_server_that_repeats_a_frame_on_resume_fails_the_resume_case() {
         failed[0].starts_with("FAIL streams/resume-and-cursors [§10.1, §10.3]: resumed after"),
         "{out}"
     );
-    // The proxy reads the server's answers as fast as they come and keeps
-    // whatever its client does not read: seen from outside, a server that
-    // never drops a slow reader.
+    // Whether the stalled reader is dropped through this proxy depends on
+    // how much the proxy and the sockets buffer (it was kept on one machine
+    // and dropped on another); either way the case fails: a reader that
+    // read nothing was kept, or its resume repeated a frame.
+    let slow = failed[1]
+        .strip_prefix("FAIL streams/slow-reader-dropped [§10.1]: ")
+        .unwrap_or_else(|| panic!("{out}"));
     assert!(
-        failed[1].starts_with(
-            "FAIL streams/slow-reader-dropped [§10.1]: the reader that read nothing was kept"
-        ),
+        slow.starts_with("the reader that read nothing was kept")
+            || slow.starts_with("resumed after sessionSequence"),
         "{out}"
     );
     // The stream that was not resumed is untouched by the fault.
