@@ -1,0 +1,226 @@
+"""``examples/python_agent.py`` run as a subprocess against a real ``narad serve``.
+
+One agent process serves the module's tenant; each test drives one run of
+one behaviour (an echo, an approval, the ``clock.now`` client tool, a stop,
+a run started by a user message) and reads the session's history.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import REPO, NaradServer
+
+from narad.client import Client, Event
+
+EXAMPLE = REPO / "examples" / "python_agent.py"
+ROLES = "reader,writer,backend,approver"
+QUEUE = "demo-py"
+DESK = "desk-example"
+WORD_DELAY_MS = 40
+WAIT = 20.0
+
+
+@dataclass
+class Agent:
+    """The example agent's process, its tenant and where its output goes."""
+
+    server: NaradServer
+    org: str
+    process: subprocess.Popen[bytes]
+    output: Path
+
+    def text(self) -> str:
+        """What the process printed so far."""
+        return self.output.read_text(errors="replace")
+
+
+@pytest.fixture(scope="module")
+def agent(narad_server: NaradServer) -> Iterator[Agent]:
+    """The example agent, serving queue ``demo-py`` of a tenant of its own."""
+    org = f"py-example-{uuid.uuid4().hex[:8]}"
+    work = Path(tempfile.mkdtemp(prefix="narad-example-"))
+    output = work / "agent.out"
+    env = {
+        **os.environ,
+        "NARAD_URL": narad_server.base,
+        "NARAD_TOKEN": narad_server.token(ROLES, org=org, sub="python-agent"),
+    }
+    command = [
+        sys.executable,
+        str(EXAMPLE),
+        "--queue",
+        QUEUE,
+        "--executor",
+        DESK,
+        "--word-delay-ms",
+        str(WORD_DELAY_MS),
+    ]
+    with open(output, "wb") as out:
+        process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env)
+    running = Agent(narad_server, org, process, output)
+    deadline = time.monotonic() + WAIT
+    while "listening for user messages" not in running.text():
+        if process.poll() is not None or time.monotonic() > deadline:
+            process.kill()
+            pytest.fail(f"the example agent did not start:\n{running.text()}")
+        time.sleep(0.1)
+    yield running
+    if process.poll() is None:
+        process.kill()
+        process.wait()
+
+
+@pytest.fixture
+async def client(agent: Agent) -> AsyncIterator[Client]:
+    """A client of the agent's tenant (a person and an operator in one)."""
+    async with Client(agent.server.base, agent.server.token(ROLES, org=agent.org)) as c:
+        yield c
+
+
+async def start(client: Client, prompt: str, **fields: Any) -> tuple[str, str]:
+    """A new session and a run of the agent's queue with ``prompt``."""
+    session = f"s-{uuid.uuid4().hex[:10]}"
+    run = f"r-{uuid.uuid4().hex[:10]}"
+    await client.create_session(session)
+    await client.start_run(
+        session, runId=run, runtime={"queue": QUEUE}, input={"prompt": prompt}, **fields
+    )
+    return session, run
+
+
+async def wait_history(
+    client: Client, session: str, until: Callable[[list[Event]], bool]
+) -> list[Event]:
+    """Polls the session's history until ``until`` holds."""
+    deadline = asyncio.get_running_loop().time() + WAIT
+    while True:
+        events = [e async for e in client.all_history(session)]
+        if until(events):
+            return events
+        assert asyncio.get_running_loop().time() < deadline, [e["type"] for e in events]
+        await asyncio.sleep(0.1)
+
+
+def has(kind: str) -> Callable[[list[Event]], bool]:
+    """Whether a history holds an event of type ``kind``."""
+    return lambda events: any(e["type"] == kind for e in events)
+
+
+def said(events: list[Event]) -> str:
+    """The assistant's text, all deltas joined."""
+    return "".join(e["delta"] for e in events if e["type"] == "message.text.delta")
+
+
+def kinds(events: list[Event]) -> list[str]:
+    """The event types, in order."""
+    return [str(e["type"]) for e in events]
+
+
+async def test_the_example_echoes_a_prompt_word_by_word(client: Client) -> None:
+    session, _ = await start(client, "hello there, agent")
+    events = await wait_history(client, session, has("run.finished"))
+    assert said(events) == "You said: hello there, agent"
+    deltas = [e["delta"] for e in events if e["type"] == "message.text.delta"]
+    assert len(deltas) >= 3  # word by word, not in one piece
+    assert "reasoning.started" in kinds(events)
+    assert kinds(events)[-2:] == ["message.text.completed", "run.finished"]
+
+
+async def test_the_example_asks_before_deleting(client: Client) -> None:
+    session, _ = await start(client, "delete the old logs")
+    events = await wait_history(client, session, has("run.paused"))
+    requested = next(e for e in events if e["type"] == "interrupt.requested")
+    assert requested["actions"] == ["approve", "deny"]
+    assert "delete the old logs" in requested["message"]
+    assert "message.text.delta" not in kinds(events)  # nothing said before the decision
+    await client.resolve_interrupt(session, requested["interruptId"], "approve")
+    events = await wait_history(client, session, has("run.finished"))
+    assert said(events).startswith("Approved. Pretending to delete the old logs now")
+    tail = kinds(events)[kinds(events).index("interrupt.resolved") :]
+    assert tail[:2] == ["interrupt.resolved", "run.resumed"]
+
+
+async def test_the_example_reads_the_time_with_the_executors_clock(
+    agent: Agent, client: Client
+) -> None:
+    executor = Client(agent.server.base, agent.server.token("executor", org=agent.org, sub=DESK))
+    async with executor:
+        attached = await executor.request("POST", f"/v1/executors/{DESK}/attach", json={})
+        lease = attached["leaseId"]
+        session, _ = await start(client, "what time is it?", clientExecutorId=DESK)
+        controls: list[dict[str, Any]] = []
+        deadline = asyncio.get_running_loop().time() + WAIT
+        while not controls:
+            assert asyncio.get_running_loop().time() < deadline, "no clock.now call came"
+            got = await executor.request(
+                "GET",
+                f"/v1/executors/{DESK}/controls",
+                params={"leaseId": lease, "waitMs": 1000},
+                timeout=20,
+            )
+            controls = got["controls"]
+        execute = controls[0]
+        assert (execute["toolName"], execute["args"]) == ("clock.now", {})
+        await executor.request(
+            "POST",
+            f"/v1/executors/{DESK}/finish",
+            json={
+                "type": "client.tool.finish",
+                "protocolVersion": "narad/v1",
+                "executionToken": execute["executionToken"],
+                "toolCallId": execute["toolCallId"],
+                "clientExecutorId": DESK,
+                "leaseId": lease,
+                "outcome": "success",
+                "response": {"now": "2026-12-02T12:34:56Z"},
+            },
+        )
+    events = await wait_history(client, session, has("run.finished"))
+    assert said(events) == "Your executor's clock says 2026-12-02T12:34:56Z."
+    started = next(e for e in events if e["type"] == "tool.call.started")
+    assert started["executor"] == "client"
+
+
+async def test_the_example_honours_a_stop(client: Client) -> None:
+    prompt = " ".join(f"word{n}" for n in range(100))
+    session, run = await start(client, prompt)
+    await wait_history(
+        client, session, lambda es: sum(e["type"] == "message.text.delta" for e in es) >= 3
+    )
+    await client.stop_run(session, run)
+    events = await wait_history(client, session, has("run.cancelled"))
+    assert "run.finished" not in kinds(events)
+    assert kinds(events)[-2:] == ["message.text.completed", "run.cancelled"]
+    cancelled = events[-1]
+    assert cancelled["code"] == "stopped"
+    assert "word99" not in said(events)
+
+
+async def test_the_example_answers_a_user_message(client: Client) -> None:
+    session = f"s-{uuid.uuid4().hex[:10]}"
+    await client.create_session(session)
+    await client.record_user_message(session, "hi from a person")
+    events = await wait_history(client, session, has("run.finished"))
+    started = next(e for e in events if e["type"] == "run.started")
+    assert started["input"]["prompt"] == "hi from a person"
+    assert started["clientExecutorId"] == DESK
+    assert said(events) == "You said: hi from a person"
+
+
+def test_the_example_stops_on_sigint(agent: Agent) -> None:
+    agent.process.send_signal(signal.SIGINT)
+    assert agent.process.wait(timeout=WAIT) == 0
+    assert "python agent stopped" in agent.text()

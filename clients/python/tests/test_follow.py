@@ -1,0 +1,253 @@
+"""`follow` against a real server: live delivery under concurrent appends,
+resume from a frame id, failover from a dead server, and connections cut at
+random points by a TCP proxy between the client and the server. Each time
+the reduced state must equal the state reduced from history, every event
+delivered exactly once and in order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+import socket
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from conftest import NaradServer
+
+from narad import Client, Frame, NaradError, SessionReducer, follow
+
+EVENTS = 120
+BATCH = 6
+
+
+def custom(session_id: str, n: int) -> dict[str, Any]:
+    """The n-th extension event of a test session."""
+    return {
+        "protocolVersion": "narad/v1",
+        "type": "session.custom",
+        "eventId": f"{session_id}-custom-{n}",
+        "name": "pytest.counter",
+        "value": {"n": n, "pad": "x" * (n % 37)},
+    }
+
+
+async def fill(client: Client, session_id: str) -> None:
+    """Appends the session's events in batches, with user messages between them."""
+    for start in range(0, EVENTS, BATCH):
+        await client.append(
+            session_id, [custom(session_id, n) for n in range(start, start + BATCH)]
+        )
+        if start % (BATCH * 4) == 0:
+            await client.record_user_message(session_id, f"message {start}")
+        await asyncio.sleep(0)
+
+
+async def history_of(client: Client, session_id: str) -> list[dict[str, Any]]:
+    return [e async for e in client.all_history(session_id)]
+
+
+async def collect(frames: AsyncIterator[Frame], reducer: SessionReducer, until: int) -> list[Frame]:
+    """Reads authority frames into ``reducer`` until it holds sequence ``until``."""
+    got: list[Frame] = []
+    async for frame in frames:
+        if frame.kind != "authority":
+            continue
+        got.append(frame)
+        outcome = reducer.deliver(frame.data)
+        assert outcome == "applied", (outcome, frame)
+        if reducer.session_sequence >= until:
+            break
+    return got
+
+
+def reduced(events: list[dict[str, Any]]) -> SessionReducer:
+    reducer = SessionReducer()
+    for event in events:
+        reducer.deliver(event)
+    return reducer
+
+
+async def total_after_fill(client: Client, session_id: str) -> int:
+    return int((await client.get_session(session_id)).session_sequence)
+
+
+@pytest.fixture
+async def writer(narad_server: NaradServer, org: str) -> AsyncIterator[Client]:
+    async with Client(narad_server.base, narad_server.token(org=org)) as client:
+        yield client
+
+
+async def test_follow_under_concurrent_appends_equals_history(writer: Client) -> None:
+    session_id = f"s-{uuid.uuid4().hex[:12]}"
+    await writer.create_session(session_id)
+    reducer = SessionReducer()
+    frames = follow(writer, session_id=session_id)
+    appending = asyncio.create_task(fill(writer, session_id))
+    # The follow starts while the appends run; it stops at the last one.
+    first = await collect(frames, reducer, until=1)
+    await appending
+    total = await total_after_fill(writer, session_id)
+    rest = await asyncio.wait_for(collect(frames, reducer, until=total), 60)
+    await frames.aclose()
+    delivered = [f.data["sessionSequence"] for f in first + rest]
+    assert delivered == list(range(1, total + 1))
+    history = await history_of(writer, session_id)
+    assert [f.data for f in first + rest] == history
+    assert reducer.state() == reduced(history).state()
+
+
+async def test_follow_resumes_after_a_frame_id(writer: Client) -> None:
+    session_id = f"s-{uuid.uuid4().hex[:12]}"
+    await writer.create_session(session_id)
+    await fill(writer, session_id)
+    total = await total_after_fill(writer, session_id)
+    frames = follow(writer, session_id=session_id)
+    whole = await collect(frames, SessionReducer(), until=total)
+    await frames.aclose()
+    history = await history_of(writer, session_id)
+    for k in (0, 1, total // 2, total - 2):
+        # A client that had reduced the first k + 1 events resumes after them.
+        reducer = reduced(history[: k + 1])
+        resumed = follow(writer, session_id=session_id, last_event_id=whole[k].id)
+        after = await asyncio.wait_for(collect(resumed, reducer, until=total), 30)
+        await resumed.aclose()
+        assert [f.data["sessionSequence"] for f in after] == list(range(k + 2, total + 1)), k
+        assert reducer.state() == reduced(history).state()
+
+
+async def test_follow_fails_over_from_a_dead_server(
+    narad_server: NaradServer, org: str, writer: Client
+) -> None:
+    session_id = f"s-{uuid.uuid4().hex[:12]}"
+    await writer.create_session(session_id)
+    await fill(writer, session_id)
+    total = await total_after_fill(writer, session_id)
+    with contextlib.closing(socket.socket()) as s:
+        s.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{s.getsockname()[1]}"
+    async with Client([dead, narad_server.base], narad_server.token(org=org)) as client:
+        reducer = SessionReducer()
+        frames = follow(client, session_id=session_id, initial_backoff=0.05)
+        got = await asyncio.wait_for(collect(frames, reducer, until=total), 30)
+        await frames.aclose()
+    assert [f.data["sessionSequence"] for f in got] == list(range(1, total + 1))
+    assert reducer.state() == reduced(await history_of(writer, session_id)).state()
+
+
+async def test_follow_of_the_tenant_stream_narrowed_to_one_session(writer: Client) -> None:
+    session_id = f"s-{uuid.uuid4().hex[:12]}"
+    other = f"s-{uuid.uuid4().hex[:12]}"
+    await writer.create_session(session_id)
+    await writer.create_session(other)
+    frames = follow(writer, only_session=session_id)
+    # The tenant stream is live: subscribed once its capabilities arrived.
+    first = await asyncio.wait_for(frames.__anext__(), 30)
+    assert first.kind == "capabilities"
+    await asyncio.gather(fill(writer, other), fill(writer, session_id))
+    total = await total_after_fill(writer, session_id)
+    reducer = SessionReducer()
+    got = await asyncio.wait_for(collect(frames, reducer, until=total), 60)
+    await frames.aclose()
+    assert {f.data["sessionId"] for f in got} == {session_id}
+    assert [f.data["sessionSequence"] for f in got] == list(range(1, total + 1))
+    assert reducer.state() == reduced(await history_of(writer, session_id)).state()
+
+
+async def test_follow_refuses_a_session_it_cannot_read(writer: Client) -> None:
+    frames = follow(writer, session_id=f"missing-{uuid.uuid4().hex[:8]}")
+    with pytest.raises(NaradError) as refused:
+        await asyncio.wait_for(frames.__anext__(), 30)
+    assert refused.value.status == 404
+    assert (refused.value.code or "").startswith("NRD-")
+
+
+class CuttingProxy:
+    """A TCP proxy that cuts its first ``cuts`` connections after a random
+    number of bytes from the server (mid-frame, mid-header), then forwards."""
+
+    def __init__(self, upstream: str, cuts: int, seed: int) -> None:
+        host, port = upstream.removeprefix("http://").rsplit(":", 1)
+        self.host, self.port = host, int(port)
+        self.cuts = cuts
+        self.cut = 0
+        self.random = random.Random(seed)
+        self.server: asyncio.Server | None = None
+
+    async def start(self) -> str:
+        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        port = self.server.sockets[0].getsockname()[1]
+        return f"http://127.0.0.1:{port}"
+
+    async def close(self) -> None:
+        if self.server is not None:
+            self.server.close()
+
+    async def _serve(self, down_r: asyncio.StreamReader, down_w: asyncio.StreamWriter) -> None:
+        budget: int | None = None
+        if self.cut < self.cuts:
+            self.cut += 1
+            budget = self.random.randint(150, 6000)
+        try:
+            up_r, up_w = await asyncio.open_connection(self.host, self.port)
+        except OSError:
+            down_w.close()
+            return
+
+        async def pipe(r: asyncio.StreamReader, w: asyncio.StreamWriter, limit: int | None) -> None:
+            sent = 0
+            try:
+                while data := await r.read(1024):
+                    if limit is not None and sent + len(data) >= limit:
+                        w.write(data[: limit - sent])
+                        await w.drain()
+                        return
+                    sent += len(data)
+                    w.write(data)
+                    await w.drain()
+            except (ConnectionError, OSError):
+                return
+
+        tasks = [
+            asyncio.create_task(pipe(down_r, up_w, None)),
+            asyncio.create_task(pipe(up_r, down_w, budget)),
+        ]
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+        for task in tasks:
+            task.cancel()
+        for w in (up_w, down_w):
+            if budget is not None and w is down_w:
+                # A reset, not a polite end: what a dropped connection looks like.
+                with contextlib.suppress(OSError):
+                    w.transport.abort()
+            w.close()
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+async def test_follow_survives_connections_cut_at_random_points(
+    narad_server: NaradServer, org: str, writer: Client, seed: int
+) -> None:
+    session_id = f"s-{uuid.uuid4().hex[:12]}"
+    await writer.create_session(session_id)
+    proxy = CuttingProxy(narad_server.base, cuts=12, seed=seed)
+    base = await proxy.start()
+    try:
+        async with Client(base, narad_server.token(org=org)) as client:
+            reducer = SessionReducer()
+            frames = follow(client, session_id=session_id, initial_backoff=0.02)
+            appending = asyncio.create_task(fill(writer, session_id))
+            first = await asyncio.wait_for(collect(frames, reducer, until=1), 30)
+            await appending
+            total = await total_after_fill(writer, session_id)
+            rest = await asyncio.wait_for(collect(frames, reducer, until=total), 60)
+            await frames.aclose()
+    finally:
+        await proxy.close()
+    assert proxy.cut == 12, "the stream ended before the proxy cut it as often as planned"
+    delivered = [f.data["sessionSequence"] for f in first + rest]
+    assert delivered == list(range(1, total + 1))
+    history = await history_of(writer, session_id)
+    assert reducer.state() == reduced(history).state()

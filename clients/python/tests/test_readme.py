@@ -1,0 +1,176 @@
+"""The READMEs' Python blocks, run as written against a real server.
+
+The package README's ``<!-- quickstart-python -->`` runs to its end: it
+appends, sees its retry recognised, reads history and prints a refusal's
+code and rule.
+
+``<!-- runtime-python -->`` is an agent runtime serving queue ``agents``: a
+run started for that queue must end ``run.finished`` with the block's tool
+call and its answer. ``<!-- executor-python -->`` is a client executor
+``desk-1`` with an ``echo`` tool: a client call of a run bound to it must
+finish with the echoed arguments. Each block runs as its own process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import REPO, NaradServer
+
+from narad import Client, Event
+
+README = REPO / "README.md"
+PACKAGE_README = REPO / "clients" / "python" / "README.md"
+WAIT = 30.0
+
+
+def block(marker: str, readme: Path = README) -> str:
+    """The fenced code block right after ``<!-- marker -->`` in ``readme``."""
+    text = readme.read_text()
+    start = text.index(f"<!-- {marker} -->")
+    opening = text.index("```python\n", start) + len("```python\n")
+    return text[opening : text.index("```\n", opening)]
+
+
+def run_block(
+    marker: str, work: Path, server: NaradServer, env: dict[str, str], readme: Path = README
+) -> subprocess.Popen[bytes]:
+    """Starts a README block as a program in ``work``."""
+    program = work / f"{marker}.py"
+    program.write_text(block(marker, readme))
+    with open(work / f"{marker}.out", "wb") as out:
+        return subprocess.Popen(
+            [sys.executable, str(program)],
+            cwd=work,
+            env={**os.environ, "NARAD": server.base, **env},
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+
+
+def output(path: Path) -> str:
+    """What a program printed so far."""
+    return path.read_text(errors="replace")
+
+
+@pytest.fixture
+def program(tmp_path: Path) -> Iterator[list[subprocess.Popen[bytes]]]:
+    """The README programs a test started; stopped at its end."""
+    started: list[subprocess.Popen[bytes]] = []
+    yield started
+    for process in started:
+        process.terminate()
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+async def until_event(
+    client: Client, session_id: str, kind: str, process: subprocess.Popen[bytes], out: Path
+) -> list[Event]:
+    """The session's history once it holds an event of type ``kind``."""
+    deadline = time.monotonic() + WAIT
+    while True:
+        history = [e async for e in client.all_history(session_id)]
+        if any(e["type"] == kind for e in history):
+            return history
+        assert process.poll() is None, f"the README block exited:\n{output(out)}"
+        assert time.monotonic() < deadline, (
+            f"no {kind} within {WAIT:.0f} s: {[e['type'] for e in history]}\n{output(out)}"
+        )
+        await asyncio.sleep(0.1)
+
+
+def text_of(history: list[Event]) -> str:
+    return "".join(e["delta"] for e in history if e["type"] == "message.text.delta")
+
+
+async def test_the_readme_python_runtime_runs_as_written(
+    narad_server: NaradServer, org: str, tmp_path: Path, program: list[subprocess.Popen[bytes]]
+) -> None:
+    token = narad_server.token(org=org, sub="readme-runtime")
+    process = run_block("runtime-python", tmp_path, narad_server, {"NARAD_TOKEN": token})
+    program.append(process)
+    session_id = f"s-{uuid.uuid4().hex[:12]}"
+    async with Client(narad_server.base, token) as client:
+        await client.create_session(session_id)
+        await client.start_run(session_id, runId="run-readme", runtime={"queue": "agents"})
+        history = await until_event(
+            client, session_id, "run.finished", process, tmp_path / "runtime-python.out"
+        )
+    started = [e for e in history if e["type"] == "tool.call.started"]
+    finished = [e for e in history if e["type"] == "tool.call.finished"]
+    assert [(e["toolName"], e["args"]) for e in started] == [("weather.lookup", {"city": "Oslo"})]
+    assert [(e["toolCallId"], e["outcome"], e["response"]) for e in finished] == [
+        (started[0]["toolCallId"], "success", {"city": "Oslo", "sky": "clear"})
+    ]
+    assert text_of(history) == "Let me look that up. The sky over Oslo is clear."
+
+
+async def test_the_readme_python_executor_runs_as_written(
+    narad_server: NaradServer, org: str, tmp_path: Path, program: list[subprocess.Popen[bytes]]
+) -> None:
+    executor_token = narad_server.token("executor", org=org, sub="readme-desk")
+    process = run_block(
+        "executor-python", tmp_path, narad_server, {"NARAD_EXECUTOR_TOKEN": executor_token}
+    )
+    program.append(process)
+    session_id = f"s-{uuid.uuid4().hex[:12]}"
+    args: dict[str, Any] = {"say": "hello", "n": 3}
+    async with Client(narad_server.base, narad_server.token(org=org)) as client:
+        await client.create_session(session_id)
+        await client.start_run(session_id, runId="r1", clientExecutorId="desk-1")
+        await client.append(
+            session_id,
+            [
+                {
+                    "protocolVersion": "narad/v1",
+                    "type": "tool.call.started",
+                    "eventId": f"{session_id}-call",
+                    "runId": "r1",
+                    "rootRunId": "r1",
+                    "toolCallId": "call-1",
+                    "toolName": "echo",
+                    "executor": "client",
+                    "args": args,
+                }
+            ],
+        )
+        history = await until_event(
+            client, session_id, "tool.call.finished", process, tmp_path / "executor-python.out"
+        )
+    finished = next(e for e in history if e["type"] == "tool.call.finished")
+    assert (finished["outcome"], finished["response"]) == ("success", args)
+    # The token store the block names holds the call's token, in the cwd.
+    assert (tmp_path / "desk-1.tokens").stat().st_size > 0
+
+
+def test_the_package_readme_first_steps_run_as_written(
+    narad_server: NaradServer, org: str, tmp_path: Path
+) -> None:
+    token = narad_server.token(org=org, sub="readme-quickstart")
+    process = run_block(
+        "quickstart-python", tmp_path, narad_server, {"NARAD_TOKEN": token}, PACKAGE_README
+    )
+    process.wait(timeout=WAIT)
+    printed = output(tmp_path / "quickstart-python.out")
+    assert process.returncode == 0, printed
+    lines = printed.splitlines()
+    assert lines[0] == "appended at [2, 3, 4]", printed
+    assert lines[1] == (
+        "['run.started', 'message.text.started', 'message.text.delta', 'message.text.completed']"
+    ), printed
+    status, code, rule, fields = lines[2].split(" ", 3)
+    assert (status, code, rule) == ("409", "NRD-0201", "run.terminal.once"), printed
+    assert fields.startswith("{'/events/1': "), printed
