@@ -12,7 +12,7 @@ import contextlib
 import random
 import socket
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import pytest
@@ -251,3 +251,129 @@ async def test_follow_survives_connections_cut_at_random_points(
     assert delivered == list(range(1, total + 1))
     history = await history_of(writer, session_id)
     assert reducer.state() == reduced(history).state()
+
+
+class SwitchedProxy:
+    """A TCP proxy that can be switched off: off, it resets every connection
+    it holds and every new one, as a network partition looks to a client."""
+
+    def __init__(self, upstream: str) -> None:
+        host, port = upstream.removeprefix("http://").rsplit(":", 1)
+        self.host, self.port = host, int(port)
+        self.on = True
+        self.held: set[asyncio.StreamWriter] = set()
+        self.server: asyncio.Server | None = None
+
+    async def start(self) -> str:
+        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        return f"http://127.0.0.1:{self.server.sockets[0].getsockname()[1]}"
+
+    def switch_off(self) -> None:
+        self.on = False
+        for w in self.held:
+            w.transport.abort()
+
+    async def close(self) -> None:
+        self.switch_off()
+        if self.server is not None:
+            self.server.close()
+
+    async def _serve(self, down_r: asyncio.StreamReader, down_w: asyncio.StreamWriter) -> None:
+        if not self.on:
+            down_w.transport.abort()
+            return
+        up_r, up_w = await asyncio.open_connection(self.host, self.port)
+        self.held.update((down_w, up_w))
+
+        async def pipe(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+            with contextlib.suppress(ConnectionError, OSError):
+                while data := await r.read(4096):
+                    w.write(data)
+                    await w.drain()
+
+        tasks = [asyncio.create_task(pipe(down_r, up_w)), asyncio.create_task(pipe(up_r, down_w))]
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+        for task in tasks:
+            task.cancel()
+        for w in (up_w, down_w):
+            self.held.discard(w)
+            w.transport.abort()
+
+
+async def test_follow_fills_a_replay_gap_from_history(
+    start_server: Callable[..., NaradServer], org: str
+) -> None:
+    """Cut off longer than the tenant stream keeps its replay, a follow
+    resumes into a ``replay-gap`` and reads what it missed from history."""
+    server = start_server(NARAD_OUTBOX_RETENTION_SECONDS="1")
+    token = server.token(org=org)
+    session_id = f"s-{uuid.uuid4().hex[:12]}"
+    proxy = SwitchedProxy(server.base)
+    base = await proxy.start()
+    try:
+        async with Client(server.base, token) as writer, Client(base, token) as client:
+            await writer.create_session(session_id)
+            reducer = SessionReducer()
+            frames = follow(client, only_session=session_id, initial_backoff=0.1, max_backoff=0.5)
+            assert (await asyncio.wait_for(frames.__anext__(), 30)).kind == "capabilities"
+            await writer.record_user_message(session_id, "before the cut")
+            before = await asyncio.wait_for(collect(frames, reducer, until=1), 30)
+            proxy.switch_off()
+            await fill(writer, session_id)
+            total = await total_after_fill(writer, session_id)
+            # Retention forgets the rows the follow missed (pruned every second).
+            await asyncio.sleep(4)
+            proxy.on = True
+            kinds: list[str] = []
+            after: list[Frame] = []
+
+            async def resume() -> None:
+                async for frame in frames:
+                    kinds.append(frame.kind)
+                    if frame.kind == "authority":
+                        after.append(frame)
+                        assert reducer.deliver(frame.data) == "applied", frame
+                        if reducer.session_sequence >= total:
+                            return
+
+            await asyncio.wait_for(resume(), 30)
+            await frames.aclose()
+        assert "replay-gap" in kinds, kinds
+        delivered = [f.data["sessionSequence"] for f in before + after]
+        assert delivered == list(range(1, total + 1))
+        assert all(f.from_history for f in after[: len(after) // 2]), "the gap was not filled"
+        async with Client(server.base, token) as reader:
+            history = await history_of(reader, session_id)
+        assert reducer.state() == reduced(history).state()
+    finally:
+        await proxy.close()
+
+
+async def test_follow_reads_a_long_tenant_replay_served_in_blocks(writer: Client) -> None:
+    """The tenant stream replays at most 5,000 frames per connection, then
+    ends it; the follow resumes from the last id each time."""
+    session_id = f"s-{uuid.uuid4().hex[:12]}"
+    await writer.create_session(session_id)
+    frames = follow(writer, only_session=session_id)
+    assert (await asyncio.wait_for(frames.__anext__(), 30)).kind == "capabilities"
+    await writer.record_user_message(session_id, "the first event")
+    first = await asyncio.wait_for(collect(frames, SessionReducer(), until=1), 30)
+    await frames.aclose()
+    count = 5_200
+    for start in range(0, count, 200):
+        await writer.append(session_id, [custom(session_id, n) for n in range(start, start + 200)])
+    total = count + 1
+    resumed = follow(writer, only_session=session_id, last_event_id=first[0].id)
+    sequences: list[int] = []
+
+    async def read() -> None:
+        async for frame in resumed:
+            if frame.kind == "authority":
+                assert not frame.from_history, "the replay had a gap"
+                sequences.append(frame.data["sessionSequence"])
+                if frame.data["sessionSequence"] >= total:
+                    return
+
+    await asyncio.wait_for(read(), 120)
+    await resumed.aclose()
+    assert sequences == list(range(2, total + 1))

@@ -93,12 +93,21 @@ async def follow(
 
     ``only_session`` narrows the tenant stream to one session;
     ``last_event_id`` resumes after a frame id a previous follow yielded;
-    ``after_session_sequence`` starts a session stream after that sequence.
+    ``after_session_sequence`` starts a session stream after that sequence
+    and says what the caller holds of its session (``session_id`` or
+    ``only_session``): a gap after it is filled from history. A
+    ``replay-gap`` is filled for the session it names, or for every session
+    this follow has yielded events of. Close the generator
+    (``await frames.aclose()``) to end the connection.
     A refusal no retry can mend (401, 403, 404, a cursor the store does not
     know: 409 ``NRD-0302``/``NRD-0303``) raises :class:`NaradError`.
     """
     path = f"/v1/sessions/{quote(session_id, safe='')}/stream" if session_id else "/v1/events"
     seen: dict[str, int] = {}
+    # What the caller holds of its session: a gap after it is filled too.
+    held = session_id or only_session
+    if held is not None and after_session_sequence is not None:
+        seen[held] = after_session_sequence
     backoff = initial_backoff
     cursor = last_event_id
     while True:
@@ -165,10 +174,15 @@ async def follow(
                             session_id
                         ):
                             return
-                        gap_session = frame.data.get("sessionId")
-                        if frame.kind == "replay-gap" and isinstance(gap_session, str):
-                            last = seen.get(gap_session)
-                            if last is not None:
+                        if frame.kind == "replay-gap":
+                            # Named, the session the stream is narrowed to;
+                            # else every session this follow has seen.
+                            named = frame.data.get("sessionId")
+                            gapped = [named] if isinstance(named, str) else list(seen)
+                            for gap_session in gapped:
+                                last = seen.get(gap_session)
+                                if last is None:
+                                    continue
                                 async for filled in _fill(client, gap_session, last, None, seen):
                                     yield filled
             except (httpx.TransportError, httpx.StreamError):
