@@ -171,6 +171,8 @@ async def main(argv: Sequence[str] | None = None) -> int:
     """Runs the agent until SIGINT or SIGTERM."""
     args = parse(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s %(message)s")
+    # One line per request drowns what the agent does; failures still show.
+    logging.getLogger("httpx").setLevel(logging.WARNING)
     async with Client(args.url, args.token) as client:
         runtime = Runtime(
             client,

@@ -280,6 +280,86 @@ async fn integers_past_2_pow_53_are_refused_everywhere() {
     s.stop().await;
 }
 
+/// An integer beyond 64 bits in a free-form value (a model's output, a
+/// tool's answer) would be stored as the nearest float: a value the client
+/// never sent. It is refused with its pointer, nothing written, and the
+/// integers 64 bits hold (and floats, however large) are kept as sent.
+#[tokio::test]
+async fn integers_beyond_64_bits_in_any_value_are_refused_not_rounded() {
+    let s = Server::start().await;
+    let t = all_roles("acme");
+    open_session(&s, &t, "w").await;
+    let custom = |id: &str, value: &str| {
+        format!(
+            r#"{{"events": [{{"protocolVersion": "narad/v1", "type": "session.custom",
+                "eventId": "{id}", "name": "acme.n", "value": {value}}}]}}"#
+        )
+        .into_bytes()
+    };
+    for (value, pointer) in [
+        (r#"{"big": 18446744073709551617}"#, "/events/0/value/big"),
+        (r#"[1, -9223372036854775809]"#, "/events/0/value/1"),
+        (
+            r#"{"a/b": [{"c": 100000000000000000000000}]}"#,
+            "/events/0/value/a~1b/0/c",
+        ),
+    ] {
+        let append = s
+            .call(
+                Method::POST,
+                "/v1/sessions/w/events",
+                Some(&t),
+                Some(custom("wide", value)),
+            )
+            .await;
+        refused(&append, "NRD-0003", pointer);
+        assert!(
+            append.body["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("send it as a string")),
+            "{:#}",
+            append.body
+        );
+    }
+    let said = s
+        .call(
+            Method::POST,
+            "/v1/commands/record-user-message",
+            Some(&t),
+            Some(
+                br#"{"sessionId": "w", "messageScope": "session", "content": [{"type": "text", "text": "n"}], "metadata": {"n": 18446744073709551616}}"#
+                    .to_vec(),
+            ),
+        )
+        .await;
+    refused(&said, "NRD-0003", "/metadata/n");
+    // Nothing was written: the session holds its run and message alone.
+    let history = s
+        .get("/v1/sessions/w/events?afterSessionSequence=2", &t)
+        .await;
+    assert_eq!(history.expect(200)["events"], json!([]));
+
+    // What 64 bits hold, and floats, are kept as they were sent.
+    let kept =
+        r#"{"u": 18446744073709551615, "i": -9223372036854775808, "f": 1.8446744073709552e19}"#;
+    s.call(
+        Method::POST,
+        "/v1/sessions/w/events",
+        Some(&t),
+        Some(custom("kept", kept)),
+    )
+    .await
+    .expect(201);
+    let history = s
+        .get("/v1/sessions/w/events?afterSessionSequence=2", &t)
+        .await;
+    let value = &history.expect(200)["events"][0]["value"];
+    assert_eq!(value["u"].as_u64(), Some(u64::MAX), "{value}");
+    assert_eq!(value["i"].as_i64(), Some(i64::MIN), "{value}");
+    assert_eq!(value["f"].as_f64(), Some(1.8446744073709552e19), "{value}");
+    s.stop().await;
+}
+
 /// JSON has one number type and JSON Schema counts `2.0` as an integer: a
 /// field that takes an integer takes it written with a fraction or an
 /// exponent too, in every body.

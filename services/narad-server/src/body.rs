@@ -1,7 +1,8 @@
 //! Reading request bodies and query strings, with the API's errors: a body
 //! over the limit is 413 (`NRD-0006`), a body that is not JSON is 400
 //! (`NRD-0002`) naming where it broke, a string or object key holding
-//! U+0000 is 400 (`NRD-0003`) with its JSON pointer, a query parameter that
+//! U+0000 or an integer beyond 64 bits is 400 (`NRD-0003`) with its JSON
+//! pointer (see [`unstorable`]), a query parameter that
 //! is unknown or malformed is 400 (`NRD-0008`) naming it.
 //!
 //! Every body and query string a handler reads passes here, so these
@@ -96,15 +97,52 @@ fn parse(bytes: &[u8]) -> Result<Value, ApiError> {
         )
         .with_field("", format!("line {}, column {}", e.line(), e.column()))
     })?;
-    if let Some(pointer) = nul_pointer(&value) {
-        return Err(ApiError::new(
-            ErrorCode::InvalidObject,
-            format!("{pointer}: text holds U+0000, which narad cannot store; remove it"),
-        )
-        .with_field(pointer, "holds U+0000"));
+    if let Some((pointer, problem)) = unstorable(bytes, &value) {
+        return Err(
+            ApiError::new(ErrorCode::InvalidObject, format!("{pointer}: {problem}"))
+                .with_field(pointer, problem),
+        );
     }
     integral_numbers_as_integers(&mut value);
     Ok(value)
+}
+
+/// What of a JSON text (`bytes`, read as `value`) narad could not keep
+/// exactly, and its JSON pointer: a string or key holding U+0000 (Postgres
+/// cannot hold it), or an integer beyond 64 bits (serde_json would read it
+/// as the nearest float). Every JSON a client sends is checked here.
+pub fn unstorable(bytes: &[u8], value: &Value) -> Option<(String, String)> {
+    if let Some(pointer) = nul_pointer(value) {
+        return Some((
+            pointer,
+            "text holds U+0000, which narad cannot store; remove it".into(),
+        ));
+    }
+    // Such an integer reads as a float of magnitude 2^63 or more: the text
+    // is read again only when the value holds one.
+    if holds_float_of_64_bit_magnitude(value)
+        && let Some((pointer, literal)) = crate::wide_integers::wide_integer(bytes)
+    {
+        return Some((
+            pointer,
+            format!(
+                "the integer {literal} does not fit in 64 bits, and narad keeps numbers \
+                 exactly or not at all; send it as a string"
+            ),
+        ));
+    }
+    None
+}
+
+fn holds_float_of_64_bit_magnitude(value: &Value) -> bool {
+    match value {
+        Value::Number(n) => n
+            .as_f64()
+            .is_some_and(|f| n.is_f64() && f.abs() >= 9_223_372_036_854_775_808.0),
+        Value::Array(items) => items.iter().any(holds_float_of_64_bit_magnitude),
+        Value::Object(map) => map.values().any(holds_float_of_64_bit_magnitude),
+        _ => false,
+    }
 }
 
 /// Rewrites every number of `value` that is an integer written as a float

@@ -333,10 +333,11 @@ impl Channel {
     async fn received(&self, text: &str, lease_id: &str) -> Result<Option<String>, Refused> {
         let value: Value = serde_json::from_str(text)
             .map_err(|_| Refused::Close(Ended(close::PROTOCOL, "a control must be JSON")))?;
-        // The store cannot hold U+0000: refused like any other refused
-        // finish on the socket (logged; the HTTP form answers it).
-        if let Some(pointer) = crate::body::nul_pointer(&value) {
-            tracing::info!(executor = %self.executor_id, pointer, "a control holding U+0000 was refused");
+        // What narad cannot keep exactly (U+0000, an integer beyond 64
+        // bits) is refused like any other refused finish on the socket
+        // (logged; the HTTP form answers it).
+        if let Some((pointer, problem)) = crate::body::unstorable(text.as_bytes(), &value) {
+            tracing::info!(executor = %self.executor_id, pointer, problem, "a control was refused");
             return Ok(None);
         }
         if value["protocolVersion"] != "narad/v1" {

@@ -36,6 +36,7 @@ pub mod quotas;
 pub mod routes;
 pub mod runtime;
 pub mod signature;
+pub mod wide_integers;
 
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;

@@ -38,7 +38,7 @@ use crate::error::ApiError;
 #[openapi(
     info(
         title = "narad",
-        description = "The narad/v1 server: durable journal, rule keeper and live delivery for agent sessions. Errors are always `{code, title, message, fields?, rule?, details?}` (docs/errors.md). Text in a request body, in any string or object key, may not hold U+0000 (Postgres, where narad keeps everything, cannot store it): such a body is refused whole with 400 NRD-0003 naming its JSON pointer. Integers may be written `3`, `3.0` or `3e0` (JSON Schema's integer); they are at most 2^53 − 1."
+        description = "The narad/v1 server: durable journal, rule keeper and live delivery for agent sessions. Errors are always `{code, title, message, fields?, rule?, details?}` (docs/errors.md). Text in a request body, in any string or object key, may not hold U+0000 (Postgres, where narad keeps everything, cannot store it): such a body is refused whole with 400 NRD-0003 naming its JSON pointer. Integers may be written `3`, `3.0` or `3e0` (JSON Schema's integer); they are at most 2^53 − 1. An integer literal no 64-bit integer holds is refused anywhere in a body (400 NRD-0003 with its pointer) rather than rounded to a float: send such a value as a string."
     ),
     modifiers(&BearerScheme)
 )]
