@@ -600,6 +600,84 @@ async fn the_http_form_attaches_polls_and_renews() {
     assert_eq!((r.status, r.code()), (409, "NRD-0401"));
 }
 
+/// Polls `controls` under `lease` (waiting up to `wait_ms`): the status,
+/// the error code and how long the answer took.
+async fn timed_poll(
+    base: &str,
+    e: &str,
+    executor: &str,
+    lease: &str,
+    wait_ms: u64,
+) -> (u16, String, Duration) {
+    let started = tokio::time::Instant::now();
+    let r = reqwest::Client::new()
+        .get(format!(
+            "{base}/v1/executors/{executor}/controls?leaseId={lease}&waitMs={wait_ms}"
+        ))
+        .bearer_auth(e)
+        .send()
+        .await
+        .expect("answers");
+    let status = r.status().as_u16();
+    let body: Value = r.json().await.expect("JSON");
+    let code = body["code"].as_str().unwrap_or_default().to_owned();
+    (status, code, started.elapsed())
+}
+
+#[tokio::test]
+async fn a_poll_under_a_lease_superseded_meanwhile_answers_409_at_once() {
+    // Heartbeats far apart: only the attachment's wakeup can end the poll
+    // before its 20 s.
+    let s = Server::start_with_executors(ExecutorSettings {
+        heartbeat_interval: Duration::from_secs(25),
+        lease_ttl: Duration::from_secs(60),
+        ..patient()
+    })
+    .await;
+    let e = executor_token("acme", None);
+    for by_socket in [false, true] {
+        let attached = s.post("/v1/executors/desk/attach", &e, &json!({})).await;
+        let lease = attached.expect(201)["leaseId"]
+            .as_str()
+            .expect("a lease")
+            .to_owned();
+        let poll = {
+            let (base, e) = (s.base.clone(), e.clone());
+            tokio::spawn(async move { timed_poll(&base, &e, "desk", &lease, 20_000).await })
+        };
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let _socket = if by_socket {
+            Some(Ws::connect(&s, "desk", &e).await.expect("attached"))
+        } else {
+            s.post("/v1/executors/desk/attach", &e, &json!({}))
+                .await
+                .expect(201);
+            None
+        };
+        let (status, code, took) = poll.await.expect("the poll");
+        assert_eq!((status, code.as_str()), (409, "NRD-0401"));
+        assert!(
+            took < Duration::from_secs(10),
+            "answered after {took:?}, not at the attachment"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_poll_whose_lease_lapses_meanwhile_answers_409_before_its_wait() {
+    let s = Server::start_with_executors(quick()).await;
+    let e = executor_token("acme", None);
+    let attached = s.post("/v1/executors/desk/attach", &e, &json!({})).await;
+    let lease = attached.expect(201)["leaseId"]
+        .as_str()
+        .expect("a lease")
+        .to_owned();
+    // No heartbeat: the lease (1 s) lapses long before the 20 s wait.
+    let (status, code, took) = timed_poll(&s.base, &e, "desk", &lease, 20_000).await;
+    assert_eq!((status, code.as_str()), (409, "NRD-0401"));
+    assert!(took < Duration::from_secs(10), "answered after {took:?}");
+}
+
 #[tokio::test]
 async fn a_finish_on_the_socket_is_recorded_and_a_silent_executor_is_let_go() {
     let s = Server::start_with_executors(quick()).await;

@@ -179,6 +179,8 @@ impl Channel {
                 self.max_executors,
             )
             .await?;
+        // A control poll under the lease this one superseded answers now.
+        self.hub.wake_executors(&self.tenant);
         let _lease = Held::executor_lease();
         let mut expires_at = lease.expires_at.clone();
         if send(socket, &attached(&self.executor_id, &lease, s))

@@ -328,7 +328,10 @@ impl Hub {
         self.client_calls.subscribe(tenant)
     }
 
-    fn wake_executors(&self, tenant: &TenantId) {
+    /// Wakes the tenant's executor channels and control polls on this
+    /// replica: a client call was committed, or an executor attached (a
+    /// poll under the lease it superseded then answers 409 at once).
+    pub fn wake_executors(&self, tenant: &TenantId) {
         self.client_calls.wake(tenant);
     }
 

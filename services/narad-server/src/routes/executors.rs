@@ -306,6 +306,7 @@ pub async fn attach(
         .journal
         .attach_executor_within(&principal.tenant, &executor_id, s.lease_ttl, max)
         .await?;
+    state.hub.wake_executors(&principal.tenant);
     if let Err(e) = state
         .journal
         .resume_executor_runs(&principal.tenant, &executor_id)
@@ -493,8 +494,12 @@ pub async fn controls(
                 format!("lease {lease_id} was superseded or lapsed; attach again"),
             ));
         }
+        // The lease is looked at again at least every heartbeat interval:
+        // it may lapse, or be superseded on another replica, whose attach
+        // wakes only its own polls.
+        let recheck = tokio::time::Instant::now() + state.executors.heartbeat_interval;
         let woken = tokio::select! {
-            _ = tokio::time::sleep_until(deadline) => false,
+            _ = tokio::time::sleep_until(deadline.min(recheck)) => recheck < deadline,
             _ = state.hub.closed() => false,
             changed = calls.changed() => changed.is_ok(),
         };
