@@ -8,7 +8,7 @@
  * (`delivery.gap`: re-read history from {@link SessionReducer.sessionSequence});
  * refuses one eventId at two sequences (`delivery.conflict`); never lets a
  * watch revision regress; replaces the transcript with a
- * `messages.snapshot`; validates the authority of the profiles it
+ * `messages.snapshot` (one older than what it holds is ignored); validates the authority of the profiles it
  * negotiated with the lifecycle rules ({@link SessionState}); never invents
  * a terminal and never executes anything (control messages are ignored).
  */
@@ -135,8 +135,13 @@ export class SessionReducer {
       case "watch":
         return this.deliverWatch(c.object);
       case "hydrate":
-        if (c.object.type === "messages.snapshot") this.replaceTranscript(c.object);
-        else this.graphs.apply(c.object);
+        if (c.object.type === "messages.snapshot") {
+          // A snapshot older than what the transcript already holds would
+          // take back what later authority added.
+          const holds = Math.max(this.transcriptCovered, this.engine.sessionSequence);
+          if ((c.object.coversThroughSessionSequence as number) < holds) return "ignored";
+          this.replaceTranscript(c.object);
+        } else this.graphs.apply(c.object);
         return "recorded";
       case "control":
         return "ignored";

@@ -168,6 +168,12 @@ impl Reducer {
             WireObject::Watch(w) => self.deliver_watch(w),
             WireObject::Hydrate(h) => {
                 if let HydrateBody::MessagesSnapshot(s) = &h.body {
+                    // A snapshot older than what the transcript already
+                    // holds would take back what later authority added.
+                    let holds = self.transcript_covered.max(self.engine.session_sequence);
+                    if s.covers_through_session_sequence.get() < holds {
+                        return Ok(Delivered::Ignored);
+                    }
                     self.replace_transcript(s);
                 }
                 Ok(Delivered::Recorded)

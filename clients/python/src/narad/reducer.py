@@ -291,6 +291,12 @@ class SessionReducer:
                 return self._deliver_watch(c.object)
             case "hydrate":
                 if c.object.get("type") == "messages.snapshot":
+                    # A snapshot older than what the transcript already
+                    # holds would take back what later authority added.
+                    holds = max(self._transcript_covered, self._engine.session_sequence)
+                    covers = c.object.get("coversThroughSessionSequence")
+                    if isinstance(covers, int) and covers < holds:
+                        return "ignored"
                     self._replace_transcript(c.object)
                 else:
                     self.graphs.apply(c.object)
