@@ -4,6 +4,7 @@
  * main entry so that it stays free of Node modules for browsers and workers.
  */
 import { open, readFile } from "node:fs/promises";
+import { dirname } from "node:path";
 
 import type { TokenEntry, TokenStore } from "./executor.js";
 
@@ -11,9 +12,13 @@ import type { TokenEntry, TokenStore } from "./executor.js";
  * An executor's durable token store in Node: an append-only file of JSON
  * lines, each write synced to disk before `put` resolves (so a token is
  * recorded as accepted before its tool runs, and survives a crash). The
- * last line of a token wins; a line torn by a crash mid-write is skipped.
+ * first write of a store also syncs its directory, so that a file the write
+ * created is still there after a crash. The last line of a token wins; a
+ * line torn by a crash mid-write is skipped.
  */
 export class FileTokenStore implements TokenStore {
+  private directorySynced = false;
+
   constructor(private readonly path: string) {}
 
   async get(executionToken: string): Promise<TokenEntry | undefined> {
@@ -28,6 +33,10 @@ export class FileTokenStore implements TokenStore {
       await file.datasync();
     } finally {
       await file.close();
+    }
+    if (!this.directorySynced) {
+      await syncDirectory(dirname(this.path));
+      this.directorySynced = true;
     }
   }
 
@@ -58,5 +67,22 @@ export class FileTokenStore implements TokenStore {
       }
     }
     return entries;
+  }
+}
+
+/** Syncs a directory's entries to disk, where the platform can (not on Windows). */
+async function syncDirectory(path: string): Promise<void> {
+  let directory;
+  try {
+    directory = await open(path, "r");
+  } catch (e) {
+    const code = (e as NodeJS.ErrnoException).code;
+    if (code === "EISDIR" || code === "EPERM" || code === "EACCES") return;
+    throw e;
+  }
+  try {
+    await directory.sync();
+  } finally {
+    await directory.close();
   }
 }
