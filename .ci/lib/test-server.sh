@@ -1,6 +1,7 @@
 # Sourced by the CI scripts that need a running narad: a fresh database on
 # the test Postgres, `narad serve` on a port the kernel picks, and cleanup
-# on exit. After `test_server_start NAME`:
+# on exit. `test_server_binary` alone only finds or builds the binary. After
+# `test_server_start NAME`:
 #   NARAD   the binary, an absolute path (a debug build, unless $NARAD_BIN names one)
 #   BASE    the server's URL
 #   WORK    a scratch directory, removed on exit
@@ -30,10 +31,9 @@ test_server_cleanup() {
 }
 trap test_server_cleanup EXIT
 
-# test_server_start NAME: builds narad (unless NARAD_BIN), makes database
-# narad_NAME_<pid>_<time>, and serves it; the server's log is $WORK/server.log.
-test_server_start() {
-  local name="$1"
+# test_server_binary: sets NARAD to $NARAD_BIN, or builds narad and sets it
+# to the debug build (an absolute path either way).
+test_server_binary() {
   if [ -n "${NARAD_BIN:-}" ]; then
     NARAD="$NARAD_BIN"
   else
@@ -44,6 +44,13 @@ test_server_start() {
     NARAD=target/debug/narad
   fi
   NARAD=$(realpath "$NARAD")
+}
+
+# test_server_start NAME: builds narad (unless NARAD_BIN), makes database
+# narad_NAME_<pid>_<time>, and serves it; the server's log is $WORK/server.log.
+test_server_start() {
+  local name="$1"
+  test_server_binary
   TEST_SERVER_DB="narad_${name}_$$_$(date +%s)"
   test_server_psql "create database $TEST_SERVER_DB"
   export NARAD_JWT_HS256_SECRET="$TEST_SERVER_SECRET"

@@ -165,101 +165,18 @@ async def test_follow_refuses_a_session_it_cannot_read(writer: Client) -> None:
     assert (refused.value.code or "").startswith("NRD-")
 
 
-class CuttingProxy:
-    """A TCP proxy that cuts its first ``cuts`` connections after a random
-    number of bytes from the server (mid-frame, mid-header), then forwards."""
+class FaultProxy:
+    """A TCP proxy between a client and the server. It cuts its first
+    ``cuts`` connections after a random number of bytes from the server
+    (mid-frame, mid-header) with a reset; switched off, it resets every
+    connection it holds and every new one, as a network partition looks."""
 
-    def __init__(self, upstream: str, cuts: int, seed: int) -> None:
+    def __init__(self, upstream: str, *, cuts: int = 0, seed: int = 0) -> None:
         host, port = upstream.removeprefix("http://").rsplit(":", 1)
         self.host, self.port = host, int(port)
         self.cuts = cuts
         self.cut = 0
         self.random = random.Random(seed)
-        self.server: asyncio.Server | None = None
-
-    async def start(self) -> str:
-        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
-        port = self.server.sockets[0].getsockname()[1]
-        return f"http://127.0.0.1:{port}"
-
-    async def close(self) -> None:
-        if self.server is not None:
-            self.server.close()
-
-    async def _serve(self, down_r: asyncio.StreamReader, down_w: asyncio.StreamWriter) -> None:
-        budget: int | None = None
-        if self.cut < self.cuts:
-            self.cut += 1
-            budget = self.random.randint(150, 6000)
-        try:
-            up_r, up_w = await asyncio.open_connection(self.host, self.port)
-        except OSError:
-            down_w.close()
-            return
-
-        async def pipe(r: asyncio.StreamReader, w: asyncio.StreamWriter, limit: int | None) -> None:
-            sent = 0
-            try:
-                while data := await r.read(1024):
-                    if limit is not None and sent + len(data) >= limit:
-                        w.write(data[: limit - sent])
-                        await w.drain()
-                        return
-                    sent += len(data)
-                    w.write(data)
-                    await w.drain()
-            except (ConnectionError, OSError):
-                return
-
-        tasks = [
-            asyncio.create_task(pipe(down_r, up_w, None)),
-            asyncio.create_task(pipe(up_r, down_w, budget)),
-        ]
-        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
-        for task in tasks:
-            task.cancel()
-        for w in (up_w, down_w):
-            if budget is not None and w is down_w:
-                # A reset, not a polite end: what a dropped connection looks like.
-                with contextlib.suppress(OSError):
-                    w.transport.abort()
-            w.close()
-
-
-@pytest.mark.parametrize("seed", [1, 2, 3])
-async def test_follow_survives_connections_cut_at_random_points(
-    narad_server: NaradServer, org: str, writer: Client, seed: int
-) -> None:
-    session_id = f"s-{uuid.uuid4().hex[:12]}"
-    await writer.create_session(session_id)
-    proxy = CuttingProxy(narad_server.base, cuts=12, seed=seed)
-    base = await proxy.start()
-    try:
-        async with Client(base, narad_server.token(org=org)) as client:
-            reducer = SessionReducer()
-            frames = follow(client, session_id=session_id, initial_backoff=0.02)
-            appending = asyncio.create_task(fill(writer, session_id))
-            first = await asyncio.wait_for(collect(frames, reducer, until=1), 30)
-            await appending
-            total = await total_after_fill(writer, session_id)
-            rest = await asyncio.wait_for(collect(frames, reducer, until=total), 60)
-            await frames.aclose()
-    finally:
-        await proxy.close()
-    assert proxy.cut == 12, "the stream ended before the proxy cut it as often as planned"
-    delivered = [f.data["sessionSequence"] for f in first + rest]
-    assert delivered == list(range(1, total + 1))
-    history = await history_of(writer, session_id)
-    assert reducer.state() == reduced(history).state()
-
-
-class SwitchedProxy:
-    """A TCP proxy that can be switched off: off, it resets every connection
-    it holds and every new one, as a network partition looks to a client."""
-
-    def __init__(self, upstream: str) -> None:
-        host, port = upstream.removeprefix("http://").rsplit(":", 1)
-        self.host, self.port = host, int(port)
         self.on = True
         self.held: set[asyncio.StreamWriter] = set()
         self.server: asyncio.Server | None = None
@@ -282,22 +199,67 @@ class SwitchedProxy:
         if not self.on:
             down_w.transport.abort()
             return
-        up_r, up_w = await asyncio.open_connection(self.host, self.port)
+        budget: int | None = None
+        if self.cut < self.cuts:
+            self.cut += 1
+            budget = self.random.randint(150, 6000)
+        try:
+            up_r, up_w = await asyncio.open_connection(self.host, self.port)
+        except OSError:
+            down_w.transport.abort()
+            return
         self.held.update((down_w, up_w))
 
-        async def pipe(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+        async def pipe(r: asyncio.StreamReader, w: asyncio.StreamWriter, limit: int | None) -> None:
+            sent = 0
             with contextlib.suppress(ConnectionError, OSError):
-                while data := await r.read(4096):
+                while data := await r.read(1024):
+                    if limit is not None and sent + len(data) >= limit:
+                        w.write(data[: limit - sent])
+                        await w.drain()
+                        return
+                    sent += len(data)
                     w.write(data)
                     await w.drain()
 
-        tasks = [asyncio.create_task(pipe(down_r, up_w)), asyncio.create_task(pipe(up_r, down_w))]
+        tasks = [
+            asyncio.create_task(pipe(down_r, up_w, None)),
+            asyncio.create_task(pipe(up_r, down_w, budget)),
+        ]
         await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
         for task in tasks:
             task.cancel()
         for w in (up_w, down_w):
             self.held.discard(w)
+            # A reset, not a polite end: what a dropped connection looks like.
             w.transport.abort()
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+async def test_follow_survives_connections_cut_at_random_points(
+    narad_server: NaradServer, org: str, writer: Client, seed: int
+) -> None:
+    session_id = f"s-{uuid.uuid4().hex[:12]}"
+    await writer.create_session(session_id)
+    proxy = FaultProxy(narad_server.base, cuts=12, seed=seed)
+    base = await proxy.start()
+    try:
+        async with Client(base, narad_server.token(org=org)) as client:
+            reducer = SessionReducer()
+            frames = follow(client, session_id=session_id, initial_backoff=0.02)
+            appending = asyncio.create_task(fill(writer, session_id))
+            first = await asyncio.wait_for(collect(frames, reducer, until=1), 30)
+            await appending
+            total = await total_after_fill(writer, session_id)
+            rest = await asyncio.wait_for(collect(frames, reducer, until=total), 60)
+            await frames.aclose()
+    finally:
+        await proxy.close()
+    assert proxy.cut == 12, "the stream ended before the proxy cut it as often as planned"
+    delivered = [f.data["sessionSequence"] for f in first + rest]
+    assert delivered == list(range(1, total + 1))
+    history = await history_of(writer, session_id)
+    assert reducer.state() == reduced(history).state()
 
 
 async def test_follow_fills_a_replay_gap_from_history(
@@ -308,7 +270,7 @@ async def test_follow_fills_a_replay_gap_from_history(
     server = start_server(NARAD_OUTBOX_RETENTION_SECONDS="1")
     token = server.token(org=org)
     session_id = f"s-{uuid.uuid4().hex[:12]}"
-    proxy = SwitchedProxy(server.base)
+    proxy = FaultProxy(server.base)
     base = await proxy.start()
     try:
         async with Client(server.base, token) as writer, Client(base, token) as client:
