@@ -421,7 +421,9 @@ impl Server {
             quotas.clone(),
             runtime.clone(),
         ));
+        let closed = narad_server::closed_tenants::ClosedTenants::watch(journal.clone()).await;
         let state = AppState {
+            closed,
             quotas,
             hub: hub.clone(),
             journal,

@@ -322,6 +322,40 @@ async fn tickets_keep_the_tokens_limits_and_expire() {
     s.stop().await;
 }
 
+/// A ticket is refused from the moment its token would be, even within
+/// its minute: it carries the token's limits, its end among them.
+#[tokio::test]
+async fn a_ticket_is_refused_once_its_token_would_be() {
+    let s = Server::start().await;
+    let t = token("acme", &Role::ALL);
+    open_session(&s, &t, "s1").await;
+    // Accepted for about 2 s more (exp plus the verifier's leeway).
+    let mut late = claims("acme", "alice", &[Role::Reader]);
+    late.exp = late.iat.unwrap() + 2 - narad_server::auth::LEEWAY_SECONDS;
+    let jwt = hs256(&late);
+    let issued = ticket(&s, &jwt, json!({"stream": "session", "sessionId": "s1"})).await;
+    let token_end = late.exp + narad_server::auth::LEEWAY_SECONDS;
+    let expires = chrono::DateTime::parse_from_rfc3339(issued["expiresAt"].as_str().unwrap())
+        .expect("an RFC 3339 expiry");
+    assert!(
+        expires.timestamp() as u64 <= token_end,
+        "the ticket expires at {expires}, after its token ({token_end})"
+    );
+    let url = issued["url"].as_str().unwrap();
+    assert_eq!(bare(&s, url, &[]).await.status(), 200);
+
+    tokio::time::sleep(std::time::Duration::from_millis(3_000)).await;
+    assert_eq!(s.get("/v1/sessions/s1", &jwt).await.status, 401);
+    let refused = Answer::of(bare(&s, url, &[]).await).await;
+    assert_eq!(
+        (refused.status, refused.code()),
+        (401, "NRD-0101"),
+        "{:#}",
+        refused.body
+    );
+    s.stop().await;
+}
+
 // ---- Client executors from a browser tab ----
 
 /// Connects as a browser's `WebSocket` would: no Authorization, the token

@@ -224,6 +224,14 @@ async fn a_tenant_is_erased_in_batches_and_resumes_after_a_crash() {
     open_session(&s, &acme, "busy").await;
     open_session(&s, &globex, "kept").await;
 
+    // Not anyone may: an organisation's own admin cannot.
+    assert_eq!(
+        delete(&s, "/v1/admin/tenants/acme", &token("acme", &[Role::Admin]))
+            .await
+            .status,
+        403
+    );
+
     // A crash after one batch: the request is recorded, a batch of 40 is
     // erased, and the process goes away before finishing.
     let journal = Journal::connect(s.db.url(), 2).expect("a journal");
@@ -235,13 +243,6 @@ async fn a_tenant_is_erased_in_batches_and_resumes_after_a_crash() {
     let (erased, done) = journal.erase_tenant_batch(&org, 40).await.unwrap();
     assert_eq!((erased, done), (40, false));
 
-    // Not anyone may: an organisation's own admin cannot.
-    assert_eq!(
-        delete(&s, "/v1/admin/tenants/acme", &token("acme", &[Role::Admin]))
-            .await
-            .status,
-        403
-    );
     // The sweeper resumes it and finishes.
     wait_for("the erasure finishes", 30, async || {
         let status = s.get("/v1/admin/tenants/acme/erasure", &operator).await;
@@ -251,16 +252,23 @@ async fn a_tenant_is_erased_in_batches_and_resumes_after_a_crash() {
     let status = s.get("/v1/admin/tenants/acme/erasure", &operator).await;
     // 40 by the crashed process, the other 91 by the sweeper.
     assert_eq!(status.expect(200)["sessionsErased"], 131);
+    let left: i64 = admin_db(&s)
+        .await
+        .query_one(
+            "select count(*) from sessions where tenant_id = 'acme'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(left, 0);
+    // Its credentials are refused from then on.
     let listed = s.get("/v1/sessions", &acme).await;
-    assert_eq!(listed.expect(200)["sessions"], json!([]));
-    assert_eq!(s.get("/v1/sessions/busy", &acme).await.status, 410);
+    assert_eq!((listed.status, listed.code()), (410, "NRD-0210"));
     // globex is untouched.
     assert_eq!(s.get("/v1/sessions/kept", &globex).await.status, 200);
 
     // Asked again through the API: answered at once, finished soon.
-    s.post("/v1/sessions", &acme, &json!({"sessionId": "new"}))
-        .await
-        .expect(201);
     let asked = delete(&s, "/v1/admin/tenants/acme", &operator).await;
     assert_eq!(asked.status, 202, "{}", asked.body);
     assert_eq!(asked.body["state"], "erasing");
@@ -271,7 +279,129 @@ async fn a_tenant_is_erased_in_batches_and_resumes_after_a_crash() {
             == "erased"
     })
     .await;
-    assert_eq!(s.get("/v1/sessions/new", &acme).await.status, 410);
+    s.stop().await;
+}
+
+/// From the moment its erasure is asked for, an organisation writes
+/// nothing more and opens no stream, on this replica at once and on the
+/// others within the refresh; its erasure finishes while a client keeps
+/// creating sessions, and nothing created meanwhile stays.
+#[tokio::test]
+async fn an_organisation_being_erased_writes_nothing_more() {
+    let s = Server::start().await;
+    let other = s.replica().await;
+    let operator = token(OPERATOR_ORG, &[Role::Admin]);
+    let acme = token("acme", &[Role::Writer, Role::Backend, Role::Reader]);
+    open_session(&s, &acme, "s0").await;
+    let ticket = s
+        .post(
+            "/v1/stream-tickets",
+            &acme,
+            &json!({"stream": "session", "sessionId": "s0"}),
+        )
+        .await
+        .expect(201)["url"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+
+    // A client creating sessions as fast as it can, through the other
+    // replica, until it is refused.
+    let creator = {
+        let other_base = other.base.clone();
+        let http = other.http.clone();
+        let acme = acme.clone();
+        tokio::spawn(async move {
+            let mut created = 0u32;
+            for i in 0.. {
+                let answer = Answer::of(
+                    http.post(format!("{other_base}/v1/sessions"))
+                        .bearer_auth(&acme)
+                        .json(&json!({"sessionId": format!("c{i}")}))
+                        .send()
+                        .await
+                        .unwrap(),
+                )
+                .await;
+                match answer.status {
+                    201 => created += 1,
+                    _ => return (created, answer.status, answer.code().to_owned()),
+                }
+            }
+            unreachable!()
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let asked = delete(&s, "/v1/admin/tenants/acme", &operator).await;
+    assert_eq!(asked.status, 202, "{}", asked.body);
+
+    // This replica refuses everything of acme at once.
+    let created = s
+        .post("/v1/sessions", &acme, &json!({"sessionId": "late"}))
+        .await;
+    assert_eq!(
+        (created.status, created.code()),
+        (410, "NRD-0210"),
+        "{}",
+        created.body
+    );
+    let appended = s
+        .post(
+            "/v1/sessions/s0/events",
+            &acme,
+            &json!({"events": [delta("late-delta")]}),
+        )
+        .await;
+    assert_eq!((appended.status, appended.code()), (410, "NRD-0210"));
+    let stream = s
+        .http
+        .get(format!("{}/v1/sessions/s0/stream", s.base))
+        .bearer_auth(&acme)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(stream.status(), 410);
+    let ticketed = Answer::of(
+        s.http
+            .get(format!("{}{ticket}", s.base))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!((ticketed.status, ticketed.code()), (410, "NRD-0210"));
+
+    // The other replica within its refresh: the creator is refused.
+    let (made, status, code) = tokio::time::timeout(Duration::from_secs(10), creator)
+        .await
+        .expect("the other replica refuses within its refresh")
+        .unwrap();
+    assert_eq!((status, code.as_str()), (410, "NRD-0210"));
+    assert!(made > 0, "the creator created sessions before the erasure");
+
+    wait_for("the erasure finishes", 30, async || {
+        s.get("/v1/admin/tenants/acme/erasure", &operator)
+            .await
+            .expect(200)["state"]
+            == "erased"
+    })
+    .await;
+    let db = admin_db(&s).await;
+    let left: i64 = db
+        .query_one(
+            "select count(*) from sessions where tenant_id = 'acme'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(left, 0, "sessions of acme outlived its erasure");
+    // And it stays closed: erased is not reopened.
+    let after = other
+        .post("/v1/sessions", &acme, &json!({"sessionId": "after"}))
+        .await;
+    assert_eq!((after.status, after.code()), (410, "NRD-0210"));
+    other.stop().await;
     s.stop().await;
 }
 

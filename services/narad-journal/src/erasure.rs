@@ -70,6 +70,43 @@ pub(crate) async fn was_erased(
     .get(0))
 }
 
+/// The advisory lock that orders session creation and tenant erasure
+/// requests (see migration `20261206000001_closed_tenants.sql`): taken
+/// shared by a creation, exclusively by an erasure request.
+const TENANT_ERASURE_LOCK: &str = "hashtext('narad.tenant-erasure'), hashtext($1)";
+
+/// Whether session `id` may be created for `tenant`, in `c`'s transaction
+/// (scoped to the tenant): refused when the tenant's erasure was asked for
+/// ([`JournalError::TenantClosed`]) or when the id named a session that
+/// was erased ([`JournalError::SessionErased`]). Holds the erasure lock
+/// shared until the transaction ends, so that an erasure asked for
+/// meanwhile waits for this creation to commit, and then erases it.
+pub(crate) async fn admit_session(
+    c: &deadpool_postgres::Client,
+    tenant: &TenantId,
+    id: &str,
+) -> Result<(), JournalError> {
+    c.execute(
+        &format!("select pg_advisory_xact_lock_shared({TENANT_ERASURE_LOCK})"),
+        &[&tenant.as_str()],
+    )
+    .await?;
+    let row = c
+        .query_one(
+            "select exists (select 1 from tenant_erasures where tenant_id = $1), \
+                    exists (select 1 from erased_sessions where tenant_id = $1 and session_id = $2)",
+            &[&tenant.as_str(), &id],
+        )
+        .await?;
+    if row.get(0) {
+        return Err(JournalError::TenantClosed(tenant.to_string()));
+    }
+    if row.get(1) {
+        return Err(JournalError::SessionErased(id.to_owned()));
+    }
+    Ok(())
+}
+
 const RFC3339: &str = "'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"'";
 
 impl Journal {
@@ -143,7 +180,8 @@ impl Journal {
     }
 
     /// Asks for `tenant`'s erasure (again, if it finished before): the
-    /// sweeper erases its sessions in batches.
+    /// sweeper erases its sessions in batches. From its commit no session
+    /// is created for the tenant ([`admit_session`]).
     pub async fn request_tenant_erasure(
         &self,
         tenant: &TenantId,
@@ -151,6 +189,11 @@ impl Journal {
     ) -> Result<TenantErasure, JournalError> {
         let client = self.pool.get().await?;
         in_tenant(client, tenant, async |c| {
+            c.execute(
+                &format!("select pg_advisory_xact_lock({TENANT_ERASURE_LOCK})"),
+                &[&tenant.as_str()],
+            )
+            .await?;
             c.execute(
                 "insert into tenant_erasures (tenant_id, requested_by) values ($1, $2) \
                  on conflict (tenant_id) do update set requested_at = now(), \
@@ -190,6 +233,13 @@ impl Journal {
             sessions_erased: u64::try_from(r.get::<_, i64>(2)).unwrap_or(0),
             finished_at: r.get(3),
         }))
+    }
+
+    /// The tenants whose erasure was asked for, finished or not: closed
+    /// for good.
+    pub async fn closed_tenants(&self) -> Result<Vec<TenantId>, JournalError> {
+        self.tenants_of("select tenant_id from closed_tenants()")
+            .await
     }
 
     /// The tenants whose erasure has not finished.

@@ -14,6 +14,12 @@ pub enum JournalError {
     /// the tenant's erasure): nothing of it is left.
     #[error("session {0} was erased; nothing of it is kept, and its id cannot be used again")]
     SessionErased(String),
+    /// The tenant's erasure was asked for: nothing more is written for it.
+    #[error(
+        "organisation {0} is being erased, or was: nothing more is written for it, and its \
+         credentials are refused"
+    )]
+    TenantClosed(String),
     /// The thing named does not exist for this tenant.
     #[error("{0} does not exist")]
     NotFound(String),
@@ -161,6 +167,7 @@ impl JournalError {
         match self {
             JournalError::SessionNotFound(_) | JournalError::NotFound(_) => ErrorCode::NotFound,
             JournalError::SessionErased(_) => ErrorCode::SessionErased,
+            JournalError::TenantClosed(_) => ErrorCode::OrganisationErased,
             JournalError::SlotTaken { .. } => ErrorCode::SessionSlotTaken,
             JournalError::InterruptAlreadyResolved { .. } => ErrorCode::InterruptAlreadyResolved,
             JournalError::SessionExists(_) => ErrorCode::SessionExists,

@@ -138,6 +138,7 @@ impl Journal {
         let metadata = new.metadata.map(Value::Object);
         let client = self.pool.get().await?;
         in_tenant(client, tenant, async |c| {
+            crate::erasure::admit_session(c, tenant, &id).await?;
             if let Some(max) = max {
                 crate::quotas::within_quota(
                     c,
@@ -156,9 +157,6 @@ impl Journal {
                     },
                 )
                 .await?;
-            }
-            if crate::erasure::was_erased(c, tenant, &id).await? {
-                return Err(JournalError::SessionErased(id.clone()));
             }
             let stmt = c
                 .prepare_cached(&format!(

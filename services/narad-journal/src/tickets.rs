@@ -40,8 +40,9 @@ fn digest(ticket: &str) -> Vec<u8> {
 
 impl Journal {
     /// Issues a ticket for `grant`, usable for `lifetime` (to open the
-    /// stream and to reconnect to it); returns the ticket and when it
-    /// expires (RFC 3339). Expired tickets of the tenant are forgotten on
+    /// stream and to reconnect to it) and never past the issuing token's
+    /// end (`valid_until`): a ticket is refused from the second its token
+    /// would be. Returns the ticket and when it expires (RFC 3339). Expired tickets of the tenant are forgotten on
     /// the way.
     pub async fn issue_stream_ticket(
         &self,
@@ -69,7 +70,8 @@ impl Journal {
                 .query_one(
                 "insert into stream_tickets \
                  (ticket_hash, tenant_id, subject, roles, sessions, stream, valid_until, expires_at) \
-                 values ($1, $2, $3, $4, $5, $6, $7, now() + $8 * interval '1 millisecond') \
+                 values ($1, $2, $3, $4, $5, $6, $7, \
+                         least(now() + $8 * interval '1 millisecond', to_timestamp($7::bigint))) \
                  returning to_char(expires_at at time zone 'utc', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"')",
                 &[
                     &hash,

@@ -95,6 +95,9 @@ error_codes! {
     /// An event names a blob (`narad://blobs/{id}`) this tenant does not
     /// hold for the session, or whose upload has not finished.
     ReferenceNotHeld = "NRD-0209", 409, "Blob reference not held";
+    /// The organisation is being erased, or was: its credentials are
+    /// refused and nothing is written for it.
+    OrganisationErased = "NRD-0210", 410, "Organisation erased";
     /// History cursors that identify different positions.
     CursorConflict = "NRD-0301", 400, "Cursor conflict";
     /// A stream cursor past anything the store holds.

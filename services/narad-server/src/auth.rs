@@ -852,9 +852,18 @@ impl Principal {
     /// The principal of a bearer token, verified as the `Authorization`
     /// header's is (for credentials a browser sends elsewhere).
     pub async fn from_token(state: &AppState, token: &str) -> Result<Principal, ApiError> {
-        state.verifier.verify(token).await.map_err(|e| {
+        let principal = state.verifier.verify(token).await.map_err(|e| {
             tracing::debug!(error = %e, "a token was refused");
             ApiError::from(e)
-        })
+        })?;
+        principal.admitted(state)
+    }
+
+    /// The principal, unless its organisation is closed by an erasure
+    /// ([`crate::closed_tenants`]). Every credential (token, stream ticket,
+    /// extension signature) passes here before it becomes a principal.
+    pub fn admitted(self, state: &AppState) -> Result<Principal, ApiError> {
+        state.closed.admit(&self.tenant)?;
+        Ok(self)
     }
 }

@@ -4,6 +4,8 @@
 //! Modules:
 //! - [`config`]: settings from flags and `NARAD_*` environment variables;
 //! - [`auth`]: bearer JWTs, roles and permissions;
+//! - [`closed_tenants`]: organisations closed by their erasure, refused on
+//!   every replica;
 //! - [`routes`]: every route, documented where it is registered;
 //! - [`hub`]: the relay and fan-out of committed events to live streams;
 //! - [`metrics`]: the Prometheus recorder behind `/metrics` (a leaf: owners
@@ -20,6 +22,7 @@
 pub mod audit;
 pub mod auth;
 pub mod body;
+pub mod closed_tenants;
 pub mod coalesce;
 pub mod config;
 pub mod console;
@@ -71,6 +74,8 @@ pub struct AppState {
     pub runtime: Arc<runtime::RuntimeSettings>,
     /// Per-tenant limits and their enforcement.
     pub quotas: Arc<quotas::Quotas>,
+    /// The organisations closed by an erasure.
+    pub closed: Arc<closed_tenants::ClosedTenants>,
 }
 
 /// The header that carries the request id, in requests and answers.

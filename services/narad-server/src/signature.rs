@@ -237,7 +237,7 @@ async fn verify(parts: &Parts, state: &AppState) -> Result<Principal, ApiError> 
     {
         return Err(refused("the request id was used before"));
     }
-    Ok(Principal {
+    Principal {
         tenant: key.tenant,
         subject: format!("extension:{extension}"),
         roles: [Role::Reader].into_iter().collect(),
@@ -245,7 +245,8 @@ async fn verify(parts: &Parts, state: &AppState) -> Result<Principal, ApiError> 
         sessions: None,
         valid_until: None,
         extension: Some((publisher.to_owned(), name.to_owned())),
-    })
+    }
+    .admitted(state)
 }
 
 #[cfg(test)]

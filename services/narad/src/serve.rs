@@ -98,7 +98,9 @@ async fn serve_with(config: &Config, url: &Secret, embedded: bool) -> anyhow::Re
         quotas.clone(),
         runtime.clone(),
     ));
+    let closed = narad_server::closed_tenants::ClosedTenants::watch(journal.clone()).await;
     let state = AppState {
+        closed,
         hub,
         quotas,
         journal,

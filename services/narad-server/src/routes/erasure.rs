@@ -141,7 +141,9 @@ fn require_operator(state: &AppState, principal: &Principal, what: &str) -> ApiR
 /// Erases an organisation: every session (in batches of 100, each in its
 /// own transaction, resumed after a crash), then its executors,
 /// extensions, limits and audit log. Answers at once; the erasure goes on
-/// in the background (`GET /v1/admin/tenants/{org}/erasure`).
+/// in the background (`GET /v1/admin/tenants/{org}/erasure`). From this
+/// answer on, the organisation is closed for good: its credentials are
+/// refused (410 `NRD-0210`) and no session is created for it.
 #[utoipa::path(delete, path = "/v1/admin/tenants/{org}", operation_id = "eraseTenant", tag = "operations",
     params(("org" = String, Path, min_length = 1, max_length = 256, description = "The organisation (a token's `org`)")),
     responses(
@@ -162,6 +164,7 @@ pub async fn erase_tenant(
             .journal
             .request_tenant_erasure(&org, &principal.subject)
             .await?;
+        state.closed.close(&org);
         Ok((
             StatusCode::ACCEPTED,
             Json(TenantErasureStatus::of(&org, erasure)),

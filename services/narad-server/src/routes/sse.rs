@@ -476,6 +476,7 @@ mod tests {
             openapi: Arc::new(OnceLock::new()),
             executors: Default::default(),
             runtime: Default::default(),
+            closed: Default::default(),
         }
     }
 

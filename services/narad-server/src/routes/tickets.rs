@@ -234,7 +234,7 @@ pub async fn verify(parts: &Parts, state: &AppState, ticket: &str) -> ApiResult<
     if grant.stream != stream {
         return Err(refused());
     }
-    Ok(Principal {
+    Principal {
         tenant: grant.tenant,
         subject: grant.subject,
         roles: grant
@@ -246,7 +246,8 @@ pub async fn verify(parts: &Parts, state: &AppState, ticket: &str) -> ApiResult<
         sessions: grant.sessions,
         valid_until: grant.valid_until,
         extension: None,
-    })
+    }
+    .admitted(state)
 }
 
 #[cfg(test)]
