@@ -6,12 +6,17 @@
 //! client does not read, the case of the slow reader too.
 
 use std::process::Stdio;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
 
 use axum::body::Body;
 use axum::extract::{Request, State};
 use axum::response::Response;
 use futures::StreamExt;
+use narad_server::executors::ExecutorSettings;
 use narad_tests::{AUDIENCE, ISSUER, SECRET, Server};
+use serde_json::{Value, json};
 
 /// The token command the kit runs: this binary signing with the test
 /// servers' secret.
@@ -90,21 +95,75 @@ async fn the_kit_passes_narad_and_writes_junit() {
     s.stop().await;
 }
 
-/// The upstream a proxy forwards to.
+/// What a proxy in front of narad does to what passes through it: each is
+/// a broken server as a client sees it from outside.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Mischief {
+    /// On a stream resumed with Last-Event-ID, sends the first authority
+    /// event twice (at-least-once delivery would forgive it; narad's
+    /// resume promises exactly the events after the cursor).
+    RepeatOnResume,
+    /// Holds back every answer to a POST this long: latency between the
+    /// kit and the server.
+    Latency(Duration),
+    /// Rewrites this member of the first event of every 201 answer to an
+    /// append: a sequence one on, an eventId another.
+    RewriteAppendAnswers(&'static str),
+}
+
+/// A proxy in front of a server, up to its [`Mischief`].
+struct Proxy {
+    /// Its base URL, standing for the server's.
+    url: String,
+    /// Answers it rewrote.
+    answers: Arc<AtomicUsize>,
+    serving: tokio::task::JoinHandle<std::io::Result<()>>,
+}
+
+impl Proxy {
+    /// Starts a proxy before `base` that does `mischief`.
+    async fn start(base: &str, mischief: Mischief) -> Proxy {
+        let answers = Arc::new(AtomicUsize::new(0));
+        let app = axum::Router::new().fallback(forward).with_state(Upstream {
+            base: base.to_owned(),
+            http: reqwest::Client::new(),
+            mischief,
+            answers: answers.clone(),
+        });
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let serving = tokio::spawn(async move { axum::serve(listener, app).await });
+        Proxy {
+            url,
+            answers,
+            serving,
+        }
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        self.serving.abort();
+    }
+}
+
+/// The upstream a proxy forwards to, and what it does to the answers.
 #[derive(Clone)]
 struct Upstream {
     base: String,
     http: reqwest::Client,
+    mischief: Mischief,
+    /// Answers rewritten so far.
+    answers: Arc<AtomicUsize>,
 }
 
-/// Forwards a request; on a stream resumed with Last-Event-ID, sends the
-/// first authority event twice (at-least-once delivery would forgive it;
-/// narad's resume promises exactly the events after the cursor).
+/// Forwards a request, and does the proxy's mischief to its answer.
 async fn forward(State(up): State<Upstream>, req: Request) -> Response {
     let resumed = req.headers().contains_key("last-event-id");
+    let (method, path) = (req.method().clone(), req.uri().path().to_owned());
     let mut out = up
         .http
-        .request(req.method().clone(), format!("{}{}", up.base, req.uri()));
+        .request(method.clone(), format!("{}{}", up.base, req.uri()));
     for (k, v) in req.headers() {
         if k != "host" {
             out = out.header(k, v);
@@ -114,53 +173,84 @@ async fn forward(State(up): State<Upstream>, req: Request) -> Response {
         .await
         .unwrap();
     let res = out.body(body).send().await.expect("upstream answers");
-    let mut answer = Response::builder().status(res.status().as_u16());
+    let status = res.status().as_u16();
+    let mut answer = Response::builder().status(status);
     for (k, v) in res.headers() {
-        answer = answer.header(k, v);
-    }
-    let stream = res.bytes_stream();
-    if !resumed {
-        return answer.body(Body::from_stream(stream)).unwrap();
-    }
-    let mut pending = Vec::new();
-    let mut repeated = false;
-    let frames = stream.map(move |chunk| {
-        let chunk = chunk?;
-        if repeated {
-            return Ok::<_, reqwest::Error>(chunk.to_vec());
+        // The body may change length.
+        if k != "content-length" {
+            answer = answer.header(k, v);
         }
-        pending.extend_from_slice(&chunk);
+    }
+    match up.mischief {
+        Mischief::Latency(pause) if method == "POST" => {
+            tokio::time::sleep(pause).await;
+        }
+        Mischief::RewriteAppendAnswers(member)
+            if method == "POST" && path.ends_with("/events") && status == 201 =>
+        {
+            let mut body: Value = res.json().await.unwrap();
+            let value = &mut body["events"][0][member];
+            match value {
+                Value::Number(n) => *value = json!(n.as_u64().unwrap() + 1),
+                Value::String(id) => *value = json!(format!("{id}-x")),
+                _ => {}
+            }
+            up.answers.fetch_add(1, Ordering::Relaxed);
+            return answer.body(Body::from(body.to_string())).unwrap();
+        }
+        Mischief::RepeatOnResume if resumed => {
+            let mut repeated = false;
+            let frames = frames(res.bytes_stream(), move |frame| {
+                if !repeated && is_authority(frame) {
+                    repeated = true;
+                    return [frame, frame].concat();
+                }
+                frame.to_vec()
+            });
+            return answer.body(Body::from_stream(frames)).unwrap();
+        }
+        _ => {}
+    }
+    answer.body(Body::from_stream(res.bytes_stream())).unwrap()
+}
+
+/// An SSE answer's frames (each through its blank line), each replaced by
+/// what `map` makes of it.
+fn frames(
+    answer: impl futures::Stream<Item = reqwest::Result<axum::body::Bytes>> + Send + 'static,
+    mut map: impl FnMut(&[u8]) -> Vec<u8> + Send + 'static,
+) -> impl futures::Stream<Item = reqwest::Result<Vec<u8>>> + Send + 'static {
+    let mut pending = Vec::new();
+    answer.map(move |chunk| {
+        pending.extend_from_slice(&chunk?);
         let mut out = Vec::new();
         while let Some(end) = pending.windows(2).position(|w| w == b"\n\n") {
             let frame: Vec<u8> = pending.drain(..end + 2).collect();
-            out.extend_from_slice(&frame);
-            let authority = (frame.starts_with(b"id:") || frame.windows(4).any(|w| w == b"\nid:"))
-                && frame.windows(17).any(|w| w == b"\"sessionSequence\"");
-            if authority {
-                out.extend_from_slice(&frame);
-                repeated = true;
-                break;
-            }
-        }
-        if repeated {
-            out.append(&mut pending);
+            out.extend(map(&frame));
         }
         Ok(out)
-    });
-    answer.body(Body::from_stream(frames)).unwrap()
+    })
+}
+
+/// Whether an SSE frame carries an authority event: an id, and a
+/// sessionSequence in its data.
+fn is_authority(frame: &[u8]) -> bool {
+    (frame.starts_with(b"id:") || frame.windows(4).any(|w| w == b"\nid:"))
+        && frame.windows(17).any(|w| w == b"\"sessionSequence\"")
+}
+
+/// Fails when the kit's output shows Rust's debug text instead of words.
+fn assert_plain(out: &str) {
+    for debug in ["Some(", "None", "Number(", "String(", "Object {"] {
+        assert!(!out.contains(debug), "debug text {debug:?} in:\n{out}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_server_that_repeats_a_frame_on_resume_fails_the_resume_case() {
     let s = Server::start().await;
-    let app = axum::Router::new().fallback(forward).with_state(Upstream {
-        base: s.base.clone(),
-        http: reqwest::Client::new(),
-    });
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let proxy = format!("http://{}", listener.local_addr().unwrap());
-    let serving = tokio::spawn(async move { axum::serve(listener, app).await });
-    let (code, out) = kit(&proxy, &["--only", "streams/"]).await;
+    let proxy = Proxy::start(&s.base, Mischief::RepeatOnResume).await;
+    let (code, out) = kit(&proxy.url, &["--only", "streams/"]).await;
     assert_eq!(code, 1, "{out}");
     let failed: Vec<&str> = out.lines().filter(|l| l.starts_with("FAIL ")).collect();
     assert_eq!(failed.len(), 2, "{out}");
@@ -186,7 +276,8 @@ async fn a_server_that_repeats_a_frame_on_resume_fails_the_resume_case() {
         "{out}"
     );
     assert!(out.contains("1 passed, 2 failed, 1 skipped"), "{out}");
-    serving.abort();
+    assert_plain(&out);
+    drop(proxy);
     s.stop().await;
 }
 
@@ -240,4 +331,85 @@ async fn a_client_that_skips_deduplication_fails_the_duplicates_trace() {
     assert!(failed.contains("event.id.unique"), "{failed}");
     // Traces without a repeated frame still pass.
     assert!(out.contains("PASS client/delivery-clean"), "{out}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_the_server_pauses_on_its_own_does_not_fail_the_client_result_trace() {
+    // The sweeper pauses a run whose client executor is away within
+    // 20 ms; 300 ms between the kit and the server make sure it does so
+    // between the tool call's start and the backend's refused result.
+    let s = Server::start_with_executors(ExecutorSettings {
+        sweep_interval: Duration::from_millis(20),
+        ..ExecutorSettings::default()
+    })
+    .await;
+    let proxy = Proxy::start(&s.base, Mischief::Latency(Duration::from_millis(300))).await;
+    let org = format!("kit-paused-{}", std::process::id());
+    let (code, out) = kit(
+        &proxy.url,
+        &[
+            "--org",
+            &org,
+            "--only",
+            "journal/issuer-backend-client-result",
+        ],
+    )
+    .await;
+    assert_plain(&out);
+    assert_eq!(code, 0, "{out}");
+    assert!(
+        out.contains("PASS journal/issuer-backend-client-result"),
+        "{out}"
+    );
+    // The server did add the pause the case must look past.
+    let token = narad_tests::token(&org, &[narad_server::auth::Role::Reader]);
+    let sessions = s.get("/v1/sessions", &token).await;
+    let session = sessions.expect(200)["sessions"][0]["sessionId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let history = s
+        .get(&format!("/v1/sessions/{session}/events"), &token)
+        .await;
+    let types: Vec<&str> = history.expect(200)["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|e| e["type"].as_str())
+        .collect();
+    assert_eq!(
+        types,
+        ["run.started", "tool.call.started", "run.paused"],
+        "{out}"
+    );
+    drop(proxy);
+    s.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_answers_appends_with_wrong_sequences_or_ids_fails_the_journal_cases() {
+    let s = Server::start().await;
+    for (member, says) in [
+        ("sessionSequence", "answer gives it sessionSequence"),
+        ("sequence", "answer gives it sequence"),
+        ("eventId", "the append's answer names event"),
+    ] {
+        let proxy = Proxy::start(&s.base, Mischief::RewriteAppendAnswers(member)).await;
+        let (code, out) = kit(&proxy.url, &["--quiet", "--only", "journal/interrupt"]).await;
+        assert_eq!(code, 1, "{out}");
+        assert_plain(&out);
+        let failed: Vec<&str> = out.lines().filter(|l| l.starts_with("FAIL ")).collect();
+        // Every trace with an accepted line met a rewritten answer.
+        assert!(failed.len() >= 20, "{} failed:\n{out}", failed.len());
+        assert!(
+            failed.iter().all(|l| l.contains(says)),
+            "{member}: every failure says {says:?}:\n{out}"
+        );
+        assert!(
+            out.contains("FAIL journal/interrupt-approve-then-resume"),
+            "{out}"
+        );
+        assert!(proxy.answers.load(Ordering::Relaxed) >= 20);
+    }
+    s.stop().await;
 }

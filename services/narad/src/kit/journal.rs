@@ -18,6 +18,7 @@ use narad_protocol::conformance::{Expected, Mode, Trace, TraceIssuer};
 use serde_json::{Value, json};
 
 use super::api::{Api, BACKEND, PERSON};
+use super::commands::history;
 use super::report::{Case, Report, Verdict};
 
 /// Rules a backend's proposal cannot break, since the journal assigns or
@@ -123,6 +124,16 @@ pub async fn run(
     not_for_api
 }
 
+/// A line the server accepted: the trace's line as written (its
+/// sequences included), the eventId it has in the session, and the
+/// answer's entry for it.
+struct Accepted {
+    line_no: usize,
+    line: Value,
+    id: String,
+    answered: Value,
+}
+
 /// Appends a trace's lines into a new session `session`.
 async fn replay(api: &Api, trace: &Trace, session: &str) -> anyhow::Result<()> {
     let m = &trace.manifest;
@@ -134,9 +145,11 @@ async fn replay(api: &Api, trace: &Trace, session: &str) -> anyhow::Result<()> {
         Expected::Reject => m.reject_at,
     };
     let rule = m.rule.as_deref().unwrap_or("");
-    for (i, (line_no, line)) in trace.lines.iter().enumerate() {
-        let mut event: Value =
+    let mut accepted: Vec<Accepted> = Vec::new();
+    for (line_no, line) in &trace.lines {
+        let written: Value =
             serde_json::from_str(line).map_err(|err| anyhow::anyhow!("line {line_no}: {err}"))?;
+        let mut event = written.clone();
         let o = event
             .as_object_mut()
             .ok_or_else(|| anyhow::anyhow!("line {line_no} is not an object"))?;
@@ -167,10 +180,15 @@ async fn replay(api: &Api, trace: &Trace, session: &str) -> anyhow::Result<()> {
             let a = api
                 .post("/v1/commands/resolve-interrupt", PERSON, &cmd)
                 .await?;
-            // A command answers 200 where an append answers 201.
+            // A command answers 200 where an append answers 201, and
+            // lists what it appended under `appended`.
             super::api::Answer {
                 status: if a.status == 200 { 201 } else { a.status },
-                ..a
+                body: if a.status == 200 {
+                    a.body["appended"].clone()
+                } else {
+                    a.body
+                },
             }
         } else {
             api.post(
@@ -187,15 +205,12 @@ async fn replay(api: &Api, trace: &Trace, session: &str) -> anyhow::Result<()> {
                 answer.status,
                 answer.body
             );
-            // Nothing of the refused append was written.
-            let stored = api.get(&format!("/v1/sessions/{session}"), BACKEND).await?;
-            let at = stored.expect(200, "reading the session")?["sessionSequence"].as_u64();
-            anyhow::ensure!(
-                at == Some(i as u64),
-                "after the refusal of line {line_no} the session is at {at:?}, not {i}: \
-                 something of it was written"
-            );
-            return Ok(());
+            let refused = Refused {
+                line_no: *line_no,
+                line: &written,
+                id: (!by_person).then_some(id.as_str()),
+            };
+            return judge_history(api, session, &accepted, Some(refused)).await;
         }
         anyhow::ensure!(
             answer.status == 201,
@@ -203,6 +218,174 @@ async fn replay(api: &Api, trace: &Trace, session: &str) -> anyhow::Result<()> {
             answer.status,
             answer.body
         );
+        let first = &answer.body["events"][0];
+        let answered_id = first["eventId"].as_str().unwrap_or_default();
+        if by_person {
+            anyhow::ensure!(
+                !answered_id.is_empty(),
+                "line {line_no}, a person's decision, was accepted, but the command's answer \
+                 names no event it appended: {}",
+                answer.body
+            );
+        } else {
+            anyhow::ensure!(
+                answered_id == id,
+                "line {line_no} was accepted, but the append's answer names event {} instead \
+                 of {id}: {}",
+                words(&first["eventId"]),
+                answer.body
+            );
+        }
+        accepted.push(Accepted {
+            line_no: *line_no,
+            line: written,
+            id: answered_id.to_owned(),
+            answered: first.clone(),
+        });
+    }
+    judge_history(api, session, &accepted, None).await
+}
+
+/// The line a server refused, as the trace wrote it, and the eventId it
+/// was proposed with (none when a command built it).
+struct Refused<'a> {
+    line_no: usize,
+    line: &'a Value,
+    id: Option<&'a str>,
+}
+
+/// The sequences an answer and history give an event.
+const SEQUENCES: [(&str, Option<&str>); 3] = [
+    ("sessionSequence", None),
+    ("sequence", Some("rootRunId")),
+    ("workflowSequence", Some("workflowId")),
+];
+
+/// Reads the session's history and judges it against what the trace's
+/// lines were answered: every accepted line is there once, in the
+/// trace's order, at the sequences its answer gave and the trace implies
+/// (the trace's own sequences, moved on by the events the server added
+/// itself before it in the same session, run tree or workflow), and
+/// nothing of a refused line is. Events the server adds on its own
+/// authority (a run paused while its client executor is away, say) are
+/// not the trace's business.
+async fn judge_history(
+    api: &Api,
+    session: &str,
+    accepted: &[Accepted],
+    refused: Option<Refused<'_>>,
+) -> anyhow::Result<()> {
+    let h = history(api, session).await?;
+    let at = |id: &str| h.iter().position(|e| e["eventId"] == id);
+    let ours: Vec<&str> = accepted.iter().map(|a| a.id.as_str()).collect();
+    let added = |e: &Value| !ours.contains(&e["eventId"].as_str().unwrap_or_default());
+    if let Some(r) = &refused {
+        let written = h.iter().find(|e| {
+            r.id.is_some_and(|id| e["eventId"] == id) || (added(e) && same_content(e, r.line))
+        });
+        if let Some(e) = written {
+            anyhow::bail!(
+                "line {} was refused, yet history holds it: {} at sessionSequence {}",
+                r.line_no,
+                words(&e["type"]),
+                words(&e["sessionSequence"])
+            );
+        }
+    }
+    let mut last: Option<(usize, usize)> = None;
+    for a in accepted {
+        let Some(p) = at(&a.id) else {
+            anyhow::bail!(
+                "line {} was accepted as event {}, but history does not hold it",
+                a.line_no,
+                a.id
+            );
+        };
+        let stored = &h[p];
+        anyhow::ensure!(
+            stored["type"] == a.line["type"],
+            "line {} was accepted as event {}, but history holds that event as a {}, not a {}",
+            a.line_no,
+            a.id,
+            words(&stored["type"]),
+            words(&a.line["type"])
+        );
+        if let Some((before, line)) = last {
+            anyhow::ensure!(
+                p > before,
+                "history holds line {}'s event before line {line}'s",
+                a.line_no
+            );
+        }
+        last = Some((p, a.line_no));
+        for (field, scope) in SEQUENCES {
+            // The trace's sequence, after the events the server added
+            // before this one in the same scope.
+            let implied = a.line[field].as_u64().map(|n| {
+                n + h[..p]
+                    .iter()
+                    .filter(|e| added(e) && scope.is_none_or(|s| e[s] == stored[s]))
+                    .count() as u64
+            });
+            if let Some(implied) = implied {
+                anyhow::ensure!(
+                    a.answered[field].as_u64() == Some(implied),
+                    "line {}'s answer gives it {field} {}; the trace implies {implied}{}",
+                    a.line_no,
+                    words(&a.answered[field]),
+                    added_note(&h[..p], added)
+                );
+            }
+            anyhow::ensure!(
+                a.answered[field] == stored[field],
+                "line {}'s answer gives it {field} {}, but history holds it at {}",
+                a.line_no,
+                words(&a.answered[field]),
+                words(&stored[field])
+            );
+        }
     }
     Ok(())
+}
+
+/// Whether a stored event is a trace's line under another eventId: the
+/// same type and every member of the line the journal does not assign.
+fn same_content(stored: &Value, line: &Value) -> bool {
+    let Some(members) = line.as_object() else {
+        return false;
+    };
+    stored["type"] == line["type"]
+        && members
+            .iter()
+            .filter(|(k, _)| {
+                ![
+                    "eventId",
+                    "sessionId",
+                    "sessionSequence",
+                    "sequence",
+                    "workflowSequence",
+                    "timestamp",
+                    "actor",
+                ]
+                .contains(&k.as_str())
+            })
+            .all(|(k, v)| stored[k] == *v)
+}
+
+/// ` (the server added N events of its own before it)`, when it did.
+fn added_note(before: &[Value], added: impl Fn(&Value) -> bool) -> String {
+    match before.iter().filter(|e| added(e)).count() {
+        0 => String::new(),
+        n => format!(" (the server added {n} events of its own before it)"),
+    }
+}
+
+/// A JSON value as a person reads it: a string without quotes, a number,
+/// or `none` when absent.
+pub fn words(v: &Value) -> String {
+    match v {
+        Value::Null => "none".to_owned(),
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
 }
