@@ -469,12 +469,12 @@ fn streams_describe_their_frames() {
         (
             "streamSession",
             "SessionStreamFrame",
-            &["capabilities", "message", "hydrate"][..],
+            &["capabilities", "message", "hydrate", "session-erased"][..],
         ),
         (
             "streamTenantEvents",
             "TenantStreamFrame",
-            &["capabilities", "replay-gap", "message"][..],
+            &["capabilities", "replay-gap", "message", "session-erased"][..],
         ),
     ] {
         let content = &operation(&doc, id)["responses"]["200"]["content"]["text/event-stream"];
@@ -506,6 +506,73 @@ fn streams_describe_their_frames() {
     let socket = &operation(&doc, "connectExecutor")["x-websocket-messages"];
     assert_eq!(socket["server"].as_array().unwrap().len(), 3);
     assert_eq!(socket["client"].as_array().unwrap().len(), 2);
+}
+
+/// An SSE frame as a client's parser hands it over: `event` (`message`
+/// when the frame names none), `id` when it has one, and `data` as text.
+fn parsed_frame(frame: &[u8]) -> Value {
+    let text = std::str::from_utf8(frame).unwrap();
+    let mut parsed = serde_json::json!({ "event": "message" });
+    for line in text.lines().filter(|l| !l.is_empty()) {
+        let (field, value) = line.split_once(": ").unwrap();
+        parsed[field] = Value::from(value);
+    }
+    parsed
+}
+
+#[test]
+fn the_session_erased_notice_is_a_frame_of_both_streams() {
+    let doc = document();
+    // What an erasure leaves on the streams (as the journal records it),
+    // framed by the hub as it sends it.
+    let notice = serde_json::json!({
+        "protocolVersion": "narad/v1",
+        "eventId": "w.session.erased.a.0",
+        "type": "session.erased",
+        "timestamp": "2026-12-02T10:00:00.000Z",
+        "revision": 0,
+        "workspaceId": "acme",
+        "sessionId": "a",
+    });
+    let frame = parsed_frame(&narad_server::hub::frame("w.session.erased.a.0", &notice));
+    assert_eq!(frame["event"], "session-erased", "{frame}");
+    for stream in ["SessionStreamFrame", "TenantStreamFrame"] {
+        let errors: Vec<String> = validator(&doc, stream)
+            .iter_errors(&frame)
+            .map(|e| e.to_string())
+            .collect();
+        assert!(errors.is_empty(), "{stream}: {frame}: {errors:?}");
+        let kind = doc["components"]["schemas"][stream]["oneOf"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|f| f["properties"]["event"]["const"] == "session-erased")
+            .unwrap_or_else(|| panic!("{stream} has no session-erased frame"));
+        // The data is the notice, and nothing else is: a frame's data of
+        // another kind is refused.
+        let content = kind["properties"]["data"]["contentSchema"]["$ref"]
+            .as_str()
+            .unwrap()
+            .strip_prefix("#/components/schemas/")
+            .unwrap();
+        let data: Value = serde_json::from_str(frame["data"].as_str().unwrap()).unwrap();
+        assert_eq!(data, notice);
+        let errors: Vec<String> = validator(&doc, content)
+            .iter_errors(&data)
+            .map(|e| e.to_string())
+            .collect();
+        assert!(errors.is_empty(), "{content}: {data}: {errors:?}");
+        let mut other = data.clone();
+        other["type"] = Value::from("session.archived");
+        assert!(!validator(&doc, content).is_valid(&other), "{content}");
+        // The id moves the cursor: a client resumes after it.
+        assert!(
+            kind["required"]
+                .as_array()
+                .unwrap()
+                .contains(&Value::from("id"))
+        );
+    }
 }
 
 // ---- The wire components are the files of schema/ ----

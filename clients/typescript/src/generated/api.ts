@@ -1442,6 +1442,13 @@ export interface components {
             eventsErased: number;
             sessionId: components["schemas"]["defs.id"];
         };
+        /** @description The data of a `session-erased` frame, on the erased session's stream (its last frame: the stream ends after it) and on its organisation's tenant streams: the session was erased (DELETE /v1/sessions/{sessionId}, a retention policy or the organisation's erasure). It carries nothing of the session's content; the session answers 410 NRD-0208 from now on. Shaped as a watch event, but not one of schema/watch/: a reader that does not know it passes over the named frame. */
+        SessionErasedNotice: {
+            sessionId: components["schemas"]["defs.id"];
+            /** @constant */
+            type: "session.erased";
+            workspaceId: components["schemas"]["defs.id"];
+        } & WithRequired<components["schemas"]["envelopes.watch"], "type">;
         /** @description A page of sessions. */
         SessionPage: {
             nextAfter?: components["schemas"]["defs.id"];
@@ -1488,6 +1495,13 @@ export interface components {
             event: "hydrate";
             /** @description Not sent with this frame: an SSE parser reports the last id it saw, which this frame does not move. */
             id?: components["schemas"]["defs.id"];
+        } | {
+            /** @description The frame's `data:` lines: one JSON document. */
+            data: string;
+            /** @constant */
+            event: "session-erased";
+            /** @description The notice's eventId: resume after it with Last-Event-ID. */
+            id: components["schemas"]["defs.id"];
         };
         /** @description A ticket, and where to use it. */
         StreamTicket: {
@@ -1564,6 +1578,13 @@ export interface components {
             /** @constant */
             event: "message";
             /** @description The watch event's eventId: resume after it with Last-Event-ID. */
+            id: components["schemas"]["defs.id"];
+        } | {
+            /** @description The frame's `data:` lines: one JSON document. */
+            data: string;
+            /** @constant */
+            event: "session-erased";
+            /** @description The notice's eventId: resume after it with Last-Event-ID. */
             id: components["schemas"]["defs.id"];
         };
         /** @description What a ticket opens: a session's stream, the tenant's (filter that one with `?sessionId=` on the stream itself), or a blob's bytes. */

@@ -10,7 +10,8 @@
 //! - **Unions** of the wire components, generated from the same list:
 //!   `AuthorityEvent`, `WatchEvent`, `HydrateRecord`, with `type` as their
 //!   discriminator; and the SSE frames of the two streams, whose `data` is
-//!   JSON text with a `contentSchema`.
+//!   JSON text with a `contentSchema` (the `session-erased` notice, which
+//!   is no wire type of `schema/`, among them).
 //! - **Proposals**: `proposed.<type>` for every event, made from its wire
 //!   component with the envelopes' assigned sequences no longer required
 //!   (and forbidden), and their union `ProposedEvent`.
@@ -521,6 +522,26 @@ pub fn composite_components() -> BTreeMap<String, Value> {
             },
         }),
     );
+    out.insert(
+        "SessionErasedNotice".to_owned(),
+        json!({
+            "description": "The data of a `session-erased` frame, on the erased session's stream (its last frame: the stream ends after it) and on its organisation's tenant streams: the session was erased (DELETE /v1/sessions/{sessionId}, a retention policy or the organisation's erasure). It carries nothing of the session's content; the session answers 410 NRD-0208 from now on. Shaped as a watch event, but not one of schema/watch/: a reader that does not know it passes over the named frame.",
+            "type": "object",
+            "allOf": [{ "$ref": format!("{COMPONENTS}envelopes.watch") }],
+            "required": ["type", "workspaceId", "sessionId"],
+            "properties": {
+                "type": { "const": "session.erased" },
+                "workspaceId": { "$ref": format!("{COMPONENTS}defs.id") },
+                "sessionId": { "$ref": format!("{COMPONENTS}defs.id") },
+            },
+        }),
+    );
+    let erased = frame(
+        "session-erased",
+        Some("The notice's eventId: resume after it with Last-Event-ID."),
+        "SessionErasedNotice",
+        "A session was erased: its id, nothing of its content.",
+    );
     let capabilities = frame(
         "capabilities",
         None,
@@ -548,6 +569,7 @@ pub fn composite_components() -> BTreeMap<String, Value> {
                 authority,
                 watch,
                 frame("hydrate", None, "HydrateRecord", "A graph record of a run journal (no id: it moves no cursor)."),
+                erased.clone(),
             ],
         }),
     );
@@ -560,6 +582,7 @@ pub fn composite_components() -> BTreeMap<String, Value> {
                 frame("replay-gap", None, "ReplayGap", "Retention forgot part of the range asked for (no id)."),
                 authority,
                 watch,
+                erased,
             ],
         }),
     );

@@ -13,6 +13,7 @@ from . import defs
 from .control.client import tool
 from .control.client.tool import Finish
 from .documents import Error as Error_1
+from .envelopes import Watch
 from .events import artifact, attachment, interrupt
 from .events import message as message_1
 from .events import node as node_1
@@ -1032,6 +1033,22 @@ class SessionErased(BaseModel):
     """
 
 
+class SessionErasedNotice(Watch):
+    """
+    The data of a `session-erased` frame, on the erased session's stream (its last frame: the stream ends after it) and on its organisation's tenant streams: the session was erased (DELETE /v1/sessions/{sessionId}, a retention policy or the organisation's erasure). It carries nothing of the session's content; the session answers 410 NRD-0208 from now on. Shaped as a watch event, but not one of schema/watch/: a reader that does not know it passes over the named frame.
+    """
+
+    session_id: constr(min_length=1, max_length=256) = Field(..., alias='sessionId')
+    """
+    An opaque identifier: 1 to 256 characters.
+    """
+    type: Literal['session.erased']
+    workspace_id: constr(min_length=1, max_length=256) = Field(..., alias='workspaceId')
+    """
+    An opaque identifier: 1 to 256 characters.
+    """
+
+
 class SessionRecord(BaseModel):
     """
     A session as stored.
@@ -1154,10 +1171,38 @@ class SessionStreamFrame4(BaseModel):
     """
 
 
+class SessionStreamFrame5(BaseModel):
+    """
+    A session was erased: its id, nothing of its content.
+    """
+
+    data: str = Field(
+        ...,
+        json_schema_extra={
+            'contentMediaType': 'application/json',
+            'contentSchema': {'$ref': '#/components/schemas/SessionErasedNotice'},
+        },
+    )
+    """
+    The frame's `data:` lines: one JSON document.
+    """
+    event: Literal['session-erased']
+    id: constr(min_length=1, max_length=256)
+    """
+    The notice's eventId: resume after it with Last-Event-ID.
+    """
+
+
 class SessionStreamFrame(
-    RootModel[SessionStreamFrame1 | SessionStreamFrame2 | SessionStreamFrame3 | SessionStreamFrame4]
+    RootModel[
+        SessionStreamFrame1
+        | SessionStreamFrame2
+        | SessionStreamFrame3
+        | SessionStreamFrame4
+        | SessionStreamFrame5
+    ]
 ):
-    root: SessionStreamFrame1 | SessionStreamFrame2 | SessionStreamFrame3 | SessionStreamFrame4
+    root: SessionStreamFrame1 | SessionStreamFrame2 | SessionStreamFrame3 | SessionStreamFrame4 | SessionStreamFrame5
     """
     One server-sent event of GET /v1/sessions/{sessionId}/stream, as a client parses it: `event` (absent for authority and watch events), `id` and `data` (JSON).
     """
@@ -1272,10 +1317,38 @@ class TenantStreamFrame4(BaseModel):
     """
 
 
+class TenantStreamFrame5(BaseModel):
+    """
+    A session was erased: its id, nothing of its content.
+    """
+
+    data: str = Field(
+        ...,
+        json_schema_extra={
+            'contentMediaType': 'application/json',
+            'contentSchema': {'$ref': '#/components/schemas/SessionErasedNotice'},
+        },
+    )
+    """
+    The frame's `data:` lines: one JSON document.
+    """
+    event: Literal['session-erased']
+    id: constr(min_length=1, max_length=256)
+    """
+    The notice's eventId: resume after it with Last-Event-ID.
+    """
+
+
 class TenantStreamFrame(
-    RootModel[TenantStreamFrame1 | TenantStreamFrame2 | TenantStreamFrame3 | TenantStreamFrame4]
+    RootModel[
+        TenantStreamFrame1
+        | TenantStreamFrame2
+        | TenantStreamFrame3
+        | TenantStreamFrame4
+        | TenantStreamFrame5
+    ]
 ):
-    root: TenantStreamFrame1 | TenantStreamFrame2 | TenantStreamFrame3 | TenantStreamFrame4
+    root: TenantStreamFrame1 | TenantStreamFrame2 | TenantStreamFrame3 | TenantStreamFrame4 | TenantStreamFrame5
     """
     One server-sent event of GET /v1/events, as a client parses it: `event` (absent for authority and watch events), `id` and `data` (JSON).
     """
