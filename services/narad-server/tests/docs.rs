@@ -1,8 +1,11 @@
 //! The documents, checked against what they describe, so that neither
-//! drifts from the other: `docs/errors.md` says extension names are unique
-//! per organisation, as the extensions table's key makes them. No server
-//! or database: the files are read as text.
+//! drifts from the other: `docs/scale-out.md` names every table and every
+//! function that runs past row-level security in the migrations;
+//! `docs/errors.md` says extension names are unique per organisation, as
+//! the extensions table's key makes them. No server or database: the files
+//! are read as text.
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 fn root() -> PathBuf {
@@ -36,6 +39,173 @@ fn migrations() -> Vec<(String, String)> {
             (f.file_name().unwrap().to_string_lossy().into_owned(), sql)
         })
         .collect()
+}
+
+/// The identifier at the start of `text` (after white space).
+fn identifier(text: &str) -> String {
+    text.trim_start()
+        .chars()
+        .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+        .collect()
+}
+
+/// The statements of `sql` that start with `keyword` (`create table`),
+/// each as the text after the keyword, in order.
+fn after<'a>(sql: &'a str, keyword: &str) -> Vec<(usize, &'a str)> {
+    sql.match_indices(keyword)
+        .filter(|(at, _)| *at == 0 || sql[..*at].ends_with(char::is_whitespace))
+        .map(|(at, _)| (at, &sql[at + keyword.len()..]))
+        .collect()
+}
+
+/// Every table the migrations leave in place.
+fn tables() -> BTreeSet<String> {
+    let mut tables = BTreeSet::new();
+    for (file, sql) in migrations() {
+        let mut changes: Vec<(usize, bool, String)> = Vec::new();
+        for keyword in [
+            "create table ",
+            "create unlogged table ",
+            "create table if not exists ",
+        ] {
+            for (at, rest) in after(&sql, keyword) {
+                changes.push((at, true, identifier(rest)));
+            }
+        }
+        for (at, rest) in after(&sql, "drop table ") {
+            let rest = rest.trim_start().trim_start_matches("if exists ");
+            changes.push((at, false, identifier(rest)));
+        }
+        changes.sort();
+        for (_, created, name) in changes {
+            assert!(
+                !name.is_empty() && name != "if",
+                "{file}: a table without a name"
+            );
+            if created {
+                tables.insert(name);
+            } else {
+                tables.remove(&name);
+            }
+        }
+    }
+    tables
+}
+
+/// Every function the migrations leave in place, with whether its last
+/// definition runs as its owner (`security definer`).
+fn functions() -> BTreeMap<String, bool> {
+    let mut functions = BTreeMap::new();
+    for (file, sql) in migrations() {
+        let mut changes: Vec<(usize, Option<bool>, String)> = Vec::new();
+        for keyword in ["create function ", "create or replace function "] {
+            for (at, rest) in after(&sql, keyword) {
+                // What the header says, up to the body.
+                let header = rest.split("$$").next().unwrap();
+                let definer = header.contains("security definer");
+                changes.push((at, Some(definer), identifier(rest)));
+            }
+        }
+        for (at, rest) in after(&sql, "drop function ") {
+            let rest = rest.trim_start().trim_start_matches("if exists ");
+            changes.push((at, None, identifier(rest)));
+        }
+        changes.sort();
+        for (_, definer, name) in changes {
+            assert!(!name.is_empty(), "{file}: a function without a name");
+            match definer {
+                Some(definer) => functions.insert(name, definer),
+                None => functions.remove(&name),
+            };
+        }
+    }
+    functions
+}
+
+/// The part of `doc` under the heading `## {title}`, to the next `## `.
+fn section<'a>(doc: &'a str, title: &str) -> &'a str {
+    let start = doc
+        .find(&format!("\n## {title}\n"))
+        .unwrap_or_else(|| panic!("no section ## {title}"));
+    let rest = &doc[start + 1..];
+    let end = rest[3..].find("\n## ").map_or(rest.len(), |e| e + 3);
+    &rest[..end]
+}
+
+/// The names in backticks of the first column of the Markdown table rows
+/// of `text` (`| \`a\`, \`b\` | …`).
+fn first_column(text: &str) -> BTreeSet<String> {
+    text.lines()
+        .filter_map(|l| l.strip_prefix("| `"))
+        .flat_map(|l| {
+            let cell = l.split(" |").next().unwrap();
+            format!("`{cell}")
+                .split('`')
+                .skip(1)
+                .step_by(2)
+                .map(str::to_owned)
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+#[test]
+fn scale_out_lists_every_table_of_the_migrations() {
+    let doc = read("docs/scale-out.md");
+    let listed = first_column(section(
+        &doc,
+        "Tenant-first, and the few places that are not",
+    ));
+    let mut expected = tables();
+    assert!(
+        expected.len() >= 27,
+        "only {} tables: {expected:?}",
+        expected.len()
+    );
+    assert!(expected.contains("blobs") && expected.contains("stream_tickets"));
+    // sqlx's own table, made by no migration of ours.
+    expected.insert("_sqlx_migrations".to_owned());
+    let missing: Vec<&String> = expected.difference(&listed).collect();
+    let stale: Vec<&String> = listed.difference(&expected).collect();
+    assert!(
+        missing.is_empty() && stale.is_empty(),
+        "docs/scale-out.md's table of tables: missing {missing:?}, names no table {stale:?}"
+    );
+}
+
+#[test]
+fn scale_out_lists_every_function_that_runs_past_row_level_security() {
+    let doc = read("docs/scale-out.md");
+    let listed = first_column(section(&doc, "What runs past row-level security"));
+    let functions = functions();
+    let definers: BTreeSet<String> = functions
+        .iter()
+        .filter(|(_, definer)| **definer)
+        .map(|(name, _)| name.clone())
+        .collect();
+    assert!(definers.len() >= 20, "only {definers:?}");
+    for name in [
+        "tenant_erasures_pending",
+        "blobs_unreferenced",
+        "session_tenants",
+    ] {
+        assert!(definers.contains(name), "{name} is no security definer");
+    }
+    let missing: Vec<&String> = definers.difference(&listed).collect();
+    assert!(
+        missing.is_empty(),
+        "docs/scale-out.md does not list these security definer functions: {missing:?}"
+    );
+    // What the section lists beside them exists (relay_start, which reads
+    // no table, is listed with relay_after).
+    let unknown: Vec<&String> = listed
+        .iter()
+        .filter(|name| !functions.contains_key(*name))
+        .collect();
+    assert!(
+        unknown.is_empty(),
+        "docs/scale-out.md lists no function {unknown:?}"
+    );
 }
 
 #[test]
