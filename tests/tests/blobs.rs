@@ -863,3 +863,98 @@ async fn an_attachment_named_during_its_upload_is_settled_when_it_completes_or_i
     assert_eq!(download(&s, &t, &url, &[]).await.status(), 200);
     s.stop().await;
 }
+
+/// Uploads are in the audit log like every other write: whole ones (with
+/// the `attachment.added` an `attachmentId` appends), refused ones, and
+/// each part of a resumable one.
+#[tokio::test]
+async fn uploads_are_audited_with_what_they_appended() {
+    let s = start(BlobBackend::Postgres).await;
+    let t = token("acme", &Role::ALL);
+    open_session(&s, &t, "a").await;
+    upload(&s, &t, "a", "plain.txt", "text/plain", b"plain".to_vec())
+        .await
+        .expect(201);
+    let attached = s
+        .http
+        .post(format!(
+            "{}/v1/sessions/a/blobs?name=pic.png&attachmentId=att-1",
+            s.base
+        ))
+        .bearer_auth(&t)
+        .header("content-type", "image/png")
+        .header("x-request-id", "req-upload-1")
+        .body(b"png".to_vec())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(attached.status(), 201);
+    let history = whole_history(&s, &t, "a").await;
+    let added = history
+        .iter()
+        .find(|e| e["type"] == "attachment.added")
+        .expect("the attachment was added")["eventId"]
+        .clone();
+    // Refused: no such session.
+    let refused = upload(&s, &t, "nope", "x.txt", "text/plain", b"x".to_vec()).await;
+    assert_eq!(refused.status, 404);
+    // A resumable upload: begun, then finished by a PATCH.
+    let begun = s
+        .http
+        .post(format!("{}/v1/sessions/a/blobs?name=r.bin", s.base))
+        .bearer_auth(&t)
+        .header("upload-length", 6)
+        .body(b"abc".to_vec())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(begun.status(), 202);
+    let location = begun.headers()["location"].to_str().unwrap().to_owned();
+    let finished = s
+        .http
+        .patch(format!("{}{location}", s.base))
+        .bearer_auth(&t)
+        .header("upload-offset", 3)
+        .body(b"def".to_vec())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(finished.status(), 200);
+
+    let log = s.get("/v1/audit?limit=100", &t).await;
+    let entries: Vec<&Value> = log.expect(200)["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| {
+            e["action"].as_str().unwrap().ends_with("upload-blob") || e["action"] == "resume-upload"
+        })
+        .collect();
+    let summary: Vec<(String, Option<String>, u64)> = entries
+        .iter()
+        .map(|e| {
+            (
+                e["action"].as_str().unwrap().to_owned(),
+                e["sessionId"].as_str().map(str::to_owned),
+                e["status"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    let some = |s: &str| Some(s.to_owned());
+    assert_eq!(
+        summary,
+        [
+            ("upload-blob".to_owned(), some("a"), 201),
+            ("upload-blob".to_owned(), some("a"), 201),
+            ("upload-blob".to_owned(), some("nope"), 404),
+            ("upload-blob".to_owned(), some("a"), 202),
+            ("resume-upload".to_owned(), some("a"), 200),
+        ],
+        "{entries:#?}"
+    );
+    assert_eq!(entries[1]["eventIds"], json!([added]));
+    assert_eq!(entries[1]["requestId"], "req-upload-1");
+    assert_eq!(entries[1]["actor"]["sub"], "tester");
+    assert_eq!(entries[2]["code"], "NRD-0007");
+    s.stop().await;
+}

@@ -451,6 +451,39 @@ async fn retention_lists_what_is_due_then_erases_it() {
     let none = s.get("/v1/admin/tenants/acme/retention", &acme).await;
     assert_eq!(none.expect(200)["due"], json!([]));
 
+    // The dry run comes first: a policy of two days previewed before it is
+    // set lists what it would erase, and nothing is erased.
+    let staged = s
+        .get("/v1/admin/tenants/acme/retention?days=2", &acme)
+        .await;
+    let staged = staged.expect(200).clone();
+    let mut due: Vec<&str> = staged["due"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["sessionId"].as_str().unwrap())
+        .collect();
+    due.sort_unstable();
+    assert_eq!(due, ["archived", "idle"], "{staged}");
+    assert_eq!(
+        (&staged["retentionDays"], &staged["previewDays"]),
+        (&Value::Null, &json!(2))
+    );
+    let longer = s
+        .get("/v1/admin/tenants/acme/retention?days=5", &acme)
+        .await;
+    assert_eq!(longer.expect(200)["due"], json!([]));
+    for bad in ["0", "36501", "x"] {
+        let refused = s
+            .get(
+                &format!("/v1/admin/tenants/acme/retention?days={bad}"),
+                &acme,
+            )
+            .await;
+        assert_eq!((refused.status, refused.code()), (400, "NRD-0008"), "{bad}");
+        assert!(refused.body["fields"].get("days").is_some(), "{bad}");
+    }
+
     // A policy of two days: the dry run lists the archived and the idle
     // session, and erases nothing.
     let set = s

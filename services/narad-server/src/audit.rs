@@ -7,6 +7,7 @@
 use std::convert::Infallible;
 
 use axum::extract::FromRequestParts;
+use axum::http::StatusCode;
 use axum::http::request::Parts;
 use narad_journal::AuditRecord;
 use serde_json::{Value, json};
@@ -56,19 +57,40 @@ fn appended_ids(answer: &Value) -> Vec<String> {
         .unwrap_or_default()
 }
 
+/// An action's answer, as far as the audit log keeps it: its status.
+pub trait Answered {
+    /// The status the action answered with.
+    fn answered(&self) -> StatusCode;
+}
+
+impl<T> Answered for (StatusCode, T) {
+    fn answered(&self) -> StatusCode {
+        self.0
+    }
+}
+
+impl Answered for axum::response::Response {
+    fn answered(&self) -> StatusCode {
+        self.status()
+    }
+}
+
 /// Records `action` by `principal` on `session` with its `outcome` (the
-/// status and answer, or the refusal).
-pub async fn record<T>(
-    state: &AppState,
-    principal: &Principal,
+/// status and answer, or the refusal); `answer` gives the eventIds it
+/// appended (`appended.events`). What it keeps is taken before the
+/// returned future runs, so an answer that cannot be shared between
+/// threads (a streamed response) is not held across its wait.
+pub fn record<'a>(
+    state: &'a AppState,
+    principal: &'a Principal,
     request: &RequestId,
     action: &str,
     session: Option<&str>,
-    outcome: &ApiResult<(axum::http::StatusCode, T)>,
+    outcome: &ApiResult<impl Answered>,
     answer: Option<&Value>,
-) {
+) -> impl Future<Output = ()> + Send + 'a {
     let (status, code) = match outcome {
-        Ok((status, _)) => (status.as_u16(), None),
+        Ok(answered) => (answered.answered().as_u16(), None),
         Err(e) => (e.status().as_u16(), Some(e.code().to_owned())),
     };
     let session = session
@@ -83,8 +105,95 @@ pub async fn record<T>(
         code,
         event_ids: answer.map(appended_ids).unwrap_or_default(),
     };
-    if let Err(e) = state.journal.record_audit(&principal.tenant, &record).await {
-        metrics::counter!("narad_audit_write_failures_total").increment(1);
-        tracing::error!(error = %e, action, "an action could not be recorded in the audit log");
+    async move {
+        if let Err(e) = state.journal.record_audit(&principal.tenant, &record).await {
+            metrics::counter!("narad_audit_write_failures_total").increment(1);
+            tracing::error!(
+                error = %e,
+                action = record.action,
+                "an action could not be recorded in the audit log"
+            );
+        }
+    }
+}
+
+/// Whether a write operation is in the audit log.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Audited {
+    /// Recorded under this action name.
+    As(&'static str),
+    /// Not recorded, for this reason.
+    Not(&'static str),
+}
+
+const LEASES: &str = "lease traffic of a program narad hands work to; what the work changes \
+                      is in the session's history";
+
+/// Every write operation of the API (by `operationId`) and what the audit
+/// log records it as, or why it does not. A test holds this list to the
+/// OpenAPI document, so a new write route has to take a side.
+pub const WRITES: &[(&str, Audited)] = &[
+    ("createSession", Audited::As("create-session")),
+    ("eraseSession", Audited::As("erase-session")),
+    ("withdrawQueuedStart", Audited::As("withdraw-queued-start")),
+    ("uploadBlob", Audited::As("upload-blob")),
+    ("resumeUpload", Audited::As("resume-upload")),
+    ("createSessionCommand", Audited::As("create-session")),
+    ("updateSession", Audited::As("update-session")),
+    ("archiveSession", Audited::As("archive-session")),
+    ("startRun", Audited::As("start-run")),
+    ("stopRun", Audited::As("stop-run")),
+    ("resolveInterrupt", Audited::As("resolve-interrupt")),
+    (
+        "resolveInterruptAtSpecPath",
+        Audited::As("resolve-interrupt"),
+    ),
+    ("recordUserMessage", Audited::As("record-user-message")),
+    ("redactMessage", Audited::As("redact-message")),
+    ("startWorkflow", Audited::As("start-workflow")),
+    ("cancelWorkflow", Audited::As("cancel-workflow")),
+    ("registerExtension", Audited::As("register-extension")),
+    ("updateExtension", Audited::As("update-extension")),
+    ("setTenantLimits", Audited::As("set-tenant-limits")),
+    ("eraseTenant", Audited::As("erase-tenant")),
+    (
+        "appendEvents",
+        Audited::Not(
+            "the journal is its own record: every appended event is kept in history with its \
+             eventId, sequence and provenance",
+        ),
+    ),
+    ("attachExecutor", Audited::Not(LEASES)),
+    ("renewExecutorLease", Audited::Not(LEASES)),
+    ("finishClientToolCall", Audited::Not(LEASES)),
+    ("claimRun", Audited::Not(LEASES)),
+    ("renewRuntimeLease", Audited::Not(LEASES)),
+    ("releaseRun", Audited::Not(LEASES)),
+    (
+        "createStreamTicket",
+        Audited::Not("a short-lived read credential: it writes nothing a session holds"),
+    ),
+];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every write operation of the document takes a side, once.
+    #[test]
+    fn every_write_operation_is_audited_or_says_why_not() {
+        let doc = crate::routes::openapi::document();
+        let mut writes: Vec<String> = Vec::new();
+        for (_, item) in doc["paths"].as_object().expect("paths") {
+            for method in ["post", "put", "patch", "delete"] {
+                if let Some(id) = item[method]["operationId"].as_str() {
+                    writes.push(id.to_owned());
+                }
+            }
+        }
+        writes.sort_unstable();
+        let mut listed: Vec<String> = WRITES.iter().map(|(id, _)| (*id).to_owned()).collect();
+        listed.sort_unstable();
+        assert_eq!(listed, writes);
     }
 }

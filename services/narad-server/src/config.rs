@@ -181,7 +181,9 @@ pub struct Config {
     /// `AWS_SECRET_ACCESS_KEY`).
     #[arg(long, env = "NARAD_BLOB_STORE", default_value = "postgres")]
     pub blob_store: String,
-    /// The largest blob (attachment or artifact bytes) one upload may hold.
+    /// The largest blob (attachment or artifact bytes) one upload may hold,
+    /// on this server: an organisation's `blobMaxBytes` may lower it, never
+    /// raise it.
     #[arg(long, env = "NARAD_BLOB_MAX_BYTES", default_value_t = 256 * 1024 * 1024)]
     pub blob_max_bytes: u64,
     /// How long an uploaded blob may go unreferenced by any event before it
@@ -271,6 +273,16 @@ impl Config {
                 Limit::InterruptDefaultExpirySeconds,
                 self.interrupt_default_expiry_seconds,
                 "NARAD_INTERRUPT_DEFAULT_EXPIRY_SECONDS",
+            ),
+            (
+                Limit::BlobMaxBytes,
+                Some(self.blob_max_bytes),
+                "NARAD_BLOB_MAX_BYTES",
+            ),
+            (
+                Limit::StoredBytes,
+                self.limit_stored_bytes,
+                "NARAD_LIMIT_STORED_BYTES",
             ),
         ] {
             if let Some(v) = value
@@ -385,6 +397,39 @@ impl Serialize for Secret {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every limit variable reaches the defaults, the blob limits among
+    /// them (they were once read and never used).
+    #[test]
+    fn limit_variables_are_the_defaults() {
+        use crate::quotas::Limit;
+        #[derive(clap::Parser)]
+        struct Serve {
+            #[command(flatten)]
+            config: Config,
+        }
+        let parse = |args: &[&str]| {
+            let mut argv = vec!["narad"];
+            argv.extend_from_slice(args);
+            <Serve as clap::Parser>::try_parse_from(argv)
+                .expect("parses")
+                .config
+        };
+        let defaults = parse(&[]).limit_defaults().unwrap();
+        assert_eq!(defaults.get(Limit::BlobMaxBytes), Some(256 * 1024 * 1024));
+        assert_eq!(defaults.get(Limit::StoredBytes), None);
+        let set = parse(&[
+            "--blob-max-bytes",
+            "4194304",
+            "--limit-stored-bytes",
+            "1000000",
+        ])
+        .limit_defaults()
+        .unwrap();
+        assert_eq!(set.get(Limit::BlobMaxBytes), Some(4_194_304));
+        assert_eq!(set.get(Limit::StoredBytes), Some(1_000_000));
+        assert!(parse(&["--blob-max-bytes", "0"]).limit_defaults().is_err());
+    }
 
     #[test]
     fn passwords_never_print() {

@@ -151,6 +151,13 @@ impl Limit {
         }
     }
 
+    /// Whether the server's value bounds every organisation's: the largest
+    /// blob (what one upload may cost the server), where the smaller of
+    /// the two holds.
+    pub fn is_ceiling(self) -> bool {
+        matches!(self, Limit::BlobMaxBytes)
+    }
+
     /// The limit with this API name.
     pub fn named(name: &str) -> Option<Limit> {
         Limit::ALL.into_iter().find(|l| l.name() == name)
@@ -209,11 +216,17 @@ impl LimitValues {
     }
 
     /// These values with `overrides` (checked by [`check_overrides`])
-    /// applied.
+    /// applied. A server-wide ceiling ([`Limit::is_ceiling`]) stays one: an
+    /// override may lower it, never raise or lift it.
     pub fn overridden(mut self, overrides: &Map<String, Value>) -> LimitValues {
         for (name, value) in overrides {
             if let Some(limit) = Limit::named(name) {
-                self.set(limit, value.as_u64());
+                let value = match (limit.is_ceiling(), self.get(limit), value.as_u64()) {
+                    (true, Some(ceiling), Some(v)) => Some(v.min(ceiling)),
+                    (true, Some(ceiling), None) => Some(ceiling),
+                    (_, _, v) => v,
+                };
+                self.set(limit, value);
             }
         }
         self
@@ -578,6 +591,25 @@ mod tests {
         assert_eq!(v.get(Limit::EventsPerSecond), Some(5));
         assert_eq!(v.get(Limit::Sessions), None);
         assert_eq!(v.get(Limit::OpenStreams), None);
+    }
+
+    /// The server's largest blob bounds every organisation's: the smaller
+    /// of the two holds, and `null` does not lift it.
+    #[test]
+    fn the_largest_blob_is_the_smaller_of_server_and_organisation() {
+        let defaults = LimitValues::default().with(Limit::BlobMaxBytes, Some(4 << 20));
+        for (override_, effective) in [
+            (json!(1 << 20), 1 << 20),
+            (json!(64 << 20), 4 << 20),
+            (json!(null), 4 << 20),
+        ] {
+            let o = check_overrides(&json!({ "blobMaxBytes": override_ })).unwrap();
+            assert_eq!(
+                defaults.overridden(&o).get(Limit::BlobMaxBytes),
+                Some(effective),
+                "{override_}"
+            );
+        }
     }
 
     #[test]

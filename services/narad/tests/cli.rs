@@ -1162,3 +1162,160 @@ async fn json_logs_name_the_request_on_every_line_of_it() {
         assert_eq!(line["span"]["request_id"], "req-tour-42", "{line}");
     }
 }
+
+/// `NARAD_BLOB_MAX_BYTES` and `NARAD_LIMIT_STORED_BYTES` hold on
+/// `narad serve`: whole and resumable uploads past them are refused
+/// before more than the limit is kept (they were read and never used).
+#[tokio::test]
+async fn serve_enforces_the_server_wide_blob_limits() {
+    use narad_server::auth::{Role, mint_hs256};
+    let mib = 1024 * 1024;
+    let db = narad_testkit::TestDatabase::new(&narad_journal::MIGRATOR).await;
+    let served = Served::start(&[
+        ("NARAD_DATABASE_URL", db.url()),
+        ("NARAD_JWT_HS256_SECRET", DEV_SECRET),
+        ("NARAD_BLOB_MAX_BYTES", &(4 * mib).to_string()),
+        ("NARAD_LIMIT_STORED_BYTES", &(6 * mib).to_string()),
+    ])
+    .expect("serves");
+    let token = mint_hs256(
+        DEV_SECRET.as_bytes(),
+        "narad",
+        "narad",
+        "acme",
+        "tester",
+        &Role::ALL,
+        std::time::Duration::from_secs(600),
+    )
+    .unwrap();
+    narad_server::auth::install_tls_provider();
+    let http = reqwest::Client::new();
+    let base = served.base.clone();
+    let answer = |res: reqwest::Response| async move {
+        let status = res.status().as_u16();
+        let body: serde_json::Value = res.json().await.unwrap_or_default();
+        (status, body["code"].as_str().unwrap_or("").to_owned(), body)
+    };
+    let created = http
+        .post(format!("{base}/v1/sessions"))
+        .bearer_auth(&token)
+        .json(&serde_json::json!({"sessionId": "s1"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(created.status(), 201);
+    let upload = |size: usize| {
+        http.post(format!("{base}/v1/sessions/s1/blobs?name=b.bin"))
+            .bearer_auth(&token)
+            .body(vec![7u8; size])
+            .send()
+    };
+    // A whole upload past the largest blob, and a resumable one announcing
+    // more: refused on what they announce, before their bytes are read (a
+    // client sending the body meanwhile meets a closed connection, so the
+    // answer is read after the headers alone).
+    for (headers, announced) in [
+        (vec![("content-length", 5 * mib)], "5 MiB body"),
+        (
+            vec![("content-length", mib), ("upload-length", 5 * mib)],
+            "a 5 MiB resumable upload",
+        ),
+    ] {
+        let (status, body) = announce(&base, "/v1/sessions/s1/blobs?name=b.bin", &token, &headers);
+        assert_eq!(
+            (status, body["code"].as_str()),
+            (413, Some("NRD-0006")),
+            "{announced}: {body}"
+        );
+        assert_eq!(body["details"]["value"], 4 * mib);
+    }
+    // A body larger than it said, streamed: refused once past the limit.
+    let streamed = http
+        .post(format!("{base}/v1/sessions/s1/blobs?name=b.bin"))
+        .bearer_auth(&token)
+        .body(reqwest::Body::wrap_stream(futures::stream::iter(
+            (0..5).map(move |_| Ok::<_, std::io::Error>(vec![7u8; mib])),
+        )))
+        .send()
+        .await;
+    if let Ok(res) = streamed {
+        let (status, code, _) = answer(res).await;
+        assert_eq!((status, code.as_str()), (413, "NRD-0006"));
+    }
+    // Within: kept; then the organisation's stored bytes are spent.
+    let (status, _, body) = answer(upload(4 * mib).await.unwrap()).await;
+    assert_eq!(status, 201, "{body}");
+    let (status, code, _) = answer(upload(3 * mib).await.unwrap()).await;
+    assert_eq!((status, code.as_str()), (429, "NRD-0606"));
+    // Nothing of the refused uploads is kept: one blob holds 4 MiB.
+    let (client, conn) = tokio_postgres::connect(db.url(), tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(conn);
+    let held: i64 = client
+        .query_one(
+            "select coalesce(sum(size_bytes), 0)::bigint from blobs",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(held, 4 * mib as i64);
+    // Counted, each under its limit's label.
+    let metrics = http
+        .get(format!("{base}/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    for (label, at_least) in [("blob_bytes", 2.0), ("stored_bytes", 1.0)] {
+        let series = format!("narad_limit_refusals_total{{limit=\"{label}\"}}");
+        let value: f64 = metrics
+            .lines()
+            .find_map(|l| l.strip_prefix(&series))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or_else(|| panic!("{series} is exported: {metrics}"));
+        assert!(value >= at_least, "{series} = {value}");
+    }
+    served.stop();
+}
+
+/// Sends a POST's headers alone (a body announced by `headers`, none
+/// sent) and reads the answer: what a server that refuses on the announced
+/// length says.
+fn announce(
+    base: &str,
+    path: &str,
+    token: &str,
+    headers: &[(&str, usize)],
+) -> (u16, serde_json::Value) {
+    use std::io::{Read, Write};
+    let addr = base.trim_start_matches("http://");
+    let mut conn = std::net::TcpStream::connect(addr).unwrap();
+    conn.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+        .unwrap();
+    let mut request = format!(
+        "POST {path} HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {token}\r\n\
+         Connection: close\r\n"
+    );
+    for (name, value) in headers {
+        request.push_str(&format!("{name}: {value}\r\n"));
+    }
+    request.push_str("\r\n");
+    conn.write_all(request.as_bytes()).unwrap();
+    let mut answer = Vec::new();
+    let _ = conn.read_to_end(&mut answer);
+    let answer = String::from_utf8_lossy(&answer);
+    let status = answer
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("an HTTP answer: {answer}"));
+    let body = answer
+        .split_once("\r\n\r\n")
+        .and_then(|(_, b)| serde_json::from_str(b).ok())
+        .unwrap_or_default();
+    (status, body)
+}

@@ -20,6 +20,7 @@ use utoipa::ToSchema;
 
 use super::resumable::{UPLOAD_LENGTH, number_header};
 use crate::AppState;
+use crate::audit::RequestId;
 use crate::auth::{Permission, Principal};
 use crate::body::Query;
 use crate::error::{ApiError, ApiResult};
@@ -162,15 +163,45 @@ fn media_type(headers: &HeaderMap) -> ApiResult<String> {
 pub async fn upload(
     State(state): State<AppState>,
     principal: Principal,
+    request: RequestId,
     Path(session_id): Path<String>,
-    mut query: Query,
+    query: Query,
     headers: HeaderMap,
     body: Body,
 ) -> ApiResult<Response> {
+    let outcome = store_upload(&state, &principal, &session_id, query, &headers, body).await;
+    let appended = outcome
+        .as_ref()
+        .ok()
+        .and_then(|(_, appended)| appended.clone());
+    let outcome = outcome.map(|(answer, _)| answer);
+    crate::audit::record(
+        &state,
+        &principal,
+        &request,
+        "upload-blob",
+        Some(&session_id),
+        &outcome,
+        appended.map(|a| json!({ "appended": a })).as_ref(),
+    )
+    .await;
+    outcome
+}
+
+/// What [`upload`] does: the answer, and what it appended (with
+/// `attachmentId`).
+async fn store_upload(
+    state: &AppState,
+    principal: &Principal,
+    session_id: &str,
+    mut query: Query,
+    headers: &HeaderMap,
+    body: Body,
+) -> ApiResult<(Response, Option<narad_journal::Appended>)> {
     principal
         .require(Permission::Command)
         .or_else(|_| principal.require(Permission::Append))?;
-    principal.require_session(&session_id)?;
+    principal.require_session(session_id)?;
     let name = file_name(query.text("name"))?;
     let attachment_id = query.text("attachmentId");
     query.finish()?;
@@ -182,19 +213,19 @@ pub async fn upload(
                 ApiError::new(ErrorCode::InvalidParameter, format!("attachmentId: {e}"))
                     .with_field("attachmentId", e)
             })?;
-            let session =
-                narad_protocol::primitives::SessionId::new(session_id.clone()).map_err(|e| {
+            let session = narad_protocol::primitives::SessionId::new(session_id.to_owned())
+                .map_err(|e| {
                     ApiError::new(ErrorCode::InvalidParameter, format!("sessionId: {e}"))
                         .with_field("sessionId", e)
                 })?;
             Some(principal.caller().authorize(&session)?)
         }
     };
-    let media_type = media_type(&headers)?;
+    let media_type = media_type(headers)?;
     let tenant = &principal.tenant;
-    let upload_length = number_header(&headers, UPLOAD_LENGTH)?;
-    let sent = number_header(&headers, header::CONTENT_LENGTH.as_str())?;
-    let limits = UploadLimits::of(&state, tenant, 0).await?;
+    let upload_length = number_header(headers, UPLOAD_LENGTH)?;
+    let sent = number_header(headers, header::CONTENT_LENGTH.as_str())?;
+    let limits = UploadLimits::of(state, tenant, 0).await?;
     limits.check(upload_length.or(sent).unwrap_or(0))?;
     if let Some(length) = upload_length {
         if sent.is_some_and(|n| n > length) {
@@ -217,40 +248,43 @@ pub async fn upload(
         }
         let blob = state
             .journal
-            .create_blob(tenant, &session_id, &name, &media_type, Some(length))
+            .create_blob(tenant, session_id, &name, &media_type, Some(length))
             .await?;
         let location =
             HeaderValue::from_str(&format!("/v1/blobs/{}", blob.blob_id)).expect("ascii");
         let mut answer =
-            super::resumable::continue_upload(&state, &principal, blob, body, StatusCode::CREATED)
+            super::resumable::continue_upload(state, principal, blob, body, StatusCode::CREATED)
                 .await?;
         answer.headers_mut().insert(header::LOCATION, location);
-        return Ok(answer);
+        return Ok((answer, None));
     }
     let blob = state
         .journal
-        .create_blob(tenant, &session_id, &name, &media_type, None)
+        .create_blob(tenant, session_id, &name, &media_type, None)
         .await?;
-    let stored = receive(&state, &principal, &blob, body, |size| limits.check(size)).await;
+    let stored = receive(state, principal, &blob, body, |size| limits.check(size)).await;
     let blob_id = blob.blob_id;
     let stored = match (stored, &attach_as, &attachment_id) {
         (Ok(record), Some(auth), Some(id)) => state
             .journal
             .attach_blob(auth, &record, id)
             .await
-            .map(|_| record)
+            .map(|appended| (record, Some(appended)))
             .map_err(ApiError::from),
-        (other, _, _) => other,
+        (other, _, _) => other.map(|record| (record, None)),
     };
     match stored {
-        Ok(record) => Ok((
-            StatusCode::CREATED,
-            Json(Blob {
-                attachment_id,
-                ..Blob::of(record)
-            }),
-        )
-            .into_response()),
+        Ok((record, appended)) => Ok((
+            (
+                StatusCode::CREATED,
+                Json(Blob {
+                    attachment_id,
+                    ..Blob::of(record)
+                }),
+            )
+                .into_response(),
+            appended,
+        )),
         Err(e) => {
             // Nothing of a refused or broken upload is kept.
             if let Err(d) = state.journal.discard_blob(tenant, &blob_id).await {

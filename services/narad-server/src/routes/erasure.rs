@@ -14,6 +14,7 @@ use utoipa::ToSchema;
 use crate::AppState;
 use crate::audit::RequestId;
 use crate::auth::{Permission, Principal};
+use crate::body::Query;
 use crate::error::{ApiError, ApiResult};
 use crate::quotas::Limit;
 
@@ -228,17 +229,26 @@ pub struct RetentionCandidate {
 pub struct RetentionPreview {
     /// The organisation.
     pub org: String,
-    /// Its retention (`null`: sessions are kept until erased by hand).
+    /// Its retention in effect (`null`: sessions are kept until erased by
+    /// hand).
     pub retention_days: Option<u64>,
-    /// The sessions the next retention pass would erase (at most 500).
+    /// The retention `due` was listed for: `?days=`, or the one in effect.
+    pub preview_days: Option<u64>,
+    /// The sessions a retention of `previewDays` would erase now (at most
+    /// 500): with the policy in effect, what its next pass erases.
     pub due: Vec<RetentionCandidate>,
 }
 
-/// What the organisation's retention policy would erase now, erasing
-/// nothing: sessions archived, or without activity, for longer than
-/// `retentionDays`. Operator admins, or the organisation's own admins.
+/// What a retention policy would erase now, erasing nothing: sessions
+/// archived, or without activity, for longer than `retentionDays` (the
+/// policy in effect), or than `?days=` — a policy not yet set, so that an
+/// operator reads the list before anything can be erased. Operator admins,
+/// or the organisation's own admins.
 #[utoipa::path(get, path = "/v1/admin/tenants/{org}/retention", operation_id = "previewRetention", tag = "operations",
-    params(("org" = String, Path, min_length = 1, max_length = 256, description = "The organisation (a token's `org`)")),
+    params(
+        ("org" = String, Path, min_length = 1, max_length = 256, description = "The organisation (a token's `org`)"),
+        ("days" = Option<u64>, Query, minimum = 1, maximum = 36500, description = "Preview this retention instead of the one in effect (none need be set)"),
+    ),
     responses(
         (status = 200, description = "The sessions due", body = RetentionPreview),
         (status = 403, description = "NRD-0102: not an admin of the operator organisation or of this one"),
@@ -248,9 +258,20 @@ pub async fn preview_retention(
     State(state): State<AppState>,
     principal: Principal,
     Path(org): Path<String>,
+    mut query: Query,
 ) -> ApiResult<Json<RetentionPreview>> {
     principal.require(Permission::Admin)?;
     let org = org_of(&org)?;
+    let asked = query.number("days")?;
+    query.finish()?;
+    let max_days = Limit::RetentionDays.max();
+    if let Some(d) = asked.filter(|d| !(1..=max_days).contains(d)) {
+        return Err(ApiError::new(
+            ErrorCode::InvalidParameter,
+            format!("days is {d}: it takes 1 to {max_days}"),
+        )
+        .with_field("days", format!("1 to {max_days}")));
+    }
     if org != principal.tenant && !state.verifier.is_operator(&principal.tenant) {
         return Err(ApiError::new(
             ErrorCode::Forbidden,
@@ -262,7 +283,8 @@ pub async fn preview_retention(
         .effective(&org)
         .await?
         .get(Limit::RetentionDays);
-    let due = match days {
+    let preview_days = asked.or(days);
+    let due = match preview_days {
         None => Vec::new(),
         Some(days) => state
             .journal
@@ -279,6 +301,7 @@ pub async fn preview_retention(
     Ok(Json(RetentionPreview {
         org: org.to_string(),
         retention_days: days,
+        preview_days,
         due,
     }))
 }

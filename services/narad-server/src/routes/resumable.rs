@@ -19,6 +19,7 @@ use utoipa::ToSchema;
 
 use super::blobs::{Blob, REFERENCE_PREFIX, Sink, UploadLimits};
 use crate::AppState;
+use crate::audit::RequestId;
 use crate::auth::{Permission, Principal};
 use crate::error::{ApiError, ApiResult};
 
@@ -202,21 +203,48 @@ async fn uploading(
 pub async fn resume(
     State(state): State<AppState>,
     principal: Principal,
+    request: RequestId,
     Path(blob_id): Path<String>,
     headers: HeaderMap,
     body: Body,
 ) -> ApiResult<Response> {
+    let mut session = None;
+    let outcome = resume_upload(&state, &principal, &blob_id, &headers, body, &mut session).await;
+    crate::audit::record(
+        &state,
+        &principal,
+        &request,
+        "resume-upload",
+        session.as_deref(),
+        &outcome,
+        None,
+    )
+    .await;
+    outcome
+}
+
+/// What [`resume`] does; `session` learns the upload's session once the
+/// upload is found.
+async fn resume_upload(
+    state: &AppState,
+    principal: &Principal,
+    blob_id: &str,
+    headers: &HeaderMap,
+    body: Body,
+    session: &mut Option<String>,
+) -> ApiResult<Response> {
     principal
         .require(Permission::Command)
         .or_else(|_| principal.require(Permission::Append))?;
-    let offset = number_header(&headers, UPLOAD_OFFSET)?.ok_or_else(|| {
+    let offset = number_header(headers, UPLOAD_OFFSET)?.ok_or_else(|| {
         ApiError::new(
             ErrorCode::InvalidParameter,
             "Upload-Offset: where these bytes begin (GET /v1/blobs/{blobId}/upload says)",
         )
         .with_field("Upload-Offset", "required")
     })?;
-    let blob = uploading(&state, &principal, &blob_id).await?;
+    let blob = uploading(state, principal, blob_id).await?;
+    *session = Some(blob.session_id.clone());
     if blob.stored || blob.upload_length.is_none() {
         return Err(ApiError::new(
             ErrorCode::UploadOffsetMismatch,
@@ -237,7 +265,7 @@ pub async fn resume(
     }
     // A body announced past the length is refused before anything of it
     // is stored.
-    let announced = number_header(&headers, "content-length")?.unwrap_or(0);
+    let announced = number_header(headers, "content-length")?.unwrap_or(0);
     let length = blob.upload_length.unwrap_or_default();
     if offset + announced > length {
         return Err(ApiError::new(
@@ -249,7 +277,7 @@ pub async fn resume(
         )
         .with_field("Upload-Offset", "with Content-Length past Upload-Length"));
     }
-    continue_upload(&state, &principal, blob, body, StatusCode::OK).await
+    continue_upload(state, principal, blob, body, StatusCode::OK).await
 }
 
 /// Where a resumable upload stands: the offset to resume at.
