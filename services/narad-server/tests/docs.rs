@@ -2,8 +2,9 @@
 //! drifts from the other: `docs/scale-out.md` names every table and every
 //! function that runs past row-level security in the migrations;
 //! `docs/errors.md` says extension names are unique per organisation, as
-//! the extensions table's key makes them. No server or database: the files
-//! are read as text.
+//! the extensions table's key makes them; the control messages the
+//! README's client-executor section spells out are valid controls. No
+//! server or database: the files are read as text.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -222,4 +223,67 @@ fn errors_doc_says_extension_names_are_unique_per_organisation() {
         .expect("NRD-0207 is in docs/errors.md");
     assert!(!row.contains("across narad"), "{row}");
     assert!(row.contains("per organisation"), "{row}");
+}
+
+/// The control messages `client.<name> {field, field: value, …}` that
+/// `text` spells out, as JSON: a bare field is a placeholder (its name's
+/// own text, or the message's name for `type`), `field: value` holds the
+/// JSON value written.
+fn spelled_controls(text: &str) -> Vec<(String, serde_json::Value)> {
+    let text = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    let mut out = Vec::new();
+    for span in text.split('`').skip(1).step_by(2) {
+        let Some((name, fields)) = span.split_once(" {") else {
+            continue;
+        };
+        if !name.starts_with("client.") {
+            continue;
+        }
+        let fields = fields
+            .strip_suffix('}')
+            .unwrap_or_else(|| panic!("`{span}`"));
+        let mut message = serde_json::Map::new();
+        for field in fields.split(", ") {
+            let (key, value) = match field.split_once(": ") {
+                Some((key, value)) => (
+                    key,
+                    serde_json::from_str(value).unwrap_or_else(|e| panic!("`{span}`: {e}")),
+                ),
+                None if field == "type" => (field, serde_json::Value::from(name)),
+                None => (field, serde_json::Value::from(format!("some-{field}"))),
+            };
+            message.insert(key.to_owned(), value);
+        }
+        out.push((name.to_owned(), serde_json::Value::Object(message)));
+    }
+    out
+}
+
+#[test]
+fn the_controls_the_readme_spells_out_for_executors_are_valid() {
+    let readme = read("README.md");
+    let controls = spelled_controls(section(&readme, "Running a client executor"));
+    assert!(
+        controls.iter().any(|(name, _)| name == "client.heartbeat"),
+        "the section spells out client.heartbeat: {controls:?}"
+    );
+    let doc = narad_server::routes::openapi::document();
+    for (name, message) in controls {
+        let mut root = doc.clone();
+        root["$ref"] = serde_json::Value::from(format!("#/components/schemas/control.{name}"));
+        let validator = jsonschema::draft202012::new(&root).unwrap();
+        // What a tab that sends exactly what the README says sends.
+        let mut sent = message.clone();
+        sent["type"] = serde_json::Value::from(name.as_str());
+        let errors: Vec<String> = validator
+            .iter_errors(&sent)
+            .map(|e| e.to_string())
+            .collect();
+        assert!(errors.is_empty(), "README's `{name} {message}`: {errors:?}");
+        // And says what a control must hold, not left implied.
+        assert!(
+            message.get("protocolVersion").is_some(),
+            "README's `{name} {message}`"
+        );
+    }
 }

@@ -18,7 +18,8 @@
 //!     says what it did (or did not);
 //!   - a prompt that asks for the time calls the client tool `clock.now`
 //!     on the run's executor (`narad executor` runs one) and gives the run
-//!     back; the tool's result brings it back, and it answers with it;
+//!     back; the tool's result brings it back, and it answers with it (or,
+//!     when the call failed, says so and why);
 //!   - a prompt asking for a report gets one: a short Markdown file of the
 //!     session, uploaded as the run's artifact (the server appends its
 //!     `artifact.ready`);
@@ -174,7 +175,7 @@ enum Phase {
     Waiting,
     /// Paused on a decided approval: resume and report.
     Decided(String),
-    /// The clock tool answered.
+    /// The clock tool's call finished: its `tool.call.finished`.
     ToolDone(Value),
     /// Nothing done yet.
     Fresh,
@@ -212,13 +213,7 @@ impl RunHandler for Agent {
                 };
                 self.say(&ctx, "reply", &answer).await
             }
-            Phase::ToolDone(response) => {
-                let now = response["now"]
-                    .as_str()
-                    .map_or_else(|| response.to_string(), str::to_owned);
-                self.say(&ctx, "reply", &format!("Your executor's clock says {now}."))
-                    .await
-            }
+            Phase::ToolDone(finished) => self.say(&ctx, "reply", &clock_reply(&finished)).await,
             Phase::Fresh => self.start(&ctx, &prompt).await,
         }
     }
@@ -405,6 +400,28 @@ async fn has_executor(ctx: &RunContext) -> Result<bool, RuntimeError> {
     }))
 }
 
+/// The reply to the clock tool's `tool.call.finished`: the time it read,
+/// or, when the call failed or was cancelled (no executor took it, its
+/// token lapsed, the tool failed), that it did not, with the code and
+/// message the finish gave.
+fn clock_reply(finished: &Value) -> String {
+    let response = &finished["response"];
+    if finished["outcome"] == "success" {
+        let now = response["now"]
+            .as_str()
+            .map_or_else(|| response.to_string(), str::to_owned);
+        return format!("Your executor's clock says {now}.");
+    }
+    let outcome = finished["outcome"].as_str().unwrap_or("error");
+    let why = match (finished["code"].as_str(), finished["message"].as_str()) {
+        (Some(code), Some(message)) => format!("{code}: {message}"),
+        (Some(code), None) => code.to_owned(),
+        (None, Some(message)) => format!("{outcome}: {message}"),
+        (None, None) => outcome.to_owned(),
+    };
+    format!("I could not read your executor's clock: the clock.now call ended {outcome} ({why}).")
+}
+
 /// Closes a run asked to stop: its open work, then `run.cancelled`.
 async fn stop(ctx: &RunContext, state: &SessionState, run: &RunId) -> Result<(), RuntimeError> {
     let how = Closing::Cancelled {
@@ -467,9 +484,58 @@ fn phase(state: &SessionState, history: &[Value], run: &RunId) -> Phase {
         .filter(mine)
         .find(|e| e["type"] == "tool.call.finished")
     {
-        return Phase::ToolDone(finished["response"].clone());
+        return Phase::ToolDone(finished.clone());
     }
     // Nothing decided yet (or a lost holder left a turn unfinished: this
     // attempt starts it again, under ids of its own).
     Phase::Fresh
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn finished(fields: Value) -> Value {
+        let mut event = json!({"type": "tool.call.finished", "toolCallId": "t-1"});
+        event
+            .as_object_mut()
+            .unwrap()
+            .extend(fields.as_object().unwrap().clone());
+        event
+    }
+
+    #[test]
+    fn a_clock_that_answered_is_quoted() {
+        let done =
+            finished(json!({"outcome": "success", "response": {"now": "2026-12-02T12:34:56Z"}}));
+        assert_eq!(
+            clock_reply(&done),
+            "Your executor's clock says 2026-12-02T12:34:56Z."
+        );
+    }
+
+    #[test]
+    fn a_clock_tool_that_failed_is_reported_as_a_failure_not_as_a_time() {
+        // As the executor sweeper closes a call no executor took.
+        let failed = finished(json!({
+            "outcome": "error", "response": null, "code": "client_unavailable",
+            "message": "no executor took the call in time",
+        }));
+        let reply = clock_reply(&failed);
+        assert!(!reply.contains("clock says"), "{reply}");
+        assert!(!reply.contains("null"), "{reply}");
+        assert!(reply.contains("client_unavailable"), "{reply}");
+        assert!(
+            reply.contains("no executor took the call in time"),
+            "{reply}"
+        );
+        // Cancelled under a stop, with neither code nor message.
+        let cancelled = finished(json!({"outcome": "cancelled", "response": null}));
+        let reply = clock_reply(&cancelled);
+        assert!(
+            !reply.contains("clock says") && !reply.contains("null"),
+            "{reply}"
+        );
+        assert!(reply.contains("cancelled"), "{reply}");
+    }
 }
