@@ -106,6 +106,9 @@ enum Mischief {
     /// Holds back every answer to a POST this long: latency between the
     /// kit and the server.
     Latency(Duration),
+    /// On a resumed tenant stream (`GET /v1/events` with Last-Event-ID),
+    /// drops the second authority event.
+    DropTenantReplayFrame,
     /// Rewrites this member of the first event of every 201 answer to an
     /// append: a sequence one on, an eventId another.
     RewriteAppendAnswers(&'static str),
@@ -198,6 +201,19 @@ async fn forward(State(up): State<Upstream>, req: Request) -> Response {
             up.answers.fetch_add(1, Ordering::Relaxed);
             return answer.body(Body::from(body.to_string())).unwrap();
         }
+        Mischief::DropTenantReplayFrame if resumed && path == "/v1/events" => {
+            let mut seen = 0;
+            let frames = frames(res.bytes_stream(), move |frame| {
+                if is_authority(frame) {
+                    seen += 1;
+                    if seen == 2 {
+                        return Vec::new();
+                    }
+                }
+                frame.to_vec()
+            });
+            return answer.body(Body::from_stream(frames)).unwrap();
+        }
         Mischief::RepeatOnResume if resumed => {
             let mut repeated = false;
             let frames = frames(res.bytes_stream(), move |frame| {
@@ -253,16 +269,26 @@ async fn a_server_that_repeats_a_frame_on_resume_fails_the_resume_case() {
     let (code, out) = kit(&proxy.url, &["--only", "streams/"]).await;
     assert_eq!(code, 1, "{out}");
     let failed: Vec<&str> = out.lines().filter(|l| l.starts_with("FAIL ")).collect();
-    assert_eq!(failed.len(), 2, "{out}");
+    assert_eq!(failed.len(), 4, "{out}");
     assert!(
         failed[0].starts_with("FAIL streams/resume-and-cursors [§10.1, §10.3]: resumed after"),
+        "{out}"
+    );
+    // The tenant stream's replay too: every event once.
+    assert!(
+        failed[1].starts_with("FAIL streams/tenant-subscribe-before-replay [§10.1, §10.3]: ")
+            && failed[1].ends_with("not 2..=81 once each"),
+        "{out}"
+    );
+    assert!(
+        failed[2].starts_with("FAIL streams/tenant-resume-and-cursors [§10.1, §10.3]: "),
         "{out}"
     );
     // Whether the stalled reader is dropped through this proxy depends on
     // how much the proxy and the sockets buffer (it was kept on one machine
     // and dropped on another); either way the case fails: a reader that
     // read nothing was kept, or its resume repeated a frame.
-    let slow = failed[1]
+    let slow = failed[3]
         .strip_prefix("FAIL streams/slow-reader-dropped [§10.1]: ")
         .unwrap_or_else(|| panic!("{out}"));
     assert!(
@@ -275,7 +301,7 @@ async fn a_server_that_repeats_a_frame_on_resume_fails_the_resume_case() {
         out.contains("PASS streams/subscribe-before-replay"),
         "{out}"
     );
-    assert!(out.contains("1 passed, 2 failed, 1 skipped"), "{out}");
+    assert!(out.contains("1 passed, 4 failed, 1 skipped"), "{out}");
     assert_plain(&out);
     drop(proxy);
     s.stop().await;
@@ -411,5 +437,33 @@ async fn a_server_that_answers_appends_with_wrong_sequences_or_ids_fails_the_jou
         );
         assert!(proxy.answers.load(Ordering::Relaxed) >= 20);
     }
+    s.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_drops_a_replayed_tenant_stream_frame_fails_the_tenant_cases() {
+    let s = Server::start().await;
+    let proxy = Proxy::start(&s.base, Mischief::DropTenantReplayFrame).await;
+    let (code, out) = kit(&proxy.url, &["--only", "streams/tenant-"]).await;
+    assert_eq!(code, 1, "{out}");
+    assert_plain(&out);
+    let failed: Vec<&str> = out.lines().filter(|l| l.starts_with("FAIL ")).collect();
+    assert_eq!(failed.len(), 2, "{out}");
+    // Frames 2 and 3 arrive; the one between them was dropped.
+    assert!(
+        failed[0].starts_with("FAIL streams/tenant-subscribe-before-replay [§10.1, §10.3]: ")
+            && failed[0].contains("delivered 2, 4..=81, not 2..=81 once each"),
+        "{out}"
+    );
+    assert!(
+        failed[1].starts_with(
+            "FAIL streams/tenant-resume-and-cursors [§10.1, §10.3]: GET /v1/events?sessionId="
+        ) && failed[1].contains("(sessionSequence 1): delivered 2, 4..=10, not 2..=10"),
+        "{out}"
+    );
+    // The session stream is left alone, and passes.
+    let (code, out) = kit(&proxy.url, &["--only", "streams/resume-and-cursors"]).await;
+    assert_eq!(code, 0, "{out}");
+    drop(proxy);
     s.stop().await;
 }

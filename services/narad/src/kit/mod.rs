@@ -280,6 +280,24 @@ pub async fn server(args: &ServerArgs) -> anyhow::Result<ExitCode> {
         ),
         (
             Named {
+                name: "streams/tenant-subscribe-before-replay",
+                spec: "§10.1, §10.3",
+                rule: None,
+            },
+            Box::pin(streams::tenant_subscribe_before_replay(
+                &api, &prefix, retention,
+            )),
+        ),
+        (
+            Named {
+                name: "streams/tenant-resume-and-cursors",
+                spec: "§10.1, §10.3",
+                rule: None,
+            },
+            Box::pin(streams::tenant_resume_and_cursors(&api, &prefix, retention)),
+        ),
+        (
+            Named {
                 name: "streams/slow-reader-dropped",
                 spec: "§10.1",
                 rule: None,

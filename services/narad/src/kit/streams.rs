@@ -88,6 +88,9 @@ async fn authority_until(frames: &mut Frames, upto: u64, seconds: u64) -> Step<V
             Ok(None) => anyhow::bail!("the stream ended before sessionSequence {upto}"),
             Ok(Some(frame)) => frame?,
         };
+        if frame.event == "replay-gap" || frame.data.contains("\"replay-gap\"") {
+            return Err(Forgotten.into());
+        }
         let Ok(data) = serde_json::from_str::<Value>(&frame.data) else {
             continue;
         };
@@ -106,6 +109,19 @@ async fn authority_until(frames: &mut Frames, upto: u64, seconds: u64) -> Step<V
     }
     Ok(out)
 }
+
+/// A tenant stream's replay began with (or met) a `replay-gap` frame: the
+/// server forgot what the kit asked it to replay.
+#[derive(Debug)]
+struct Forgotten;
+
+impl std::fmt::Display for Forgotten {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("the stream sent a replay-gap frame")
+    }
+}
+
+impl std::error::Error for Forgotten {}
 
 /// The session sequences of `events`.
 fn seqs(events: &[Value]) -> Vec<u64> {
@@ -433,5 +449,188 @@ pub async fn replay_gap(
             })?;
             return Ok(());
         }
+    }
+}
+
+/// The tenant stream of one session: `GET /v1/events?sessionId=`.
+fn tenant_path(session: &str) -> String {
+    format!("/v1/events?sessionId={session}")
+}
+
+/// Opens the tenant stream of `session` after `last_event_id` (live from
+/// now without one); fails unless it answers 200.
+async fn open_tenant(api: &Api, session: &str, last_event_id: Option<&str>) -> Step<Frames> {
+    let path = tenant_path(session);
+    let (status, frames, body) = open_at(api, &api.base, &path, last_event_id).await?;
+    check(status == 200, || {
+        let after = last_event_id
+            .map(|id| format!(" after {id}"))
+            .unwrap_or_default();
+        format!("GET {path}{after}: {status} {body}")
+    })?;
+    Ok(frames.expect("200 has frames"))
+}
+
+/// Waits for a live stream's opening `capabilities` frame: from then on it
+/// carries what is appended.
+async fn attached(frames: &mut Frames) -> Step {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+    loop {
+        match tokio::time::timeout_at(deadline, frames.next()).await {
+            Ok(Some(frame)) => {
+                if frame?.event == "capabilities" {
+                    return Ok(());
+                }
+            }
+            Ok(None) => anyhow::bail!("the tenant stream ended before its capabilities frame"),
+            Err(_) => anyhow::bail!("the tenant stream sent no capabilities frame within 15 s"),
+        }
+    }
+}
+
+/// A tenant stream's replay failing with [`Forgotten`] `since` the events
+/// were appended: a failure when the server's retention (`--stream-retention`)
+/// says it should still hold them, otherwise a skip that says why.
+fn forgotten(
+    why: anyhow::Error,
+    since: tokio::time::Instant,
+    retention: Option<Duration>,
+) -> anyhow::Error {
+    if why.downcast_ref::<Forgotten>().is_none() {
+        return why;
+    }
+    let elapsed = since.elapsed();
+    match retention {
+        Some(kept) if elapsed < kept => anyhow::anyhow!(
+            "a replay of events appended {} ms before began with a replay-gap frame, though the \
+             stream keeps {} s",
+            elapsed.as_millis(),
+            kept.as_secs()
+        ),
+        _ => Skip(format!(
+            "the tenant stream had forgotten events appended {} ms before (a replay-gap frame): \
+             its retention is shorter than the case takes",
+            elapsed.as_millis()
+        ))
+        .into(),
+    }
+}
+
+/// The tenant stream (`GET /v1/events`) opened after an event while a
+/// backend appends delivers every event after it once, in order, the
+/// replayed and the live alike (§10.3).
+pub async fn tenant_subscribe_before_replay(
+    api: &Api,
+    prefix: &str,
+    retention: Option<Duration>,
+) -> Step {
+    let s = format!("{prefix}-tenant-live");
+    session(api, &s).await?;
+    // The first event, once the tenant stream carries it: resumable.
+    let mut live = open_tenant(api, &s, None).await?;
+    attached(&mut live).await?;
+    let since = tokio::time::Instant::now();
+    let first = format!("{s}-0");
+    append(api, &s, vec![event(&first, "run.started", "r", json!({}))]).await?;
+    authority_until(&mut live, 1, 15).await?;
+    drop(live);
+    let batches = 40u64;
+    let appending = appending(api, &s, batches, Duration::ZERO, false).await?;
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let mut frames = open_tenant(api, &s, Some(&first)).await?;
+    let last = 1 + batches * 2;
+    let got = authority_until(&mut frames, last, 30)
+        .await
+        .map_err(|e| forgotten(e, since, retention))?;
+    appended(appending).await?;
+    check(seqs(&got) == (2..=last).collect::<Vec<_>>(), || {
+        format!(
+            "GET {} after {first}: delivered {}, not 2..={last} once each",
+            tenant_path(&s),
+            runs(&seqs(&got))
+        )
+    })?;
+    Ok(())
+}
+
+/// Resuming the tenant stream from any authority event's id delivers
+/// exactly the events after it; an id of no event is refused.
+pub async fn tenant_resume_and_cursors(
+    api: &Api,
+    prefix: &str,
+    retention: Option<Duration>,
+) -> Step {
+    let s = format!("{prefix}-tenant-resume");
+    session(api, &s).await?;
+    let mut live = open_tenant(api, &s, None).await?;
+    attached(&mut live).await?;
+    let since = tokio::time::Instant::now();
+    let mut events = vec![event(&format!("{s}-0"), "run.started", "r", json!({}))];
+    for i in 1..=4 {
+        events.extend(tool_call(&format!("{s}-t{i}"), "r"));
+    }
+    events.push(event(&format!("{s}-9"), "run.finished", "r", json!({})));
+    append(api, &s, events).await?;
+    let last = 10;
+    let all = authority_until(&mut live, last, 15).await?;
+    drop(live);
+    check(seqs(&all) == (1..=last).collect::<Vec<_>>(), || {
+        format!(
+            "the live tenant stream delivered {}, not 1..={last} once each",
+            runs(&seqs(&all))
+        )
+    })?;
+    for (k, from) in all.iter().enumerate().take(all.len() - 1) {
+        let id = from["eventId"].as_str().unwrap_or_default();
+        let mut frames = open_tenant(api, &s, Some(id)).await?;
+        let got = authority_until(&mut frames, last, 15)
+            .await
+            .map_err(|e| forgotten(e, since, retention))?;
+        check(seqs(&got) == seqs(&all[k + 1..]), || {
+            format!(
+                "GET {} resumed after {id} (sessionSequence {}): delivered {}, not {}",
+                tenant_path(&s),
+                k + 1,
+                runs(&seqs(&got)),
+                runs(&seqs(&all[k + 1..]))
+            )
+        })?;
+    }
+    let path = tenant_path(&s);
+    let (status, _, body) = open_at(api, &api.base, &path, Some("no-such-event")).await?;
+    check(status == 409 && body["code"] == "NRD-0303", || {
+        format!(
+            "GET {path} with a Last-Event-ID of no event: expected 409 NRD-0303, got {status} {body}"
+        )
+    })?;
+    Ok(())
+}
+
+/// Sequences as a person reads them: `2..=5, 5, 6..=9`.
+fn runs(seqs: &[u64]) -> String {
+    if seqs.is_empty() {
+        return "nothing".to_owned();
+    }
+    let mut parts: Vec<String> = Vec::new();
+    let mut start = seqs[0];
+    let mut prev = seqs[0];
+    for &n in &seqs[1..] {
+        if n == prev + 1 {
+            prev = n;
+            continue;
+        }
+        parts.push(span(start, prev));
+        start = n;
+        prev = n;
+    }
+    parts.push(span(start, prev));
+    parts.join(", ")
+}
+
+fn span(a: u64, b: u64) -> String {
+    if a == b {
+        a.to_string()
+    } else {
+        format!("{a}..={b}")
     }
 }
