@@ -386,20 +386,24 @@ impl Server {
             .expect("a journal")
             .with_work_defaults(runtime.defaults)
             .with_blob_store(blob_store);
+        // As `narad serve` does: background tasks on a pool of their own.
+        let background = journal
+            .background(narad_journal::BACKGROUND_CONNECTIONS)
+            .expect("a background pool");
         let verifier = Verifier::new(auth).await.expect("a verifier");
         let hub =
-            narad_server::hub::Hub::new(journal.clone(), narad_server::coalesce::DEFAULT_WINDOW);
+            narad_server::hub::Hub::new(background.clone(), narad_server::coalesce::DEFAULT_WINDOW);
         let relay = tokio::spawn(hub.clone().run());
         narad_server::gauges::spawn(journal.clone(), hub.clone());
         let executors = Arc::new(executors);
         let sweeper = tokio::spawn(narad_server::executors::sweep(
-            journal.clone(),
+            background.clone(),
             hub.clone(),
             executors.clone(),
         ));
         let runtime = Arc::new(runtime);
         let runtime_sweeper = tokio::spawn(narad_server::runtime::sweep(
-            journal.clone(),
+            background.clone(),
             hub.clone(),
             runtime.clone(),
         ));
@@ -416,12 +420,12 @@ impl Server {
         let quotas = Arc::new(narad_server::quotas::Quotas::new(journal.clone(), limits));
         let heartbeat = tokio::spawn(quotas.clone().heartbeat());
         let erasure_sweeper = tokio::spawn(narad_server::erasure::sweep(
-            journal.clone(),
+            background.clone(),
             hub.clone(),
             quotas.clone(),
             runtime.clone(),
         ));
-        let closed = narad_server::closed_tenants::ClosedTenants::watch(journal.clone()).await;
+        let closed = narad_server::closed_tenants::ClosedTenants::watch(background).await;
         let state = AppState {
             closed,
             quotas,

@@ -248,6 +248,11 @@ impl JournalError {
                     serde_json::json!({"interruptId": interrupt_id, "decision": decision}),
                 )
             }
+            JournalError::Pool(deadpool_postgres::PoolError::Timeout(_)) => ErrorBody::new(
+                self.code(),
+                "no database connection was free in time: every pooled connection is busy \
+                 (NARAD_DATABASE_POOL, NARAD_DATABASE_WAIT_MS); retry with backoff",
+            ),
             JournalError::Database(_) | JournalError::Pool(_) if self.is_unreachable() => {
                 ErrorBody::new(
                     self.code(),

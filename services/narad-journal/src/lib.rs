@@ -48,6 +48,7 @@ pub mod tickets;
 
 use std::fmt;
 use std::str::FromStr;
+use std::time::Duration;
 
 use deadpool_postgres::{Hook, HookError, Manager, ManagerConfig, Pool, RecyclingMethod};
 use tokio_postgres::NoTls;
@@ -130,33 +131,69 @@ pub struct Journal {
 /// combining every append waiting when it began).
 pub const DEFAULT_APPEND_GROUPS: usize = 2;
 
+/// How long a caller waits for a pooled connection by default before it is
+/// refused ([`JournalError::Pool`], which a server answers 503 `NRD-0901`):
+/// an exhausted pool is an answer, never a hang.
+pub const DEFAULT_POOL_WAIT: Duration = Duration::from_secs(5);
+
+/// The connections a server's background tasks share, in a pool of their
+/// own ([`Journal::background`]): the relay, the three sweepers (executors,
+/// runtimes, erasure), the outbox's retention, the gauges and the list of
+/// closed organisations. A sweeper holds one connection for its advisory
+/// lock while its work takes one more at a time: with four, work goes on
+/// when all three hold their locks, and requests never wait for them.
+pub const BACKGROUND_CONNECTIONS: usize = 4;
+
+/// A pool of at most `size` connections configured by `config`, whose
+/// callers wait at most `wait` for one.
+fn pool_of(
+    config: &tokio_postgres::Config,
+    size: usize,
+    wait: Duration,
+) -> Result<Pool, JournalError> {
+    let manager = Manager::from_config(
+        config.clone(),
+        NoTls,
+        ManagerConfig {
+            // Connections come back clean: a transaction abandoned
+            // mid-way closes its connection (see `in_tenant`), and
+            // append transactions run in tasks nobody cancels.
+            recycling_method: RecyclingMethod::Fast,
+        },
+    );
+    Pool::builder(manager)
+        .max_size(size)
+        .wait_timeout(Some(wait))
+        .runtime(deadpool_postgres::Runtime::Tokio1)
+        .post_create(Hook::async_fn(|client, _| {
+            Box::pin(async move {
+                client
+                    .batch_execute(CONNECTION_SETUP)
+                    .await
+                    .map_err(HookError::Backend)
+            })
+        }))
+        .build()
+        .map_err(|e| JournalError::Corrupt(format!("cannot build the pool: {e}")))
+}
+
 impl Journal {
     /// Connects to the database at `url` with a pool of at most
-    /// `max_connections`.
+    /// `max_connections`, each caller waiting at most [`DEFAULT_POOL_WAIT`]
+    /// for one.
     pub fn connect(url: &str, max_connections: usize) -> Result<Journal, JournalError> {
+        Journal::connect_waiting(url, max_connections, DEFAULT_POOL_WAIT)
+    }
+
+    /// [`Journal::connect`], each caller waiting at most `wait` for a
+    /// connection.
+    pub fn connect_waiting(
+        url: &str,
+        max_connections: usize,
+        wait: Duration,
+    ) -> Result<Journal, JournalError> {
         let config = tokio_postgres::Config::from_str(url)?;
-        let manager = Manager::from_config(
-            config.clone(),
-            NoTls,
-            ManagerConfig {
-                // Connections come back clean: a transaction abandoned
-                // mid-way closes its connection (see `in_tenant`), and
-                // append transactions run in tasks nobody cancels.
-                recycling_method: RecyclingMethod::Fast,
-            },
-        );
-        let pool = Pool::builder(manager)
-            .max_size(max_connections)
-            .post_create(Hook::async_fn(|client, _| {
-                Box::pin(async move {
-                    client
-                        .batch_execute(CONNECTION_SETUP)
-                        .await
-                        .map_err(HookError::Backend)
-                })
-            }))
-            .build()
-            .map_err(|e| JournalError::Corrupt(format!("cannot build the pool: {e}")))?;
+        let pool = pool_of(&config, max_connections, wait)?;
         let combiner = std::sync::Arc::new(combine::Combiner::new(
             pool.clone(),
             DEFAULT_APPEND_GROUPS,
@@ -168,6 +205,18 @@ impl Journal {
             combiner,
             work_defaults: runtime::WorkDefaults::default(),
             blob_store: blob_store::BlobStore::Postgres,
+        })
+    }
+
+    /// The same journal on a pool of its own of `size` connections (waits
+    /// bounded as this one's), for a server's background tasks: they and
+    /// requests never wait for each other's connections. Appends still
+    /// share this journal's transactions.
+    pub fn background(&self, size: usize) -> Result<Journal, JournalError> {
+        let wait = self.pool.timeouts().wait.unwrap_or(DEFAULT_POOL_WAIT);
+        Ok(Journal {
+            pool: pool_of(&self.config, size, wait)?,
+            ..self.clone()
         })
     }
 

@@ -1552,3 +1552,54 @@ async fn outbox_retention_forgets_old_relayed_rows_and_never_events() {
     let page = f.history("s1", HistoryQuery::default()).await.unwrap();
     assert_eq!(page.events.len(), 6, "the journal is never touched");
 }
+
+// ---------------------------------------------------------------- the pool
+
+/// A caller waits for a pooled connection at most the pool's wait: an
+/// exhausted pool is an answer (an outage, 503 NRD-0901 at the server,
+/// saying why), never a hang. The background pool is a pool of its own.
+#[tokio::test]
+async fn an_exhausted_pool_answers_within_its_wait_and_background_has_its_own() {
+    let db = TestDatabase::new(&MIGRATOR).await;
+    let journal =
+        narad_journal::Journal::connect_waiting(db.url(), 1, Duration::from_millis(200)).unwrap();
+    let background = journal.background(1).unwrap();
+    let tenant = TenantId::new("acme").unwrap();
+    let held = journal.pool().get().await.expect("the one connection");
+
+    let asked = std::time::Instant::now();
+    let refused = tokio::time::timeout(Duration::from_secs(5), journal.session(&tenant, "s1"))
+        .await
+        .expect("answered, not hung")
+        .expect_err("no connection was free");
+    assert!(asked.elapsed() >= Duration::from_millis(200));
+    assert!(
+        matches!(
+            refused,
+            JournalError::Pool(deadpool_postgres::PoolError::Timeout(_))
+        ),
+        "{refused:?}"
+    );
+    assert_eq!(
+        refused.code(),
+        narad_protocol::ErrorCode::DatabaseUnavailable
+    );
+    assert!(
+        refused
+            .to_body()
+            .message
+            .contains("no database connection was free in time"),
+        "{:?}",
+        refused.to_body()
+    );
+    // Meanwhile the background pool serves.
+    assert!(matches!(
+        background.session(&tenant, "s1").await,
+        Err(JournalError::SessionNotFound(_))
+    ));
+    drop(held);
+    assert!(matches!(
+        journal.session(&tenant, "s1").await,
+        Err(JournalError::SessionNotFound(_))
+    ));
+}

@@ -88,9 +88,17 @@ pub struct Config {
     #[arg(long, env = "NARAD_WATCH_WINDOW_MS", default_value_t = 50)]
     pub watch_window_ms: u64,
 
-    /// Connections in the database pool.
+    /// Connections narad opens to the database in all (beside the relay's
+    /// one listening connection): [`narad_journal::BACKGROUND_CONNECTIONS`]
+    /// of them reserved for background tasks, the rest for requests; at
+    /// least [`MIN_REQUEST_CONNECTIONS`] more than the reserve.
     #[arg(long, env = "NARAD_DATABASE_POOL", default_value_t = 32)]
     pub database_pool: usize,
+
+    /// How long a request waits for a database connection when all are
+    /// busy, in milliseconds, before it is answered 503 `NRD-0901`.
+    #[arg(long, env = "NARAD_DATABASE_WAIT_MS", default_value_t = 5_000)]
+    pub database_wait_ms: u64,
 
     /// How often client executors and the server send heartbeats, in
     /// milliseconds (§11.2).
@@ -213,7 +221,37 @@ pub struct Config {
     pub operator_org: Option<String>,
 }
 
+/// The fewest connections requests may have: one a request holds while
+/// another takes its turn.
+pub const MIN_REQUEST_CONNECTIONS: usize = 2;
+
 impl Config {
+    /// The request pool's size and wait, checked: `NARAD_DATABASE_POOL`
+    /// less the background reserve, refused when too small to run.
+    pub fn request_pool(&self) -> Result<(usize, std::time::Duration), String> {
+        let reserve = narad_journal::BACKGROUND_CONNECTIONS;
+        let needed = reserve + MIN_REQUEST_CONNECTIONS;
+        if self.database_pool < needed {
+            return Err(format!(
+                "NARAD_DATABASE_POOL is {}: narad needs at least {needed} database connections, \
+                 {reserve} for its background tasks (the relay, the sweepers, the gauges) and \
+                 {MIN_REQUEST_CONNECTIONS} or more for requests; set it to {needed} or more",
+                self.database_pool
+            ));
+        }
+        if self.database_wait_ms == 0 {
+            return Err(
+                "NARAD_DATABASE_WAIT_MS is 0: a request must be able to wait for a \
+                        connection at least a millisecond"
+                    .to_owned(),
+            );
+        }
+        Ok((
+            self.database_pool - reserve,
+            std::time::Duration::from_millis(self.database_wait_ms),
+        ))
+    }
+
     /// The HTTP layer's settings, checked.
     pub fn http_settings(&self) -> Result<crate::HttpSettings, String> {
         Ok(crate::HttpSettings {
@@ -429,6 +467,37 @@ mod tests {
         assert_eq!(set.get(Limit::BlobMaxBytes), Some(4_194_304));
         assert_eq!(set.get(Limit::StoredBytes), Some(1_000_000));
         assert!(parse(&["--blob-max-bytes", "0"]).limit_defaults().is_err());
+    }
+
+    /// A pool too small to run is refused with the number needed; the
+    /// background reserve comes out of it.
+    #[test]
+    fn the_pool_holds_the_background_reserve_and_requests() {
+        #[derive(clap::Parser)]
+        struct Serve {
+            #[command(flatten)]
+            config: Config,
+        }
+        let pool = |n: &str| {
+            <Serve as clap::Parser>::try_parse_from(["narad", "--database-pool", n])
+                .expect("parses")
+                .config
+                .request_pool()
+        };
+        let needed = narad_journal::BACKGROUND_CONNECTIONS + MIN_REQUEST_CONNECTIONS;
+        let refused = pool("2").unwrap_err();
+        assert!(refused.contains(&format!("at least {needed}")), "{refused}");
+        assert_eq!(
+            pool(&needed.to_string()).unwrap().0,
+            MIN_REQUEST_CONNECTIONS
+        );
+        assert_eq!(
+            pool("32").unwrap(),
+            (
+                32 - narad_journal::BACKGROUND_CONNECTIONS,
+                std::time::Duration::from_secs(5)
+            )
+        );
     }
 
     #[test]

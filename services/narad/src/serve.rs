@@ -37,6 +37,7 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
 
 async fn serve_with(config: &Config, url: &Secret, embedded: bool) -> anyhow::Result<()> {
     let http = config.http_settings().map_err(anyhow::Error::msg)?;
+    let (requests, wait) = config.request_pool().map_err(anyhow::Error::msg)?;
     narad_journal::migrate(url.expose())
         .await
         .with_context(|| format!("migrating {url}"))?;
@@ -44,9 +45,12 @@ async fn serve_with(config: &Config, url: &Secret, embedded: bool) -> anyhow::Re
     let runtime = Arc::new(config.runtime_settings().map_err(anyhow::Error::msg)?);
     let blob_store =
         narad_journal::BlobStore::from_url(&config.blob_store).map_err(anyhow::Error::msg)?;
-    let journal = Journal::connect(url.expose(), config.database_pool)?
+    let journal = Journal::connect_waiting(url.expose(), requests, wait)?
         .with_work_defaults(runtime.defaults)
         .with_blob_store(blob_store);
+    // Background tasks on connections of their own: they never starve
+    // requests, and requests never starve them.
+    let background = journal.background(narad_journal::BACKGROUND_CONNECTIONS)?;
     let mut settings = auth_settings(config)?;
     let mut dev_token = None;
     if embedded && settings.hs256_secret.is_none() && settings.jwks.is_none() {
@@ -67,23 +71,24 @@ async fn serve_with(config: &Config, url: &Secret, embedded: bool) -> anyhow::Re
     }
     let verifier = Verifier::new(settings).await.map_err(anyhow::Error::msg)?;
     let hub = narad_server::hub::Hub::new(
-        journal.clone(),
+        background.clone(),
         Duration::from_millis(config.watch_window_ms),
     );
     tokio::spawn(hub.clone().run());
+    // The pool gauges are the request pool's.
     narad_server::gauges::spawn(journal.clone(), hub.clone());
     tokio::spawn(narad_server::hub::retain_outbox(
-        journal.clone(),
+        background.clone(),
         Duration::from_secs(config.outbox_retention_seconds),
     ));
     let executors = Arc::new(config.executor_settings().map_err(anyhow::Error::msg)?);
     tokio::spawn(narad_server::executors::sweep(
-        journal.clone(),
+        background.clone(),
         hub.clone(),
         executors.clone(),
     ));
     tokio::spawn(narad_server::runtime::sweep(
-        journal.clone(),
+        background.clone(),
         hub.clone(),
         runtime.clone(),
     ));
@@ -93,12 +98,12 @@ async fn serve_with(config: &Config, url: &Secret, embedded: bool) -> anyhow::Re
     ));
     tokio::spawn(quotas.clone().heartbeat());
     tokio::spawn(narad_server::erasure::sweep(
-        journal.clone(),
+        background.clone(),
         hub.clone(),
         quotas.clone(),
         runtime.clone(),
     ));
-    let closed = narad_server::closed_tenants::ClosedTenants::watch(journal.clone()).await;
+    let closed = narad_server::closed_tenants::ClosedTenants::watch(background).await;
     let state = AppState {
         closed,
         hub,

@@ -79,6 +79,27 @@ fn serve_refuses_a_wildcard_cors_origin_before_anything_else() {
     );
 }
 
+/// A pool too small for the background tasks and requests is refused at
+/// start, with the number needed (it once started and hung).
+#[test]
+fn serve_refuses_a_pool_too_small_to_run() {
+    let (code, _, err) = narad(
+        &["serve"],
+        "",
+        &[
+            ("NARAD_DATABASE_POOL", "2"),
+            ("NARAD_DATABASE_URL", "postgres://nobody@127.0.0.1:1/none"),
+        ],
+    );
+    assert_ne!(code, 0);
+    let needed =
+        narad_journal::BACKGROUND_CONNECTIONS + narad_server::config::MIN_REQUEST_CONNECTIONS;
+    assert!(
+        err.contains("NARAD_DATABASE_POOL is 2") && err.contains(&format!("at least {needed}")),
+        "{err}"
+    );
+}
+
 #[test]
 fn check_classifies_each_line_and_fails_on_a_rejection() {
     let lines = [
@@ -1318,4 +1339,95 @@ fn announce(
         .and_then(|(_, b)| serde_json::from_str(b).ok())
         .unwrap_or_default();
     (status, body)
+}
+
+/// On the smallest pool it takes, `narad serve` answers requests while its
+/// background tasks run: sessions, appends, streams and readiness, none
+/// hanging.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_on_the_smallest_pool_answers_every_request() {
+    use narad_server::auth::{Role, mint_hs256};
+    let needed =
+        narad_journal::BACKGROUND_CONNECTIONS + narad_server::config::MIN_REQUEST_CONNECTIONS;
+    let db = narad_testkit::TestDatabase::new(&narad_journal::MIGRATOR).await;
+    let served = Served::start(&[
+        ("NARAD_DATABASE_URL", db.url()),
+        ("NARAD_JWT_HS256_SECRET", DEV_SECRET),
+        ("NARAD_DATABASE_POOL", &needed.to_string()),
+        // Sweepers as busy as they get.
+        ("NARAD_RUNTIME_SWEEP_MS", "50"),
+    ])
+    .expect("serves");
+    let token = mint_hs256(
+        DEV_SECRET.as_bytes(),
+        "narad",
+        "narad",
+        "acme",
+        "tester",
+        &Role::ALL,
+        std::time::Duration::from_secs(600),
+    )
+    .unwrap();
+    narad_server::auth::install_tls_provider();
+    let http = reqwest::Client::new();
+    let base = served.base.clone();
+    // Streams that hold their requests open meanwhile.
+    let mut streams = Vec::new();
+    for _ in 0..3 {
+        streams.push(
+            http.get(format!("{base}/v1/events"))
+                .bearer_auth(&token)
+                .send()
+                .await
+                .unwrap(),
+        );
+    }
+    let work = (0..16).map(|i| {
+        let (http, base, token) = (http.clone(), base.clone(), token.clone());
+        async move {
+            let session = format!("s{i}");
+            let created = http
+                .post(format!("{base}/v1/sessions"))
+                .bearer_auth(&token)
+                .json(&serde_json::json!({"sessionId": session}))
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(created.status(), 201);
+            let started = http
+                .post(format!("{base}/v1/commands/start-run"))
+                .bearer_auth(&token)
+                .json(&serde_json::json!({"sessionId": session, "runId": format!("r{i}")}))
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(started.status(), 201);
+            let history = http
+                .get(format!("{base}/v1/sessions/{session}/events"))
+                .bearer_auth(&token)
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(history.status(), 200);
+        }
+    });
+    tokio::time::timeout(
+        std::time::Duration::from_secs(30),
+        futures::future::join_all(work),
+    )
+    .await
+    .expect("every request answered");
+    let ready = tokio::time::timeout(
+        std::time::Duration::from_secs(10),
+        http.get(format!("{base}/readyz")).send(),
+    )
+    .await
+    .expect("readiness answered")
+    .unwrap();
+    assert_eq!(ready.status(), 200);
+    for s in &streams {
+        assert_eq!(s.status(), 200);
+    }
+    drop(streams);
+    served.stop();
 }
