@@ -109,6 +109,13 @@ enum Mischief {
     /// On a resumed tenant stream (`GET /v1/events` with Last-Event-ID),
     /// drops the second authority event.
     DropTenantReplayFrame,
+    /// Strips the ids of the session stream's frames.
+    StripIds,
+    /// Does not pass a session stream's Last-Event-ID on: every resumed
+    /// stream starts again from the first event.
+    IgnoreLastEventId,
+    /// Leaves the event at this sessionSequence out of history pages.
+    HistoryWithout(u64),
     /// Rewrites this member of the first event of every 201 answer to an
     /// append: a sequence one on, an eventId another.
     RewriteAppendAnswers(&'static str),
@@ -167,8 +174,10 @@ async fn forward(State(up): State<Upstream>, req: Request) -> Response {
     let mut out = up
         .http
         .request(method.clone(), format!("{}{}", up.base, req.uri()));
+    let session_stream = path.starts_with("/v1/sessions/") && path.ends_with("/stream");
     for (k, v) in req.headers() {
-        if k != "host" {
+        let ignored = up.mischief == Mischief::IgnoreLastEventId && session_stream;
+        if k != "host" && !(ignored && k == "last-event-id") {
             out = out.header(k, v);
         }
     }
@@ -199,6 +208,27 @@ async fn forward(State(up): State<Upstream>, req: Request) -> Response {
                 _ => {}
             }
             up.answers.fetch_add(1, Ordering::Relaxed);
+            return answer.body(Body::from(body.to_string())).unwrap();
+        }
+        Mischief::StripIds if session_stream => {
+            let frames = frames(res.bytes_stream(), |frame| {
+                let kept: Vec<&[u8]> = frame
+                    .split_inclusive(|b| *b == b'\n')
+                    .filter(|line| !line.starts_with(b"id:"))
+                    .collect();
+                kept.concat()
+            });
+            return answer.body(Body::from_stream(frames)).unwrap();
+        }
+        Mischief::HistoryWithout(n)
+            if method == "GET"
+                && path.starts_with("/v1/sessions/")
+                && path.ends_with("/events") =>
+        {
+            let mut body: Value = res.json().await.unwrap();
+            if let Some(events) = body["events"].as_array_mut() {
+                events.retain(|e| e["sessionSequence"] != n);
+            }
             return answer.body(Body::from(body.to_string())).unwrap();
         }
         Mischief::DropTenantReplayFrame if resumed && path == "/v1/events" => {
@@ -465,5 +495,49 @@ async fn a_server_that_drops_a_replayed_tenant_stream_frame_fails_the_tenant_cas
     let (code, out) = kit(&proxy.url, &["--only", "streams/resume-and-cursors"]).await;
     assert_eq!(code, 0, "{out}");
     drop(proxy);
+    s.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_faults_case_names_resume_bugs_and_the_side_that_is_wrong() {
+    let s = Server::start().await;
+    for (mischief, says) in [
+        (
+            Mischief::StripIds,
+            "has no id: a frame's id is its event's eventId",
+        ),
+        (
+            Mischief::IgnoreLastEventId,
+            "(sessionSequence 1) again: a resumed stream goes on exactly after its Last-Event-ID",
+        ),
+        (
+            Mischief::RepeatOnResume,
+            "again: a resumed stream goes on exactly after its Last-Event-ID",
+        ),
+        (
+            Mischief::HistoryWithout(5),
+            "history is wrong at sessionSequence 5: it holds kit-",
+        ),
+    ] {
+        let proxy = Proxy::start(&s.base, mischief).await;
+        let (code, out) = kit(&proxy.url, &["--faults", "--only", "faults/"]).await;
+        assert_eq!(code, 1, "{mischief:?}: {out}");
+        assert_plain(&out);
+        let failed = out
+            .lines()
+            .find(|l| {
+                l.starts_with("FAIL faults/resume-through-cut-reset-stalled-slow-connections")
+            })
+            .unwrap_or_else(|| panic!("{mischief:?}: {out}"));
+        assert!(failed.contains(says), "{mischief:?}: {says:?} in {failed}");
+        if mischief == Mischief::HistoryWithout(5) {
+            // The event history lost, named, and what stands in its place.
+            assert!(
+                failed.contains("-faults-t2-s (tool.call.started), where the stream delivered")
+                    && failed.contains("-faults-t1-f (tool.call.finished) as it was appended"),
+                "{failed}"
+            );
+        }
+    }
     s.stop().await;
 }

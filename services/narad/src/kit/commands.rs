@@ -41,17 +41,43 @@ pub fn tool_call(id: &str, run: &str) -> Vec<Value> {
     ]
 }
 
+/// What was appended: the events sent, each with the sequences its
+/// append's answer gave it; or why not, when an answer does not name the
+/// events sent in order.
+fn as_answered(sent: Vec<Value>, answer: &Value) -> Result<Vec<Value>, String> {
+    sent.into_iter()
+        .enumerate()
+        .map(|(i, mut e)| {
+            let a = &answer["events"][i];
+            if a["eventId"] != e["eventId"] {
+                return Err(format!(
+                    "the answer of an append names {} where the event sent was {}",
+                    super::journal::words(&a["eventId"]),
+                    super::journal::words(&e["eventId"])
+                ));
+            }
+            for f in ["sessionSequence", "sequence", "workflowSequence"] {
+                if !a[f].is_null() {
+                    e[f] = a[f].clone();
+                }
+            }
+            Ok(e)
+        })
+        .collect()
+}
+
 /// Appends, in the background and straight to the server, `batches`
 /// backend tool calls of run `r` (two events each), `pause` apart, then
 /// (when `finish`) `run.finished`: the appends a stream case reads
-/// while they happen.
+/// while they happen. The task answers what it appended (see
+/// [`appended`]).
 pub async fn appending(
     api: &Api,
     session: &str,
     batches: u64,
     pause: Duration,
     finish: bool,
-) -> Step<tokio::task::JoinHandle<Result<(), String>>> {
+) -> Step<tokio::task::JoinHandle<Result<Vec<Value>, String>>> {
     let (base, token, s) = (
         api.base.clone(),
         api.token(BACKEND).await?,
@@ -59,6 +85,7 @@ pub async fn appending(
     );
     let http = api.http().clone();
     Ok(tokio::spawn(async move {
+        let mut done = Vec::new();
         for i in 0..batches + u64::from(finish) {
             let events = if i < batches {
                 tool_call(&format!("{s}-t{i}"), "r")
@@ -75,29 +102,36 @@ pub async fn appending(
             if res.status().as_u16() != 201 {
                 return Err(format!("an append answered {}", res.status()));
             }
+            let answer: Value = res.json().await.map_err(|e| e.to_string())?;
+            done.extend(as_answered(events, &answer)?);
             tokio::time::sleep(pause).await;
         }
-        Ok(())
+        Ok(done)
     }))
 }
 
-/// Waits for an appender of [`appending`]; fails with what it met.
-pub async fn appended(task: tokio::task::JoinHandle<Result<(), String>>) -> Step {
+/// Waits for an appender of [`appending`]: what it appended, or what it
+/// met.
+pub async fn appended(
+    task: tokio::task::JoinHandle<Result<Vec<Value>, String>>,
+) -> Step<Vec<Value>> {
     task.await
         .map_err(|e| anyhow::anyhow!("the appender: {e}"))?
         .map_err(|e| anyhow::anyhow!("the appender: {e}"))
 }
 
-/// Appends `events` as a backend; fails unless accepted.
-pub async fn append(api: &Api, session: &str, events: Vec<Value>) -> Step {
-    api.post(
-        &format!("/v1/sessions/{session}/events"),
-        BACKEND,
-        &json!({ "events": events }),
-    )
-    .await?
-    .expect(201, "appending")?;
-    Ok(())
+/// Appends `events` as a backend; fails unless accepted with an answer
+/// naming them. Answers them with the sequences the answer gave them.
+pub async fn append(api: &Api, session: &str, events: Vec<Value>) -> Step<Vec<Value>> {
+    let answer = api
+        .post(
+            &format!("/v1/sessions/{session}/events"),
+            BACKEND,
+            &json!({ "events": events }),
+        )
+        .await?;
+    let answer = answer.expect(201, "appending")?;
+    as_answered(events, answer).map_err(anyhow::Error::msg)
 }
 
 /// Creates session `id`.
@@ -117,7 +151,8 @@ pub async fn session_with_run(api: &Api, id: &str) -> Step {
         id,
         vec![event(&format!("{id}-0"), "run.started", "r", json!({}))],
     )
-    .await
+    .await?;
+    Ok(())
 }
 
 /// Every event of a session's history, page by page.

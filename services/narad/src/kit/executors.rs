@@ -60,7 +60,8 @@ async fn start_call(api: &Api, s: &str, args: &Value) -> Step {
             "args": args}),
         )],
     )
-    .await
+    .await?;
+    Ok(())
 }
 
 /// One call through its executor: attach, execute once, finish once.

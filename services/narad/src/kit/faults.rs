@@ -271,14 +271,19 @@ pub fn cuts(seed: u64) -> impl Fn(u64) -> Fault + Send + Sync + 'static {
 
 /// Follows a session through the fault proxy while a backend appends to
 /// it directly: every broken, reset or stalled connection is resumed with
-/// `Last-Event-ID`; what the follower holds at the end (deduplicated by
-/// eventId, applied in order, no gap) is history, event for event.
+/// `Last-Event-ID`, the id of the last frame received, as a browser's
+/// EventSource does. Each frame's id must be its eventId, and a resumed
+/// stream must go on exactly after it: an event delivered again, or one
+/// skipped, fails the case with the event and the connection. At the end
+/// the follower's events, history and what the backend appended (with
+/// the sequences its answers gave) must agree; the first event where they
+/// do not is named, with the side that is wrong.
 pub async fn resume_through_faults(api: &super::api::Api, prefix: &str, seed: u64) -> super::Step {
     use futures::StreamExt;
     use serde_json::Value;
 
     use super::api::BACKEND;
-    use super::commands::{appended, appending, history, session_with_run};
+    use super::commands::{appended, appending, event, history, session};
     use eventsource_stream::Eventsource;
 
     let Some(upstream) = api.base.strip_prefix("http://").map(str::to_owned) else {
@@ -286,7 +291,18 @@ pub async fn resume_through_faults(api: &super::api::Api, prefix: &str, seed: u6
     };
     let upstream = upstream.trim_end_matches('/').to_owned();
     let s = format!("{prefix}-faults");
-    session_with_run(api, &s).await?;
+    session(api, &s).await?;
+    let mut sent = super::commands::append(
+        api,
+        &s,
+        vec![event(
+            &format!("{s}-0"),
+            "run.started",
+            "r",
+            serde_json::json!({}),
+        )],
+    )
+    .await?;
     let proxy = FaultProxy::start(upstream, plan_of(seed)).await?;
 
     let batches = 40u64;
@@ -295,6 +311,7 @@ pub async fn resume_through_faults(api: &super::api::Api, prefix: &str, seed: u6
 
     let token = api.token(BACKEND).await?;
     let mut held: Vec<Value> = Vec::new();
+    let mut last_id: Option<String> = None;
     let mut connections = 0;
     let deadline = tokio::time::Instant::now() + Duration::from_secs(90);
     while (held.len() as u64) < total {
@@ -311,15 +328,19 @@ pub async fn resume_through_faults(api: &super::api::Api, prefix: &str, seed: u6
             .get(format!("{}/v1/sessions/{s}/stream", proxy.url))
             .bearer_auth(&token)
             .timeout(Duration::from_secs(60));
-        if let Some(last) = held.last() {
-            req = req.header(
-                "last-event-id",
-                last["eventId"].as_str().unwrap_or_default(),
-            );
+        if let Some(last) = &last_id {
+            req = req.header("last-event-id", last);
         }
+        let after = match &last_id {
+            Some(id) => format!("resumed after {id} (sessionSequence {})", held.len()),
+            None => "the first".to_owned(),
+        };
         let Ok(res) = req.send().await else { continue };
         if res.status().as_u16() != 200 {
-            anyhow::bail!("a resumed stream answered {}", res.status());
+            anyhow::bail!(
+                "connection {connections}, {after}, answered {}",
+                res.status()
+            );
         }
         let mut frames = res.bytes_stream().eventsource();
         // A stalled connection is given up after a second of silence.
@@ -333,22 +354,38 @@ pub async fn resume_through_faults(api: &super::api::Api, prefix: &str, seed: u6
                 continue;
             };
             let id = data["eventId"].as_str().unwrap_or_default();
-            if held.iter().any(|e| e["eventId"] == id) {
-                continue; // at-least-once: a duplicate is dropped
-            }
             anyhow::ensure!(
-                seq == held.len() as u64 + 1,
-                "after sessionSequence {} the stream delivered {seq} (a gap) on connection \
-                 {connections}",
-                held.len()
+                frame.id == id,
+                "on connection {connections} ({after}), the frame of {id} (sessionSequence \
+                 {seq}) has {}: a frame's id is its event's eventId, and what a client resumes \
+                 from (§10.1)",
+                if frame.id.is_empty() {
+                    "no id".to_owned()
+                } else {
+                    format!("id {}", frame.id)
+                }
             );
+            let next = held.len() as u64 + 1;
+            anyhow::ensure!(
+                seq >= next,
+                "connection {connections} ({after}) delivered {id} (sessionSequence {seq}) \
+                 again: a resumed stream goes on exactly after its Last-Event-ID"
+            );
+            anyhow::ensure!(
+                seq == next,
+                "connection {connections} ({after}) delivered {id} (sessionSequence {seq}) \
+                 next: sessionSequence {} to {} are missing (a gap)",
+                next,
+                seq - 1
+            );
+            last_id = Some(frame.id.clone());
             held.push(data);
             if held.len() as u64 == total {
                 break;
             }
         }
     }
-    appended(appending).await?;
+    sent.extend(appended(appending).await?);
     let faulted = proxy.tally.cut.load(Ordering::Relaxed)
         + proxy.tally.reset.load(Ordering::Relaxed)
         + proxy.tally.stalled.load(Ordering::Relaxed);
@@ -358,10 +395,93 @@ pub async fn resume_through_faults(api: &super::api::Api, prefix: &str, seed: u6
         proxy.tally.describe()
     );
     let h = history(api, &s).await?;
-    anyhow::ensure!(
-        h == held,
-        "the follower's events differ from history (faults: {}, seed {seed})",
-        proxy.tally.describe()
-    );
+    if let Some(why) = first_difference(&held, &h, &sent) {
+        anyhow::bail!("{why} (faults: {}, seed {seed})", proxy.tally.describe());
+    }
     Ok(())
+}
+
+/// Where the follower's events and history first differ, and which side
+/// is wrong: the one that does not hold what the backend appended there
+/// (`sent`: each event sent, with the sequences its answer gave).
+fn first_difference(
+    follower: &[serde_json::Value],
+    history: &[serde_json::Value],
+    sent: &[serde_json::Value],
+) -> Option<String> {
+    use super::journal::words;
+    use serde_json::Value;
+
+    // Whether `e` holds every member the backend sent and was answered.
+    let as_sent = |e: Option<&Value>, s: Option<&Value>| match (e, s.and_then(Value::as_object)) {
+        (Some(e), Some(s)) => s.iter().all(|(k, v)| e[k] == *v),
+        _ => e.is_none() && s.is_none(),
+    };
+    let describe = |e: Option<&Value>| match e {
+        Some(e) => format!("{} ({})", words(&e["eventId"]), words(&e["type"])),
+        None => "nothing".to_owned(),
+    };
+    let n = follower.len().max(history.len());
+    for k in 0..n {
+        let (f, h, s) = (follower.get(k), history.get(k), sent.get(k));
+        if f == h {
+            continue;
+        }
+        let at = format!("at sessionSequence {}", k + 1);
+        return Some(match (as_sent(f, s), as_sent(h, s)) {
+            (false, true) => format!(
+                "the stream is wrong {at}: the follower holds {}, where history holds {} as it \
+                 was appended{}",
+                describe(f),
+                describe(h),
+                member_difference((f, "the stream"), (h, "history"))
+            ),
+            (true, false) => format!(
+                "history is wrong {at}: it holds {}, where the stream delivered {} as it was \
+                 appended{}",
+                describe(h),
+                describe(f),
+                member_difference((h, "history"), (f, "the stream"))
+            ),
+            _ => format!(
+                "the stream and history differ {at}: the follower holds {}, history {}{}",
+                describe(f),
+                describe(h),
+                member_difference((f, "the stream"), (h, "history"))
+            ),
+        });
+    }
+    None
+}
+
+/// `: its M is A in the stream, B in history`, for the first member two
+/// versions of one event differ in, each given with where it was read.
+fn member_difference(
+    (wrong, here): (Option<&serde_json::Value>, &str),
+    (right, there): (Option<&serde_json::Value>, &str),
+) -> String {
+    use super::journal::words;
+
+    let (Some(w), Some(r)) = (wrong, right) else {
+        return String::new();
+    };
+    if w["eventId"] != r["eventId"] {
+        return String::new();
+    }
+    let mut members: Vec<&String> = w
+        .as_object()
+        .into_iter()
+        .chain(r.as_object())
+        .flat_map(|o| o.keys())
+        .collect();
+    members.sort();
+    members.dedup();
+    match members.into_iter().find(|m| w[m.as_str()] != r[m.as_str()]) {
+        Some(m) => format!(
+            ": its {m} is {} in {here}, {} in {there}",
+            words(&w[m.as_str()]),
+            words(&r[m.as_str()])
+        ),
+        None => String::new(),
+    }
 }
