@@ -541,3 +541,179 @@ async fn the_faults_case_names_resume_bugs_and_the_side_that_is_wrong() {
     }
     s.stop().await;
 }
+
+/// Writes trace `name` (its lines, and its manifest with `rejectAt` when
+/// given and no `rule`) into `dir`, as conformance/README.md describes.
+fn write_trace(
+    dir: &std::path::Path,
+    name: &str,
+    profiles: &[String],
+    reject_at: Option<usize>,
+    lines: &[Value],
+) {
+    let mut manifest = json!({
+        "spec": "§13", "description": "Written by someone else, without a rule.",
+        "profiles": profiles, "mode": "journal",
+        "outcome": if reject_at.is_some() { "reject" } else { "accept" },
+    });
+    if let Some(at) = reject_at {
+        manifest["rejectAt"] = json!(at);
+    }
+    std::fs::write(
+        dir.join(format!("{name}.expect.json")),
+        manifest.to_string(),
+    )
+    .unwrap();
+    let text: Vec<String> = lines.iter().map(Value::to_string).collect();
+    std::fs::write(dir.join(format!("{name}.jsonl")), text.join("\n") + "\n").unwrap();
+}
+
+/// The n-th event of a trace's run `run-1`, with its sequences.
+fn line(n: u64, ty: &str, extra: Value) -> Value {
+    let mut e = json!({
+        "protocolVersion": "narad/v1", "type": ty, "eventId": format!("e{n}"),
+        "timestamp": "2026-08-05T04:00:01Z", "sessionId": "ses-1", "sessionSequence": n,
+        "rootRunId": "run-1", "runId": "run-1", "sequence": n,
+    });
+    for (k, v) in extra.as_object().unwrap() {
+        e[k] = v.clone();
+    }
+    e
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn traces_written_to_the_documented_format_are_judged_as_documented() {
+    let s = Server::start().await;
+    let token = narad_tests::token("kit-traces", &[narad_server::auth::Role::Reader]);
+    let caps = s.get("/v1/capabilities", &token).await;
+    let all: Vec<String> = caps.expect(200)["activeProfiles"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|p| p.as_str())
+        .filter(|p| *p != "narad.core/v1")
+        .map(str::to_owned)
+        .collect();
+    let dir = std::env::temp_dir().join(format!("narad-kit-traces-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let started = line(1, "run.started", json!({}));
+    let call = line(
+        2,
+        "tool.call.started",
+        json!({"toolCallId": "tc-1", "toolName": "lookup", "executor": "backend", "args": {}}),
+    );
+    // A rule broken, no rule named: any 409 will do.
+    write_trace(
+        &dir,
+        "no-rule-second-terminal",
+        &all,
+        Some(3),
+        &[
+            started.clone(),
+            line(2, "run.finished", json!({})),
+            line(3, "run.cancelled", json!({"code": "user.stop"})),
+        ],
+    );
+    // No valid object: 400 with the code of what is wrong.
+    write_trace(
+        &dir,
+        "no-rule-error-without-code",
+        &all,
+        Some(2),
+        &[
+            started.clone(),
+            line(2, "run.error", json!({"message": "boom"})),
+        ],
+    );
+    write_trace(
+        &dir,
+        "no-rule-unknown-outcome",
+        &all,
+        Some(3),
+        &[
+            started.clone(),
+            call.clone(),
+            line(
+                3,
+                "tool.call.finished",
+                json!({"toolCallId": "tc-1", "outcome": "maybe"}),
+            ),
+        ],
+    );
+    write_trace(
+        &dir,
+        "no-rule-wrong-version",
+        &all,
+        Some(2),
+        &[
+            started.clone(),
+            line(2, "run.finished", json!({"protocolVersion": "narad/v2"})),
+        ],
+    );
+    // What the journal assigns: not a case.
+    write_trace(
+        &dir,
+        "no-rule-sequence-gap",
+        &all,
+        Some(2),
+        &[
+            started.clone(),
+            line(2, "run.finished", json!({"sessionSequence": 3})),
+        ],
+    );
+    // Core events alone: the server's profiles change nothing.
+    write_trace(
+        &dir,
+        "core-only-run",
+        &[],
+        None,
+        &[
+            started.clone(),
+            call.clone(),
+            line(
+                3,
+                "tool.call.finished",
+                json!({"toolCallId": "tc-1", "outcome": "success", "response": {}}),
+            ),
+            line(4, "run.finished", json!({})),
+        ],
+    );
+    // A conversation event where conversation is not active: the
+    // server's profiles change the outcome.
+    write_trace(
+        &dir,
+        "core-only-conversation-event",
+        &[],
+        Some(2),
+        &[
+            started.clone(),
+            line(
+                2,
+                "message.text.started",
+                json!({"messageId": "m-1", "role": "assistant", "messageScope": "run"}),
+            ),
+        ],
+    );
+    let (code, out) = kit(
+        &s.base,
+        &["--traces", dir.to_str().unwrap(), "--only", "journal/"],
+    )
+    .await;
+    assert_plain(&out);
+    assert_eq!(code, 0, "{out}");
+    for case in [
+        "PASS journal/no-rule-second-terminal",
+        "PASS journal/no-rule-error-without-code",
+        "PASS journal/no-rule-unknown-outcome",
+        "PASS journal/no-rule-wrong-version",
+        "PASS journal/core-only-run",
+        "SKIP journal/core-only-conversation-event",
+    ] {
+        assert!(out.contains(case), "{case} in:\n{out}");
+    }
+    assert!(out.contains("its outcome depends on profiles"), "{out}");
+    assert!(!out.contains("no-rule-sequence-gap"), "{out}");
+    assert!(out.contains("5 passed, 0 failed, 1 skipped"), "{out}");
+    let _ = std::fs::remove_dir_all(&dir);
+    s.stop().await;
+}

@@ -1,20 +1,26 @@
 //! Journal-mode golden traces through the API (§13): each trace is a new
 //! session; its lines are appended one by one, as a backend proposes them
 //! (and a person's decision as the resolve-interrupt command). Accepted
-//! lines must be accepted; the first rejected line must be refused with
-//! the trace's rule and nothing written.
+//! lines must be accepted, with answers that agree with history and the
+//! trace; the first rejected line must be refused (409 with the trace's
+//! rule, when it names one; 400 when the line is no valid object) and
+//! nothing of it written.
 //!
 //! Not every trace is about what a server's API can be asked: delivery
-//! traces are what a client receives (`narad conformance client`);
-//! wire-level traces are refused as bad input before any rule; some rules
-//! check what the journal itself assigns (sequences, eventIds, the session
-//! of an event), which a proposal does not carry; and only an executor
-//! under its execution token may give a client tool call its result.
-//! Those are counted, not run.
+//! traces are what a client receives (`narad conformance client`); some
+//! rules check what the journal itself assigns (sequences, eventIds, the
+//! session of an event), which a proposal does not carry; and only an
+//! executor under its execution token may give a client tool call its
+//! result. Those are counted, not run. What a rejected line breaks is
+//! the manifest's `rule`, or, when it names none, what narad's reference
+//! rules find there. A trace written for fewer profiles than the server's
+//! sessions have runs when the reference finds the same outcome with the
+//! server's profiles (core events, mostly), and is skipped otherwise.
 
 use std::time::Instant;
 
-use narad_protocol::conformance::{Expected, Mode, Trace, TraceIssuer};
+use narad_protocol::conformance::{self, Expected, Mode, Trace, TraceIssuer};
+use narad_protocol::{Classified, Reader};
 use serde_json::{Value, json};
 
 use super::api::{Api, BACKEND, PERSON};
@@ -33,21 +39,152 @@ const ASSIGNED_BY_THE_JOURNAL: &[&str] = &[
     "workflow.run.position",
 ];
 
-/// Why a trace is not a case of the server suite, if it is not.
-fn not_for_the_api(trace: &Trace) -> Option<&'static str> {
+/// Members of an event the journal assigns: a proposal leaves them out.
+const ASSIGNED_MEMBERS: [&str; 4] = [
+    "sessionSequence",
+    "sequence",
+    "workflowSequence",
+    "sessionId",
+];
+
+/// What a server must answer to a trace's rejected line.
+#[derive(Debug, Clone, PartialEq)]
+enum Refusal {
+    /// 409, naming this rule (any, when the manifest names none).
+    Rule(Option<String>),
+    /// 400: the line is no valid object; the error code (`NRD-0003` an
+    /// invalid object, `NRD-0004` another protocol version, `NRD-0005` an
+    /// unknown type in a negotiated profile's namespace).
+    Invalid(&'static str),
+}
+
+/// What the server suite makes of a trace.
+#[derive(Debug, Clone, PartialEq)]
+enum Plan {
+    /// Not about a server's API: why.
+    NotForTheApi(&'static str),
+    /// Appended line by line; a rejected line refused so.
+    Replay(Option<Refusal>),
+}
+
+/// What the server suite makes of a trace, whatever profiles it claims.
+fn plan(trace: &Trace) -> Plan {
     let m = &trace.manifest;
-    let rule = m.rule.as_deref().unwrap_or("");
     if m.mode != Mode::Journal {
-        Some("a delivery trace")
-    } else if rule.starts_with("wire.") {
-        Some("wire-level")
-    } else if ASSIGNED_BY_THE_JOURNAL.contains(&rule) {
-        Some("about what the journal assigns")
-    } else if m.issuer.is_none() && gives_a_client_result(&trace.lines) {
-        Some("a client result, which only an executor gives")
-    } else {
-        None
+        return Plan::NotForTheApi("a delivery trace");
     }
+    if m.issuer.is_none() && gives_a_client_result(&trace.lines) {
+        return Plan::NotForTheApi("a client result, which only an executor gives");
+    }
+    let (Expected::Reject, Some(at)) = (m.outcome, m.reject_at) else {
+        return Plan::Replay(None);
+    };
+    let Some(line) = trace
+        .lines
+        .iter()
+        .find(|(n, _)| *n == at)
+        .and_then(|(_, l)| serde_json::from_str::<Value>(l).ok())
+    else {
+        // Not JSON, or no such line: what narad's reader makes of it.
+        return Plan::Replay(Some(Refusal::Invalid("NRD-0003")));
+    };
+    // The line as the kit proposes it, with placeholders where the journal
+    // assigns: is it a valid object?
+    let mut proposed = proposal(&line, "kit");
+    for member in ASSIGNED_MEMBERS {
+        if line.get(member).is_some() || member == "sessionSequence" {
+            proposed[member] = json!(1);
+        }
+    }
+    proposed["sessionId"] = json!("kit");
+    match Reader::all_profiles().classify_str(&proposed.to_string()) {
+        Err(narad_protocol::WireError::Invalid { pointer, .. })
+            if ASSIGNED_MEMBERS.iter().any(|m| pointer == format!("/{m}")) =>
+        {
+            return Plan::NotForTheApi("about what the journal assigns");
+        }
+        Err(e) => return Plan::Replay(Some(Refusal::Invalid(e.code().code()))),
+        // A journal holds known types only (wire.unknown-type).
+        Ok(Classified::Ignored { .. }) => return Plan::Replay(Some(Refusal::Invalid("NRD-0003"))),
+        Ok(Classified::Accepted(_)) => {}
+    }
+    // A valid object: the rule it breaks is the manifest's, or what the
+    // reference rules find on that line.
+    let found = m.rule.clone().or_else(|| {
+        conformance::run(trace)
+            .ok()?
+            .rejection
+            .filter(|(n, _)| *n == at)
+            .map(|(_, v)| v.rule.to_owned())
+    });
+    let broken = found.as_deref().unwrap_or_default();
+    if ASSIGNED_BY_THE_JOURNAL.contains(&broken) || broken.starts_with("wire.") {
+        // A wire rule broken only in members the journal assigns.
+        return Plan::NotForTheApi("about what the journal assigns");
+    }
+    Plan::Replay(Some(Refusal::Rule(m.rule.clone())))
+}
+
+/// Why a trace written for `wanted` profiles (sorted) cannot run on a
+/// server whose sessions have every `claimed` one (sorted), if it cannot:
+/// it needs a profile the server does not claim, or narad's reference
+/// rules reach another outcome with the server's profiles than with the
+/// trace's (a line of a profile the trace left inactive, say).
+fn profiles_differ(trace: &Trace, wanted: &[String], claimed: &[String]) -> Option<String> {
+    let missing: Vec<&str> = wanted
+        .iter()
+        .filter(|p| !claimed.contains(p))
+        .map(String::as_str)
+        .collect();
+    if !missing.is_empty() {
+        return Some(format!("the server does not claim {}", missing.join(", ")));
+    }
+    if wanted == claimed {
+        return None;
+    }
+    let outcome = |t: &Trace| {
+        conformance::run(t)
+            .map(|o| o.rejection.map(|(line, v)| (line, v.rule)))
+            .ok()
+    };
+    let mut as_served = trace.clone();
+    as_served.manifest.profiles = claimed.to_vec();
+    let (theirs, ours) = (outcome(trace), outcome(&as_served));
+    match (theirs, ours) {
+        (Some(a), Some(b)) if a == b => None,
+        (_, Some(Some((line, rule)))) => Some(format!(
+            "written for fewer profiles than the server's sessions have, and with theirs line \
+             {line} would be refused ({rule}): its outcome depends on profiles"
+        )),
+        (_, Some(None)) => Some(
+            "written for fewer profiles than the server's sessions have, and with theirs every \
+             line would be accepted: its outcome depends on profiles"
+                .to_owned(),
+        ),
+        (_, None) => Some(format!(
+            "written for fewer profiles than the server's sessions have ({}), which narad's \
+             reference rules do not know",
+            claimed.join(", ")
+        )),
+    }
+}
+
+/// A trace's line as the kit proposes it in `session`: without what the
+/// journal assigns, its eventId in the session's namespace (event ids
+/// are unique per organisation).
+fn proposal(line: &Value, session: &str) -> Value {
+    let mut event = line.clone();
+    if let Some(o) = event.as_object_mut() {
+        for f in ASSIGNED_MEMBERS {
+            o.remove(f);
+        }
+        // An id that is no string is sent as it is, to be refused.
+        if let Some(id) = o.get("eventId").and_then(Value::as_str) {
+            let id = format!("{session}-{id}");
+            o.insert("eventId".into(), json!(id));
+        }
+    }
+    event
 }
 
 /// Whether a trace finishes a client tool call with a result.
@@ -81,10 +218,13 @@ pub async fn run(
     let mut claimed: Vec<String> = claimed.to_vec();
     claimed.sort();
     for (n, trace) in traces.iter().enumerate() {
-        if not_for_the_api(trace).is_some() {
-            not_for_api += 1;
-            continue;
-        }
+        let refusal = match plan(trace) {
+            Plan::NotForTheApi(_) => {
+                not_for_api += 1;
+                continue;
+            }
+            Plan::Replay(refusal) => refusal,
+        };
         let name = format!("journal/{}", trace.name);
         if !only(&name) {
             continue;
@@ -93,24 +233,13 @@ pub async fn run(
         let started = Instant::now();
         let mut wanted = m.profiles.clone();
         wanted.sort();
-        let missing: Vec<&String> = wanted.iter().filter(|p| !claimed.contains(p)).collect();
-        let verdict = if !missing.is_empty() {
-            Verdict::Skip(format!(
-                "the server does not claim {}",
-                missing
-                    .iter()
-                    .map(|s| s.as_str())
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ))
-        } else if wanted != claimed {
-            // A session has every claimed profile active: a trace written
-            // for fewer would meet events of profiles it did not expect.
-            Verdict::Skip("written for fewer profiles than the server's sessions have".to_owned())
-        } else {
-            match replay(api, trace, &format!("kit-{run_id}-{n}")).await {
-                Ok(()) => Verdict::Pass,
-                Err(why) => Verdict::Fail(format!("{why:#}")),
+        let verdict = match profiles_differ(trace, &wanted, &claimed) {
+            Some(why) => Verdict::Skip(why),
+            None => {
+                match replay(api, trace, refusal.as_ref(), &format!("kit-{run_id}-{n}")).await {
+                    Ok(()) => Verdict::Pass,
+                    Err(why) => Verdict::Fail(format!("{why:#}")),
+                }
             }
         };
         report.record(Case {
@@ -134,8 +263,14 @@ struct Accepted {
     answered: Value,
 }
 
-/// Appends a trace's lines into a new session `session`.
-async fn replay(api: &Api, trace: &Trace, session: &str) -> anyhow::Result<()> {
+/// Appends a trace's lines into a new session `session`; the line at
+/// `rejectAt` must meet `refusal`.
+async fn replay(
+    api: &Api,
+    trace: &Trace,
+    refusal: Option<&Refusal>,
+    session: &str,
+) -> anyhow::Result<()> {
     let m = &trace.manifest;
     api.post("/v1/sessions", BACKEND, &json!({ "sessionId": session }))
         .await?
@@ -144,26 +279,13 @@ async fn replay(api: &Api, trace: &Trace, session: &str) -> anyhow::Result<()> {
         Expected::Accept => None,
         Expected::Reject => m.reject_at,
     };
-    let rule = m.rule.as_deref().unwrap_or("");
     let mut accepted: Vec<Accepted> = Vec::new();
     for (line_no, line) in &trace.lines {
+        // A line that is no JSON is sent as it is (as a string).
         let written: Value =
-            serde_json::from_str(line).map_err(|err| anyhow::anyhow!("line {line_no}: {err}"))?;
-        let mut event = written.clone();
-        let o = event
-            .as_object_mut()
-            .ok_or_else(|| anyhow::anyhow!("line {line_no} is not an object"))?;
-        for f in [
-            "sessionSequence",
-            "sequence",
-            "workflowSequence",
-            "sessionId",
-        ] {
-            o.remove(f);
-        }
-        // Event ids are unique per organisation: one namespace per trace.
-        let id = format!("{session}-{}", o["eventId"].as_str().unwrap_or("e"));
-        o.insert("eventId".into(), json!(id));
+            serde_json::from_str(line).unwrap_or_else(|_| Value::String(line.clone()));
+        let event = proposal(&written, session);
+        let id = event["eventId"].as_str().unwrap_or_default().to_owned();
         let by_person = event["type"] == "interrupt.resolved"
             && (m.issuer == Some(TraceIssuer::Person)
                 || (event["decision"] != "expired" && Some(*line_no) != reject_at));
@@ -199,16 +321,11 @@ async fn replay(api: &Api, trace: &Trace, session: &str) -> anyhow::Result<()> {
             .await?
         };
         if Some(*line_no) == reject_at {
-            anyhow::ensure!(
-                answer.status == 409 && answer.body["rule"] == rule,
-                "line {line_no} should be refused (409) naming {rule}, got {} {}",
-                answer.status,
-                answer.body
-            );
+            refused_so(*line_no, refusal, &answer)?;
             let refused = Refused {
                 line_no: *line_no,
                 line: &written,
-                id: (!by_person).then_some(id.as_str()),
+                id: (!by_person && !id.is_empty()).then_some(id.as_str()),
             };
             return judge_history(api, session, &accepted, Some(refused)).await;
         }
@@ -244,6 +361,42 @@ async fn replay(api: &Api, trace: &Trace, session: &str) -> anyhow::Result<()> {
         });
     }
     judge_history(api, session, &accepted, None).await
+}
+
+/// Fails unless `answer` refuses line `line_no` as `refusal` says.
+fn refused_so(
+    line_no: usize,
+    refusal: Option<&Refusal>,
+    answer: &super::api::Answer,
+) -> anyhow::Result<()> {
+    let got = || {
+        let mut got = format!("{} {}", answer.status, answer.code());
+        if let Some(rule) = answer.body["rule"].as_str() {
+            got.push_str(&format!(" naming {rule}"));
+        }
+        match answer.body["message"].as_str() {
+            Some(message) => format!("{got}: {message}"),
+            None => format!("{got} {}", answer.body),
+        }
+    };
+    match refusal {
+        Some(Refusal::Invalid(code)) => anyhow::ensure!(
+            answer.status == 400 && answer.code() == *code,
+            "line {line_no} is no valid object and should be refused with 400 {code}, got {}",
+            got()
+        ),
+        Some(Refusal::Rule(Some(rule))) => anyhow::ensure!(
+            answer.status == 409 && answer.body["rule"] == rule.as_str(),
+            "line {line_no} should be refused (409) naming {rule}, got {}",
+            got()
+        ),
+        Some(Refusal::Rule(None)) | None => anyhow::ensure!(
+            answer.status == 409,
+            "line {line_no} should be refused (409, a rule broken), got {}",
+            got()
+        ),
+    }
+    Ok(())
 }
 
 /// The line a server refused, as the trace wrote it, and the eventId it

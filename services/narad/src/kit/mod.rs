@@ -378,9 +378,14 @@ pub async fn server(args: &ServerArgs) -> anyhow::Result<ExitCode> {
     }
 
     if not_for_api > 0 && !args.common.quiet {
+        let (n, are) = match not_for_api {
+            1 => ("1 trace".to_owned(), "is"),
+            n => (format!("{n} traces"), "are"),
+        };
         println!(
-            "({not_for_api} traces are not about a server's API: delivery traces, wire-level \
-             traces and traces about what the journal assigns; conformance/README.md says why)"
+            "({n} {are} not about a server's API: delivery traces, traces about what the \
+             journal assigns, and client results only an executor gives; conformance/README.md \
+             says why)"
         );
     }
     args.common.finish(&report, "narad conformance server")
