@@ -1402,3 +1402,144 @@ async fn a_stopped_run_whose_runtime_is_lost_is_cancelled_not_retried() {
     obeys_the_rules(&h);
     s.stop().await;
 }
+
+/// A run started with no runtime (the console's Start run, a bare
+/// start-run) and asked to stop is closed by the server once its journal
+/// stays silent for the stop grace: its open work closed first, then
+/// `run.cancelled` with code `stop_unanswered`; the session is free again.
+/// A backend that keeps writing, or answers the stop itself, is left to.
+#[tokio::test]
+async fn a_stopped_run_nothing_drives_is_closed_after_the_grace() {
+    let s = Server::start_with_runtime(RuntimeSettings {
+        stop_grace: Duration::from_secs(1),
+        ..patient()
+    })
+    .await;
+    let jwt = backend("acme");
+    // Nothing drives r1; it had a backend tool call open.
+    s.post("/v1/sessions", &jwt, &json!({"sessionId": "s1"}))
+        .await
+        .expect(201);
+    s.post(
+        "/v1/commands/start-run",
+        &jwt,
+        &json!({"sessionId": "s1", "runId": "r1"}),
+    )
+    .await
+    .expect(201);
+    append(
+        &s,
+        &jwt,
+        "s1",
+        None,
+        vec![event(
+            "tool.call.started",
+            "r1",
+            "r1",
+            json!({"toolCallId": "t1", "toolName": "search", "executor": "backend", "args": {}}),
+        )],
+    )
+    .await
+    .expect(201);
+    let stopped_at = std::time::Instant::now();
+    s.post("/v1/commands/stop-run", &jwt, &json!({"runId": "r1"}))
+        .await
+        .expect(200);
+    let h = history_with(&s, &jwt, "s1", "run.cancelled").await;
+    assert!(
+        stopped_at.elapsed() >= Duration::from_secs(1),
+        "not before the grace"
+    );
+    assert_eq!(
+        types(&h),
+        [
+            "run.started",
+            "tool.call.started",
+            "run.stop.requested",
+            "tool.call.finished",
+            "run.cancelled"
+        ]
+    );
+    assert_eq!(h[3]["outcome"], "cancelled");
+    assert_eq!(h[4]["code"], "stop_unanswered");
+    obeys_the_rules(&h);
+    // The session's slot is free: another run starts.
+    s.post(
+        "/v1/commands/start-run",
+        &jwt,
+        &json!({"sessionId": "s1", "runId": "r1b"}),
+    )
+    .await
+    .expect(201);
+
+    // A backend that keeps writing after the stop is not cut off; once it
+    // answers the stop itself, the server writes nothing.
+    s.post("/v1/sessions", &jwt, &json!({"sessionId": "s2"}))
+        .await
+        .expect(201);
+    s.post(
+        "/v1/commands/start-run",
+        &jwt,
+        &json!({"sessionId": "s2", "runId": "r2"}),
+    )
+    .await
+    .expect(201);
+    append(
+        &s,
+        &jwt,
+        "s2",
+        None,
+        vec![event(
+            "message.text.started",
+            "r2",
+            "r2",
+            json!({"messageId": "m2", "role": "assistant", "messageScope": "run"}),
+        )],
+    )
+    .await
+    .expect(201);
+    s.post("/v1/commands/stop-run", &jwt, &json!({"runId": "r2"}))
+        .await
+        .expect(200);
+    for i in 0..8 {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        append(
+            &s,
+            &jwt,
+            "s2",
+            None,
+            vec![event(
+                "message.text.delta",
+                "r2",
+                "r2",
+                json!({"messageId": "m2", "delta": format!("part {i} ")}),
+            )],
+        )
+        .await
+        .expect(201);
+    }
+    append(
+        &s,
+        &jwt,
+        "s2",
+        None,
+        vec![
+            event(
+                "message.text.completed",
+                "r2",
+                "r2",
+                json!({"messageId": "m2"}),
+            ),
+            event("run.cancelled", "r2", "r2", json!({"code": "user_stop"})),
+        ],
+    )
+    .await
+    .expect(201);
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    let h = whole_history(&s, &jwt, "s2").await;
+    let terminals: Vec<&Value> = h.iter().filter(|e| e["type"] == "run.cancelled").collect();
+    assert_eq!(terminals.len(), 1, "{:?}", types(&h));
+    assert_eq!(terminals[0]["code"], "user_stop");
+    obeys_the_rules(&h);
+    s.stop().await;
+}

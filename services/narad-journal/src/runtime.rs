@@ -42,6 +42,11 @@ pub const RUNTIME_LOST: &str = "runtime_lost";
 /// The code of `run.cancelled` when the server serves a stop itself.
 pub const STOPPED_UNHELD: &str = "stopped_without_runtime";
 
+/// The code of `run.cancelled` when the server closes a run asked to stop
+/// that nothing drives (no runtime holds it, and its journal stayed silent
+/// for the grace after the stop).
+pub const STOP_UNANSWERED: &str = "stop_unanswered";
+
 /// The default queue.
 pub const DEFAULT_QUEUE: &str = "default";
 
@@ -720,6 +725,97 @@ impl Journal {
                 })
             })
             .collect()
+    }
+
+    /// Top-level runs asked to stop that nothing drives, across tenants (up
+    /// to `max`): no runtime's work item holds them, and their journal has
+    /// taken no event for `grace`. Each is due as kind `undriven`.
+    pub async fn undriven_stops(
+        &self,
+        grace: Duration,
+        max: i32,
+    ) -> Result<Vec<RuntimeDue>, JournalError> {
+        let client = self.pool.get().await?;
+        let rows = client
+            .query(
+                "select tenant_id, session_id, root_run_id from undriven_stops($1, $2)",
+                &[&seconds(grace), &max],
+            )
+            .await?;
+        rows.iter()
+            .map(|r| {
+                Ok(RuntimeDue {
+                    kind: "undriven".to_owned(),
+                    tenant: TenantId::new(r.get::<_, String>(0)).map_err(JournalError::Corrupt)?,
+                    session_id: r.get(1),
+                    root_run_id: r.get(2),
+                    lease_id: None,
+                })
+            })
+            .collect()
+    }
+
+    /// Closes run journal `root`, asked to stop and driven by nothing (see
+    /// [`Journal::undriven_stops`]): its open work is closed and the run
+    /// ends with `run.cancelled` ([`STOP_UNANSWERED`]), written by the
+    /// server. Nothing is written when the journal took an event within
+    /// `grace`, or when anything is appended to the session meanwhile (a
+    /// backend that answers the stop wins).
+    pub async fn close_undriven(
+        &self,
+        tenant: &TenantId,
+        session: &str,
+        root: &str,
+        grace: Duration,
+    ) -> Result<Repair, JournalError> {
+        let session_id = SessionId::new(session).map_err(JournalError::Corrupt)?;
+        let root_id = RunId::new(root).map_err(JournalError::Corrupt)?;
+        let at = self.session(tenant, session).await?.session_sequence;
+        let client = self.pool.get().await?;
+        let t = tenant.as_str();
+        let silent: bool = in_tenant(client, tenant, async |c| {
+            Ok(c.query_one(
+                "select coalesce(max(recorded_at) < now() - $4 * interval '1 second', false) \
+                 from events where tenant_id = $1 and session_id = $2 and root_run_id = $3",
+                &[&t, &session, &root, &seconds(grace)],
+            )
+            .await?
+            .get(0))
+        })
+        .await?;
+        if !silent {
+            return Ok(Repair::Nothing);
+        }
+        let state = self.journal_state(tenant, &session_id, &root_id).await?;
+        let closing = Closing::Cancelled {
+            code: STOP_UNANSWERED.to_owned(),
+            message: format!(
+                "the run was asked to stop and nothing drove it for {} s after; the server \
+                 closed it",
+                grace.as_secs()
+            ),
+        };
+        let events = repair::close_journal(&state, &root_id, &closing);
+        if events.is_empty() {
+            return Ok(Repair::Nothing);
+        }
+        let options = AppendOptions {
+            expected_session_sequence: Some(at),
+            ..AppendOptions::default()
+        };
+        match self.append(tenant, &session_id, &events, options).await {
+            Ok(_) => {
+                metrics::counter!("narad_runtime_repairs_total", "reason" => "undriven")
+                    .increment(1);
+                Ok(Repair::Closed)
+            }
+            // The journal moved (a backend answered the stop, or anything
+            // else was appended): the next sweep looks again.
+            Err(JournalError::SequenceMismatch { .. } | JournalError::Rejected { .. }) => {
+                Ok(Repair::Nothing)
+            }
+            Err(e) => Err(e),
+        }
     }
 
     /// Deletes up to `max` items whose run ended more than `older_than`

@@ -141,6 +141,11 @@ pub struct Config {
     /// (one replica at a time sweeps).
     #[arg(long, env = "NARAD_RUNTIME_SWEEP_MS", default_value_t = 1_000)]
     pub runtime_sweep_ms: u64,
+    /// How long a run asked to stop that no runtime holds (started without
+    /// one) may go without any event before the server closes it with
+    /// `run.cancelled` (`stop_unanswered`), in seconds.
+    #[arg(long, env = "NARAD_STOP_GRACE_SECONDS", default_value_t = 30)]
+    pub stop_grace_seconds: u64,
     /// What happens to a queued run whose runtime is lost, unless its
     /// start-run says: `retry` (another runtime takes it) or `fail` (it is
     /// closed with run.error runtime_lost).
@@ -342,6 +347,7 @@ impl Config {
         let settings = crate::runtime::RuntimeSettings {
             lease_ttl: Duration::from_millis(self.runtime_lease_ttl_ms),
             sweep_interval: Duration::from_millis(self.runtime_sweep_ms),
+            stop_grace: Duration::from_secs(self.stop_grace_seconds),
             defaults: narad_journal::WorkDefaults {
                 on_lost: crate::runtime::RuntimeSettings::parse_on_lost(&self.runtime_on_lost)?,
                 max_attempts: self.runtime_max_attempts,

@@ -31,6 +31,10 @@ pub struct RuntimeSettings {
     pub interrupt_default_expiry: Option<Duration>,
     /// How often the erasure sweeper applies retention policies.
     pub retention_sweep: Duration,
+    /// How long the journal of a run asked to stop that no runtime holds
+    /// may stay silent before the server closes the run (`run.cancelled`,
+    /// `stop_unanswered`): a backend driving it answers within this.
+    pub stop_grace: Duration,
     /// How long an uploaded blob may go unreferenced by any event before
     /// the collector deletes it.
     pub blob_unreferenced_after: Duration,
@@ -45,6 +49,7 @@ impl Default for RuntimeSettings {
             defaults: WorkDefaults::default(),
             interrupt_default_expiry: None,
             retention_sweep: Duration::from_secs(300),
+            stop_grace: Duration::from_secs(30),
             blob_unreferenced_after: Duration::from_secs(24 * 3600),
         }
     }
@@ -59,6 +64,7 @@ impl RuntimeSettings {
             ("runtime sweep interval", self.sweep_interval),
             ("runtime repair stall deadline", self.stall),
             ("retention sweep interval", self.retention_sweep),
+            ("stop grace", self.stop_grace),
             ("unreferenced blob lifetime", self.blob_unreferenced_after),
         ] {
             if d.is_zero() {
@@ -99,7 +105,8 @@ const DONE_RETENTION: Duration = Duration::from_secs(3600);
 /// Runs the sweeper until the hub closes: every `sweep_interval`, on the
 /// one replica holding the runtime sweeper's lock, repairs runs whose lease
 /// lapsed (retry or close), closes runs asked to stop that no runtime
-/// holds, and takes over repairs that stalled.
+/// holds (queued ones at once, bare ones once their journal stayed silent
+/// for `stop_grace`), and takes over repairs that stalled.
 pub async fn sweep(journal: Journal, hub: Arc<Hub>, settings: Arc<RuntimeSettings>) {
     loop {
         tokio::select! {
@@ -136,10 +143,15 @@ pub async fn sweep_once(
     hub: &Hub,
     settings: &RuntimeSettings,
 ) -> Result<usize, JournalError> {
-    let due = journal.runtime_work(settings.stall, SWEEP_BATCH).await?;
+    let mut due = journal.runtime_work(settings.stall, SWEEP_BATCH).await?;
+    due.extend(
+        journal
+            .undriven_stops(settings.stop_grace, SWEEP_BATCH)
+            .await?,
+    );
     let mut done = 0;
     for item in &due {
-        match act(journal, item).await {
+        match act(journal, item, settings).await {
             Ok(Repair::Nothing) => {}
             Ok(repair) => {
                 done += 1;
@@ -156,7 +168,11 @@ pub async fn sweep_once(
     Ok(done)
 }
 
-async fn act(journal: &Journal, item: &RuntimeDue) -> Result<Repair, JournalError> {
+async fn act(
+    journal: &Journal,
+    item: &RuntimeDue,
+    settings: &RuntimeSettings,
+) -> Result<Repair, JournalError> {
     let (tenant, session, root) = (&item.tenant, &item.session_id, &item.root_run_id);
     let repair = match item.kind.as_str() {
         "lapsed" => {
@@ -170,6 +186,11 @@ async fn act(journal: &Journal, item: &RuntimeDue) -> Result<Repair, JournalErro
             } else {
                 Repair::Nothing
             }
+        }
+        "undriven" => {
+            journal
+                .close_undriven(tenant, session, root, settings.stop_grace)
+                .await?
         }
         _ => journal.finish_closing(tenant, session, root).await?,
     };
