@@ -717,3 +717,33 @@ async fn traces_written_to_the_documented_format_are_judged_as_documented() {
     let _ = std::fs::remove_dir_all(&dir);
     s.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_kit_says_what_it_leaves_behind_and_erases_it_when_asked() {
+    let s = Server::start().await;
+    let org = format!("kit-cleanup-{}", std::process::id());
+    let token = narad_tests::token(&org, &[narad_server::auth::Role::Reader]);
+    let listed = async || {
+        let page = s.get("/v1/sessions", &token).await;
+        page.expect(200)["sessions"].as_array().unwrap().len()
+    };
+    let (code, out) = kit(&s.base, &["--org", &org, "--only", "history/"]).await;
+    assert_eq!(code, 0, "{out}");
+    assert!(
+        out.contains(&format!(
+            "the kit left 2 sessions in organisation {org} (--cleanup erases them)"
+        )),
+        "{out}"
+    );
+    assert_eq!(listed().await, 2);
+    let (code, out) = kit(&s.base, &["--org", &org, "--only", "history/", "--cleanup"]).await;
+    assert_eq!(code, 0, "{out}");
+    assert_plain(&out);
+    assert!(
+        out.contains("cleanup: erased 2 of the 2 sessions the kit created (16 events)"),
+        "{out}"
+    );
+    // The first run's two are left; the second run's are gone.
+    assert_eq!(listed().await, 2);
+    s.stop().await;
+}

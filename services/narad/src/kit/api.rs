@@ -18,6 +18,8 @@ pub struct Api {
     http: reqwest::Client,
     token_command: String,
     tokens: Mutex<HashMap<String, String>>,
+    /// The sessions the kit created, in order.
+    created: std::sync::Mutex<Vec<String>>,
 }
 
 /// A server's answer.
@@ -59,6 +61,7 @@ impl Api {
                 .expect("an HTTP client"),
             token_command: token_command.to_owned(),
             tokens: Mutex::new(HashMap::new()),
+            created: std::sync::Mutex::new(Vec::new()),
         }
     }
 
@@ -85,17 +88,17 @@ impl Api {
             .env("NARAD_KIT_ROLES", &key)
             .output()
             .await
-            .with_context(|| format!("running the token command {command:?}"))?;
+            .with_context(|| format!("running the token command `{command}`"))?;
         anyhow::ensure!(
             out.status.success(),
-            "the token command {command:?} failed ({}): {}",
+            "the token command `{command}` failed ({}): {}",
             out.status,
             String::from_utf8_lossy(&out.stderr).trim()
         );
         let token = String::from_utf8(out.stdout)?.trim().to_owned();
         anyhow::ensure!(
             !token.is_empty() && !token.contains(char::is_whitespace),
-            "the token command {command:?} printed no single token"
+            "the token command `{command}` printed no single token"
         );
         self.tokens.lock().await.insert(key, token.clone());
         Ok(token)
@@ -124,10 +127,64 @@ impl Api {
             .with_context(|| format!("{method} {path}"))?;
         let status = res.status().as_u16();
         let text = res.text().await.unwrap_or_default();
-        Ok(Answer {
-            status,
-            body: serde_json::from_str(&text).unwrap_or(Value::Null),
-        })
+        let body: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
+        if method == reqwest::Method::POST
+            && path == "/v1/sessions"
+            && status == 201
+            && let Some(id) = body["sessionId"].as_str()
+        {
+            self.created
+                .lock()
+                .expect("not poisoned")
+                .push(id.to_owned());
+        }
+        Ok(Answer { status, body })
+    }
+
+    /// The sessions the kit created so far.
+    pub fn created_sessions(&self) -> Vec<String> {
+        self.created.lock().expect("not poisoned").clone()
+    }
+
+    /// Erases every session the kit created (`DELETE /v1/sessions/{id}`
+    /// with a token of role `admin`): what it erased and why it could not
+    /// erase the others, in words.
+    pub async fn erase_created(&self) -> anyhow::Result<String> {
+        let sessions = self.created_sessions();
+        let (mut erased, mut events) = (0, 0);
+        let mut refused: Vec<String> = Vec::new();
+        for id in &sessions {
+            let answer = self
+                .call(
+                    reqwest::Method::DELETE,
+                    &format!("/v1/sessions/{id}"),
+                    ADMIN,
+                    None,
+                )
+                .await?;
+            if answer.status == 200 {
+                erased += 1;
+                events += answer.body["eventsErased"].as_u64().unwrap_or(0);
+            } else {
+                refused.push(format!(
+                    "{id}: {} {} {}",
+                    answer.status,
+                    answer.code(),
+                    answer.body["message"].as_str().unwrap_or_default()
+                ));
+            }
+        }
+        let mut said = format!(
+            "cleanup: erased {erased} of the {} sessions the kit created ({events} events)",
+            sessions.len()
+        );
+        if let Some(first) = refused.first() {
+            said.push_str(&format!(
+                "; {} were not erased, the first {first}",
+                refused.len()
+            ));
+        }
+        Ok(said)
     }
 
     /// `GET path` with a token of `roles`.
@@ -144,6 +201,12 @@ impl Api {
 
 /// Roles of a backend that appends and reads.
 pub const BACKEND: &[&str] = &["reader", "writer", "backend"];
+
+/// Roles of a client executor.
+pub const EXECUTOR: &[&str] = &["executor"];
+
+/// Roles of an organisation's administrator, who erases sessions.
+pub const ADMIN: &[&str] = &["admin"];
 
 /// Roles of a person who commands and approves.
 pub const PERSON: &[&str] = &["reader", "writer", "approver"];

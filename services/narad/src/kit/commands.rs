@@ -7,7 +7,8 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use super::api::{Api, BACKEND, PERSON};
-use super::{Step, check};
+use super::journal::words;
+use super::{Step, check, list};
 
 /// A run event a backend proposes.
 pub fn event(id: &str, ty: &str, run: &str, extra: Value) -> Value {
@@ -198,8 +199,8 @@ async fn until(
         }
         if tokio::time::Instant::now() >= deadline {
             anyhow::bail!(
-                "{what} did not happen within 10 s; history: {:?}",
-                h.iter().map(|e| &e["type"]).collect::<Vec<_>>()
+                "{what} did not happen within 10 s; history: {}",
+                list(h.iter().map(|e| words(&e["type"])))
             );
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -253,8 +254,8 @@ pub async fn slot(api: &Api, prefix: &str) -> Step {
     let h = history(api, &s).await?;
     check(started(&h) == ["r1"], || {
         format!(
-            "only r1 may have started while it holds the slot: {:?}",
-            started(&h)
+            "only r1 may have started while it holds the slot: {}",
+            list(started(&h))
         )
     })?;
     // The backend ends r1: the interrupting start goes first, then the
@@ -274,8 +275,8 @@ pub async fn slot(api: &Api, prefix: &str) -> Step {
     let h = history(api, &s).await?;
     check(started(&h) == ["r1", "r4"], || {
         format!(
-            "the interrupting start goes before the queued one: {:?}",
-            started(&h)
+            "the interrupting start goes before the queued one: {}",
+            list(started(&h))
         )
     })?;
     append(
@@ -286,7 +287,7 @@ pub async fn slot(api: &Api, prefix: &str) -> Step {
     .await?;
     let h = until(api, &s, "r3's start", |h| started(h).len() >= 3).await?;
     check(started(&h) == ["r1", "r4", "r3"], || {
-        format!("the queued start follows: {:?}", started(&h))
+        format!("the queued start follows: {}", list(started(&h)))
     })?;
     Ok(())
 }
@@ -332,7 +333,7 @@ pub async fn resolve_once(api: &Api, prefix: &str) -> Step {
         .collect();
     check(
         resolved.len() == 1 && resolved[0]["decision"] == "approve",
-        || format!("one interrupt.resolved with approve: {resolved:?}"),
+        || format!("one interrupt.resolved with approve: {}", list(resolved)),
     )?;
     Ok(())
 }

@@ -8,12 +8,9 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use super::api::{Api, PERSON};
+use super::api::{Api, EXECUTOR, PERSON};
 use super::commands::{append, event, history, session};
-use super::{Skip, Step, check};
-
-/// Roles of a client executor.
-const EXECUTOR: &[&str] = &["executor"];
+use super::{Skip, Step, check, list};
 
 /// Session `s` with run r1 bound to executor `desk`.
 async fn bound_run(api: &Api, s: &str, desk: &str) -> Step {
@@ -181,7 +178,12 @@ pub async fn execute_and_finish_once(api: &Api, prefix: &str) -> Step {
         finished.len() == 1
             && finished[0]["outcome"] == "success"
             && finished[0]["response"] == json!({"bytes": 42}),
-        || format!("one tool.call.finished equal to the accepted finish: {finished:?}"),
+        || {
+            format!(
+                "one tool.call.finished equal to the accepted finish: {}",
+                list(finished)
+            )
+        },
     )?;
     Ok(())
 }
@@ -331,7 +333,7 @@ pub async fn lease_lapse(api: &Api, prefix: &str, max_wait: Duration) -> Step {
         })
         .collect();
     check(ended.is_empty(), || {
-        format!("missing heartbeats ended the run (§11.2): {ended:?}")
+        format!("missing heartbeats ended the run (§11.2): {}", list(ended))
     })?;
     let again = attach(api, &desk).await?;
     let got = api

@@ -6,7 +6,7 @@ use serde_json::{Value, json};
 
 use super::api::{Api, BACKEND};
 use super::commands::{append, event, session};
-use super::{Step, check};
+use super::{Step, check, list};
 
 /// A session of two run journals' worth of events (a run with nested runs,
 /// then a second top-level run), so that run-tree sequences differ from
@@ -96,7 +96,7 @@ pub async fn cursors(api: &Api, prefix: &str) -> Step {
         .filter_map(|e| e["sessionSequence"].as_u64())
         .collect();
     check(seqs == (1..=8).collect::<Vec<_>>(), || {
-        format!("sessionSequence 1..8 in order, got {seqs:?}")
+        format!("sessionSequence 1..8 in order, got {}", list(&seqs))
     })?;
     for limit in [1, 3] {
         let paged = pages(
@@ -109,9 +109,9 @@ pub async fn cursors(api: &Api, prefix: &str) -> Step {
         .await?;
         check(ids(&paged) == ids(&whole), || {
             format!(
-                "pages of {limit} read {:?}, not {:?}",
-                ids(&paged),
-                ids(&whole)
+                "pages of {limit} read {}, not {}",
+                list(ids(&paged)),
+                list(ids(&whole))
             )
         })?;
     }
@@ -129,14 +129,18 @@ pub async fn cursors(api: &Api, prefix: &str) -> Step {
     )
     .await?;
     check(ids(&by_run) == ids(&tree_a), || {
-        format!("run-tree a read {:?}, not {:?}", ids(&by_run), ids(&tree_a))
+        format!(
+            "run-tree a read {}, not {}",
+            list(ids(&by_run)),
+            list(ids(&tree_a))
+        )
     })?;
     let run_seqs: Vec<u64> = by_run
         .iter()
         .filter_map(|e| e["sequence"].as_u64())
         .collect();
     check(run_seqs == (1..=6).collect::<Vec<_>>(), || {
-        format!("run-tree sequences 1..6, got {run_seqs:?}")
+        format!("run-tree sequences 1..6, got {}", list(&run_seqs))
     })?;
     let tree_b = pages(
         api,
@@ -151,7 +155,10 @@ pub async fn cursors(api: &Api, prefix: &str) -> Step {
         .filter_map(|e| Some((e["sequence"].as_u64()?, e["sessionSequence"].as_u64()?)))
         .collect();
     check(b_seqs == [(1, 7), (2, 8)], || {
-        format!("run-tree b: (sequence, sessionSequence) (1, 7), (2, 8), got {b_seqs:?}")
+        format!(
+            "run-tree b: (sequence, sessionSequence) (1, 7), (2, 8), got {}",
+            list(b_seqs.iter().map(|(a, b)| format!("({a}, {b})")))
+        )
     })?;
     let after = api
         .get(&format!("{base}?afterSessionSequence=5"), BACKEND)

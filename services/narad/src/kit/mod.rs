@@ -41,6 +41,17 @@ impl std::fmt::Display for Skip {
 
 impl std::error::Error for Skip {}
 
+/// Items as a person reads them, comma-separated (`none` when there are
+/// none): strings without quotes, JSON values as JSON text.
+pub fn list<T: std::fmt::Display>(items: impl IntoIterator<Item = T>) -> String {
+    let items: Vec<String> = items.into_iter().map(|i| i.to_string()).collect();
+    if items.is_empty() {
+        "none".to_owned()
+    } else {
+        items.join(", ")
+    }
+}
+
 /// Fails with `why()` unless `holds`.
 pub fn check(holds: bool, why: impl FnOnce() -> String) -> Step {
     if holds {
@@ -114,6 +125,11 @@ pub struct ServerArgs {
     /// that would wait longer is skipped and says so.
     #[arg(long, default_value_t = 20)]
     max_wait: u64,
+    /// After the run, erase every session the kit created (DELETE
+    /// /v1/sessions/{id}, with a token of role admin). Otherwise a run
+    /// leaves its sessions behind: about 140, some 12 MiB.
+    #[arg(long)]
+    cleanup: bool,
     /// How long the server keeps the replay of its tenant stream (GET
     /// /v1/events), in seconds: given, the kit checks `replay-gap` (for
     /// narad: NARAD_OUTBOX_RETENTION_SECONDS).
@@ -388,11 +404,45 @@ pub async fn server(args: &ServerArgs) -> anyhow::Result<ExitCode> {
              says why)"
         );
     }
+    let created = api.created_sessions().len();
+    if args.cleanup {
+        match api.erase_created().await {
+            Ok(said) => println!("{said}"),
+            Err(e) => println!("cleanup: {e:#}"),
+        }
+    } else if created > 0 && !args.common.quiet {
+        println!("the kit left {created} sessions in organisation {org} (--cleanup erases them)");
+    }
     args.common.finish(&report, "narad conformance server")
 }
 
 #[cfg(test)]
 mod tests {
+    /// Every set of roles the kit asks the token command for is in the
+    /// README's paragraph on tokens.
+    #[test]
+    fn the_readme_names_every_role_the_kit_asks_for() {
+        let readme = std::fs::read_to_string(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../conformance/README.md"),
+        )
+        .unwrap();
+        let tokens = readme
+            .split("**Tokens.**")
+            .nth(1)
+            .and_then(|t| t.split("\n\n").next())
+            .expect("a paragraph on tokens");
+        let tokens = tokens.replace('\n', " ");
+        for roles in [
+            super::api::BACKEND,
+            super::api::PERSON,
+            super::api::EXECUTOR,
+            super::api::ADMIN,
+        ] {
+            let named = format!("`{}`", roles.join(","));
+            assert!(tokens.contains(&named), "{named} in: {tokens}");
+        }
+    }
+
     /// The binary carries the traces of the repository, as they are.
     #[test]
     fn the_builtin_traces_are_the_repository_s() {

@@ -12,6 +12,7 @@ use serde_json::{Value, json};
 use super::api::{Api, BACKEND};
 use super::commands::{append, appended, appending, event, session, session_with_run, tool_call};
 use super::faults::{Fault, FaultProxy};
+use super::journal::words;
 use super::{Skip, Step, check};
 
 /// An open session stream.
@@ -81,10 +82,16 @@ async fn authority_until(frames: &mut Frames, upto: u64, seconds: u64) -> Step<V
     while out.last().and_then(|e| e["sessionSequence"].as_u64()) < Some(upto) {
         let next = tokio::time::timeout_at(deadline, frames.next()).await;
         let frame = match next {
-            Err(_) => anyhow::bail!(
-                "the stream delivered up to {:?} of {upto} within {seconds} s",
-                out.last().map(|e| &e["sessionSequence"])
-            ),
+            Err(_) => match out.last() {
+                Some(e) => anyhow::bail!(
+                    "the stream delivered up to sessionSequence {} of {upto} within {seconds} s",
+                    words(&e["sessionSequence"])
+                ),
+                None => anyhow::bail!(
+                    "the stream delivered no event within {seconds} s (waiting for \
+                     sessionSequence {upto})"
+                ),
+            },
             Ok(None) => anyhow::bail!("the stream ended before sessionSequence {upto}"),
             Ok(Some(frame)) => frame?,
         };
@@ -98,8 +105,9 @@ async fn authority_until(frames: &mut Frames, upto: u64, seconds: u64) -> Step<V
         if let Some(id) = data["eventId"].as_str() {
             check(frame.id == id, || {
                 format!(
-                    "a frame's id {:?} is not its event's eventId {id:?} ({})",
-                    frame.id, data["type"]
+                    "a frame's id `{}` is not its event's eventId `{id}` ({})",
+                    frame.id,
+                    words(&data["type"])
                 )
             })?;
         }
@@ -148,7 +156,7 @@ pub async fn subscribe_before_replay(api: &Api, prefix: &str) -> Step {
     let got = authority_until(&mut frames, last, 30).await?;
     appended(appending).await?;
     check(seqs(&got) == (1..=last).collect::<Vec<_>>(), || {
-        format!("delivered {:?}, not 1..={last} once each", seqs(&got))
+        format!("delivered {}, not 1..={last} once each", runs(&seqs(&got)))
     })?;
     Ok(())
 }
@@ -179,10 +187,10 @@ pub async fn resume_and_cursors(api: &Api, prefix: &str) -> Step {
         let got = authority_until(&mut frames.expect("frames"), last, 15).await?;
         check(seqs(&got) == seqs(&all[k + 1..]), || {
             format!(
-                "resumed after {id} (sessionSequence {}): delivered {:?}, not {:?}",
+                "resumed after {id} (sessionSequence {}): delivered {}, not {}",
                 k + 1,
-                seqs(&got),
-                seqs(&all[k + 1..])
+                runs(&seqs(&got)),
+                runs(&seqs(&all[k + 1..]))
             )
         })?;
     }
@@ -320,8 +328,8 @@ pub async fn slow_reader_dropped(api: &Api, prefix: &str) -> Step {
     })?;
     check(seqs(&held) == (1..=k).collect::<Vec<_>>(), || {
         format!(
-            "the dropped reader's events were not a prefix: {:?}…",
-            &seqs(&held)[..k.min(10) as usize]
+            "the dropped reader's events were not a prefix: {}…",
+            runs(&seqs(&held)[..k.min(10) as usize])
         )
     })?;
     let from = held
@@ -421,7 +429,7 @@ pub async fn replay_gap(
     })?;
     check(gap.id.is_empty(), || {
         format!(
-            "the replay-gap frame has an id ({:?}): it must move no cursor",
+            "the replay-gap frame has an id (`{}`): it must move no cursor",
             gap.id
         )
     })?;
@@ -445,7 +453,7 @@ pub async fn replay_gap(
         };
         if data["eventId"] == next.as_str() {
             check(frame.id == next, || {
-                format!("the frame of {next} has id {:?}", frame.id)
+                format!("the frame of {next} has id `{}`", frame.id)
             })?;
             return Ok(());
         }
@@ -632,5 +640,50 @@ fn span(a: u64, b: u64) -> String {
         a.to_string()
     } else {
         format!("{a}..={b}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A stream of authority frames at `seqs`, then silence.
+    fn stalled(seqs: &[u64]) -> Frames {
+        let frames: Vec<_> = seqs
+            .iter()
+            .map(|n| {
+                Ok(eventsource_stream::Event {
+                    event: "message".into(),
+                    data: json!({"eventId": format!("e{n}"), "sessionSequence": n}).to_string(),
+                    id: format!("e{n}"),
+                    retry: None,
+                })
+            })
+            .collect();
+        futures::stream::iter(frames)
+            .chain(futures::stream::pending())
+            .boxed()
+    }
+
+    #[tokio::test]
+    async fn a_stalled_stream_is_reported_in_words() {
+        let why = authority_until(&mut stalled(&[1, 2, 3]), 5, 1)
+            .await
+            .unwrap_err();
+        assert_eq!(
+            why.to_string(),
+            "the stream delivered up to sessionSequence 3 of 5 within 1 s"
+        );
+        let why = authority_until(&mut stalled(&[]), 5, 1).await.unwrap_err();
+        assert_eq!(
+            why.to_string(),
+            "the stream delivered no event within 1 s (waiting for sessionSequence 5)"
+        );
+    }
+
+    #[test]
+    fn sequences_read_as_runs() {
+        assert_eq!(runs(&[2, 4, 5, 6, 6, 7]), "2, 4..=6, 6..=7");
+        assert_eq!(runs(&[]), "nothing");
     }
 }
