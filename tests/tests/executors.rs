@@ -813,3 +813,50 @@ async fn a_stopping_server_closes_executor_sockets_going_away() {
     assert_eq!(ws.close_code(Duration::from_secs(10)).await, Some(1001));
     stopping.await.expect("the server stops");
 }
+
+/// An expiry close is a fact about the token: the server writes
+/// `client_execution_expired` only once a token was issued for the call and
+/// its expiry has passed, whoever asks it to (§11.3 rule 9).
+#[tokio::test]
+async fn an_expiry_close_waits_for_the_tokens_real_expiry() {
+    let a = Server::start_with_executors(ExecutorSettings {
+        sweep_interval: Duration::from_secs(3600),
+        ..quick()
+    })
+    .await;
+    let b = backend("acme");
+    let e = executor_token("acme", None);
+    session_for(&a, &b, "s1", "desk").await;
+    let mut ws = Ws::connect(&a, "desk", &e).await.expect("attached");
+    start_call(&a, &b, "s1", "tc1", json!({})).await;
+    ws.next_control().await.expect("execute");
+    let journal = narad_journal::Journal::connect(a.db.url(), 2).unwrap();
+    let tenant = narad_journal::TenantId::new("acme").unwrap();
+    let expire = || {
+        journal.close_client_call(
+            &tenant,
+            "s1",
+            "tc1",
+            false,
+            ("error", "client_execution_expired", "the token expired"),
+        )
+    };
+    assert!(!expire().await.unwrap(), "closed while its token is live");
+    assert!(of_type(&history(&a, &b, "s1").await, "tool.call.finished").is_empty());
+    let (db, conn) = tokio_postgres::connect(a.db.url(), tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(conn);
+    db.execute(
+        "update client_calls set token_expires_at = now() - interval '1 second' \
+         where tool_call_id = 'tc1'",
+        &[],
+    )
+    .await
+    .unwrap();
+    assert!(expire().await.unwrap(), "closed once its token expired");
+    let events = history(&a, &b, "s1").await;
+    let finished = of_type(&events, "tool.call.finished");
+    assert_eq!(finished.len(), 1);
+    assert_eq!(finished[0]["code"], "client_execution_expired");
+}

@@ -150,10 +150,12 @@ struct CallRow {
     lease_id: Option<String>,
     live: bool,
     closed: bool,
+    /// A token was issued for it and has expired.
+    expired: bool,
 }
 
 const CALL_COLUMNS: &str = "session_id, tool_call_id, root_run_id, run_id, executor_id, lease_id, \
-    coalesce(token_expires_at > now(), false), closed";
+    coalesce(token_expires_at > now(), false), closed, coalesce(token_expires_at <= now(), false)";
 
 impl CallRow {
     fn of(r: &tokio_postgres::Row) -> CallRow {
@@ -166,6 +168,7 @@ impl CallRow {
             lease_id: r.get(5),
             live: r.get(6),
             closed: r.get(7),
+            expired: r.get(8),
         }
     }
 }
@@ -604,6 +607,11 @@ impl Journal {
         let Some(call) = call.filter(|c| !c.closed) else {
             return Ok(false);
         };
+        // An expiry close is a fact about the token: only once one was
+        // issued and its expiry has passed (§11.3 rule 9).
+        if code == narad_protocol::engine::CLIENT_EXECUTION_EXPIRED && !call.expired {
+            return Ok(false);
+        }
         let proposal = terminal_proposal(
             tenant,
             &call,

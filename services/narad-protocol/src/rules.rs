@@ -216,7 +216,7 @@ rules! {
     ISSUER_PERSON_EXPIRED = "issuer.person.expired", "§7.7",
         "expired is reserved for backend expiry: a person's resolution never decides expired.";
     ISSUER_CLIENT_RESULT = "issuer.backend.client-result", "§11.3, §12",
-        "A client call's result comes only from a finish under its execution token: a backend closes one only as cancelled under a stop, or as an error with code client_execution_expired, with a null response.";
+        "A client call's result comes only from a finish under its execution token, and its error closes (client_execution_expired once its token expired; client_unavailable or delivery_failed when delivery was not accepted) only from the server that issues the token and delivers the call: a backend closes one only as cancelled under a stop, with a null response.";
 
     // Delivery (the client reducer).
     DELIVERY_GAP = "delivery.gap", "§10.1, §10.3",

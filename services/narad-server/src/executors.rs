@@ -320,7 +320,7 @@ impl Channel {
                 false,
                 (
                     "error",
-                    "delivery_failed",
+                    narad_protocol::engine::DELIVERY_FAILED,
                     "the executor's connection failed while the call was being delivered",
                 ),
             )
@@ -526,7 +526,7 @@ async fn act(journal: &Journal, item: &SweepItem) -> Result<bool, JournalError> 
         SweepKind::Expired => {
             let closed = close(
                 "error",
-                "client_execution_expired",
+                narad_protocol::engine::CLIENT_EXECUTION_EXPIRED,
                 "the client executor did not finish the call before its token expired",
             )
             .await?;
@@ -554,7 +554,7 @@ async fn act(journal: &Journal, item: &SweepItem) -> Result<bool, JournalError> 
         SweepKind::Undelivered => {
             close(
                 "error",
-                "client_unavailable",
+                narad_protocol::engine::CLIENT_UNAVAILABLE,
                 "the run's client executor did not attach in time to take the call",
             )
             .await

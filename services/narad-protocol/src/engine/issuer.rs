@@ -3,8 +3,10 @@
 //!
 //! - a backend's proposal never carries actor provenance (the server
 //!   stamps it on the events of commands), resolves an interrupt only with
-//!   `expired`, and closes a client tool call only as the spec lets a
-//!   backend — cancelled under a stop, or expired — never with a result;
+//!   `expired`, and closes a client tool call only as cancelled under a
+//!   stop: a result comes from the executor's finish, and the error closes
+//!   of §11.3 (token expired, delivery not accepted) from the server, which
+//!   issues the token and delivers the call and so alone knows either;
 //! - a person's (or extension's) command never decides `expired`, which is
 //!   the backend's expiry;
 //! - a client executor's finish under its execution token, and the
@@ -22,8 +24,16 @@ use crate::rules::{self, Violation};
 use crate::wire::{AuthorityBody as B, AuthorityEvent};
 
 /// The code of a client call closed because its token expired (§11.3
-/// rule 9).
+/// rule 9): written by the server, once the token it issued has expired.
 pub const CLIENT_EXECUTION_EXPIRED: &str = "client_execution_expired";
+
+/// The code of a client call closed because no executor took its delivery
+/// in time (§11.3 rule 11): written by the server that delivers.
+pub const CLIENT_UNAVAILABLE: &str = "client_unavailable";
+
+/// The code of a client call closed because its delivery could not be
+/// made (§11.3 rule 11): written by the server that delivers.
+pub const DELIVERY_FAILED: &str = "delivery_failed";
 
 /// Who appends a batch.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -116,19 +126,19 @@ impl SessionState {
                             "/outcome",
                         );
                     }
-                    Outcome::Error
-                        if b.code.as_ref().map(|c| c.as_str())
-                            != Some(CLIENT_EXECUTION_EXPIRED) =>
-                    {
+                    Outcome::Error => {
                         return refuse(
                             format!(
-                                "a backend closes it as an error only with code \
-                                 {CLIENT_EXECUTION_EXPIRED:?} (its token expired)"
+                                "its error closes belong to the server, which issues its token \
+                                 and delivers it: {CLIENT_EXECUTION_EXPIRED:?} once the token \
+                                 expires, {CLIENT_UNAVAILABLE:?} or {DELIVERY_FAILED:?} when \
+                                 delivery is not accepted (§11.3 rules 9 and 11); a backend \
+                                 closes it only as cancelled under a stop"
                             ),
-                            "/code",
+                            "/outcome",
                         );
                     }
-                    _ => {}
+                    Outcome::Cancelled => {}
                 }
                 if !b.response.is_null() {
                     return refuse(
@@ -256,17 +266,25 @@ mod tests {
             .unwrap();
         let cancelled = finish_at(4, json!({"outcome": "cancelled"}));
         assert_eq!(verdict(&stopped, &cancelled, &b), Ok(()));
-        let expired = finish(json!({"outcome": "error", "code": CLIENT_EXECUTION_EXPIRED}));
-        assert_eq!(verdict(&s, &expired, &b), Ok(()));
-        let made_up = finish(json!({"outcome": "error", "code": "oops"}));
+        // The error closes of §11.3 are the server's, which issues the
+        // token and delivers the call; a backend writes none of them.
+        for code in [
+            CLIENT_EXECUTION_EXPIRED,
+            CLIENT_UNAVAILABLE,
+            DELIVERY_FAILED,
+            "oops",
+        ] {
+            let closed = finish(json!({"outcome": "error", "code": code}));
+            assert_eq!(
+                verdict(&s, &closed, &b),
+                Err(rules::ISSUER_CLIENT_RESULT.id),
+                "{code}"
+            );
+            assert_eq!(verdict(&s, &closed, &Issuer::Server), Ok(()), "{code}");
+        }
+        let with_response = finish_at(4, json!({"outcome": "cancelled", "response": 1}));
         assert_eq!(
-            verdict(&s, &made_up, &b),
-            Err(rules::ISSUER_CLIENT_RESULT.id)
-        );
-        let with_response =
-            finish(json!({"outcome": "error", "code": CLIENT_EXECUTION_EXPIRED, "response": 1}));
-        assert_eq!(
-            verdict(&s, &with_response, &b),
+            verdict(&stopped, &with_response, &b),
             Err(rules::ISSUER_CLIENT_RESULT.id)
         );
     }

@@ -16,7 +16,7 @@ mod issuer;
 mod lifecycle;
 
 pub use entities::{EntityKey, SessionCore, referenced_keys};
-pub use issuer::{CLIENT_EXECUTION_EXPIRED, Issuer};
+pub use issuer::{CLIENT_EXECUTION_EXPIRED, CLIENT_UNAVAILABLE, DELIVERY_FAILED, Issuer};
 pub use lifecycle::{EXPIRED, fold_members};
 
 use std::collections::{BTreeMap, BTreeSet};
