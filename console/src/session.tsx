@@ -413,6 +413,9 @@ export function SessionPage({
   };
   const [problem, setProblem] = useState<string>();
   const [opened, setOpened] = useState<string[]>([]);
+  // The runtime queue a run started here goes to: a run nothing takes
+  // would wait for a backend that never comes.
+  const [queue, setQueue] = useState("default");
   useEffect(() => {
     client.getSession(sessionId).then(setRecord, (e: unknown) => setProblem(messageOf(e)));
   }, [client, sessionId]);
@@ -518,9 +521,26 @@ export function SessionPage({
           </button>
         )}
         {slot === null && may(identity, "command") && (
-          <button type="button" onClick={() => act(() => client.command("start-run", { sessionId }))}>
-            Start run
-          </button>
+          <form
+            class="start-run"
+            onSubmit={(e) => {
+              e.preventDefault();
+              void act(() => client.command("start-run", { sessionId, runtime: { queue: queue.trim() || "default" } }));
+            }}
+          >
+            <label>
+              Queue{" "}
+              <input
+                name="queue"
+                value={queue}
+                size={10}
+                required
+                title="The agent runtimes' queue the run goes to"
+                onInput={(e) => setQueue(e.currentTarget.value)}
+              />
+            </label>
+            <button type="submit">Start run</button>
+          </form>
         )}
         {may(identity, "command") && record !== undefined && record.archivedAt === undefined && (
           <button

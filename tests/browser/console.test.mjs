@@ -247,6 +247,17 @@ test("the console: sign in, watch, say, approve, stop, survive a SIGKILL", { tim
     await page.locator('article[data-message="q0"]').waitFor({ timeout: 10_000 });
     assert.equal(await page.locator('article[data-message="q599"]').count(), 0, "the last message left the page");
 
+    // Start run names the queue its run goes to: an agent runtime claims it
+    // from there (a run no backend takes would never end).
+    const start = page.locator("form.start-run");
+    await start.getByLabel("Queue").fill("console-queue");
+    await start.getByRole("button", { name: "Start run" }).click();
+    await page.getByRole("button", { name: "Stop run" }).waitFor({ timeout: 20_000 });
+    await picture(page, "console-started-on-a-queue");
+    const claimed = await call(api, token("reader,writer,backend"), "POST", "/v1/runtime/claims", { queue: "console-queue" });
+    assert.equal(claimed.sessionId, many.sessionId);
+    assert.equal(claimed.queue, "console-queue");
+
     // 7. Every view, keyboard and screen-reader usable (axe-core: no serious
     // or critical violation), and whole in a narrow window. axe is injected
     // past the console's Content-Security-Policy (bypassCSP, this context only).
