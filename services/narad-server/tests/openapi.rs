@@ -9,7 +9,9 @@ use std::path::{Path, PathBuf};
 
 use narad_protocol::ErrorCode;
 use narad_protocol::commands::Command;
-use narad_server::routes::openapi::{OPTIONAL_BODIES, document};
+use narad_server::routes::openapi::{
+    HOLDS_U0000, NO_U0000, OPTIONAL_BODIES, QUOTES_INPUT, admits_u0000, document,
+};
 use serde_json::Value;
 
 /// Every operation, with the id clients are generated with. Changing an id
@@ -685,13 +687,17 @@ fn agree(
             Ok(())
         }
         (c, s) if c == s => Ok(()),
+        // Two ways of saying "any value".
+        (Value::Object(c), Value::Bool(true)) if c.is_empty() => Ok(()),
         (c, s) => Err(format!("{file}{at}: {c} in the document, {s} in the file")),
     }
 }
 
 #[test]
 fn the_wire_components_are_the_files_of_schema() {
-    let doc = document();
+    // The document adds its rule on text (no U+0000): taken out, the rest
+    // is the files'.
+    let doc = without_text_rule(&document());
     let files = files_on_disk();
     assert!(files.len() > 80, "schema/ holds every wire type");
     let components = doc["components"]["schemas"].as_object().unwrap();
@@ -864,4 +870,216 @@ fn resolve_ref(doc: &Value, schema: &Value) -> Value {
         }
         None => schema.clone(),
     }
+}
+
+// ---- Text holds no U+0000 ----
+
+/// `doc` without what `refuse_u0000` adds: the pattern, the key rule, the
+/// rule on unnamed members, the free-form values' `not`, the component.
+fn without_text_rule(doc: &Value) -> Value {
+    let holds = serde_json::json!({ "$ref": format!("#/components/schemas/{HOLDS_U0000}") });
+    let no = serde_json::json!({ "pattern": NO_U0000 });
+    match doc {
+        Value::Object(map) => {
+            let mut out = serde_json::Map::new();
+            for (key, value) in map {
+                let added = match key.as_str() {
+                    "pattern" => value == NO_U0000,
+                    "propertyNames" => *value == no,
+                    "unevaluatedProperties" => *value == serde_json::json!({ "not": holds }),
+                    "not" => *value == holds,
+                    HOLDS_U0000 => true,
+                    _ => false,
+                };
+                if added {
+                    continue;
+                }
+                let value = match (key.as_str(), value) {
+                    ("allOf", Value::Array(parts)) => {
+                        let parts: Vec<Value> = parts
+                            .iter()
+                            .filter(|p| **p != no)
+                            .map(without_text_rule)
+                            .collect();
+                        if parts.is_empty() {
+                            continue;
+                        }
+                        Value::Array(parts)
+                    }
+                    _ => without_text_rule(value),
+                };
+                out.insert(key.clone(), value);
+            }
+            Value::Object(out)
+        }
+        Value::Array(items) => Value::Array(items.iter().map(without_text_rule).collect()),
+        other => other.clone(),
+    }
+}
+
+/// Every pointer of `value` to a string, and to an object (the root too).
+fn strings_and_objects(
+    value: &Value,
+    at: String,
+    strings: &mut Vec<String>,
+    objects: &mut Vec<String>,
+) {
+    match value {
+        Value::String(_) => strings.push(at),
+        Value::Object(map) => {
+            objects.push(at.clone());
+            for (key, member) in map {
+                let key = key.replace('~', "~0").replace('/', "~1");
+                strings_and_objects(member, format!("{at}/{key}"), strings, objects);
+            }
+        }
+        Value::Array(items) => {
+            for (i, item) in items.iter().enumerate() {
+                strings_and_objects(item, format!("{at}/{i}"), strings, objects);
+            }
+        }
+        _ => {}
+    }
+}
+
+#[test]
+fn text_holding_u0000_is_refused_by_every_wire_component() {
+    let doc = document();
+    let mut refused = 0;
+    for (path, file) in files_on_disk() {
+        let Some(examples) = file["examples"].as_array() else {
+            continue;
+        };
+        let component = path.trim_end_matches(".json").replace('/', ".");
+        if QUOTES_INPUT.contains(&component.as_str()) {
+            continue;
+        }
+        let validator = validator(&doc, &component);
+        for example in examples {
+            assert!(validator.is_valid(example), "{path}: {example}");
+            let (mut strings, mut objects) = (Vec::new(), Vec::new());
+            strings_and_objects(example, String::new(), &mut strings, &mut objects);
+            // A string holding it, wherever it is: an id, a text, a value
+            // inside free-form JSON (`input`, `response`, `state`).
+            for pointer in &strings {
+                let mut broken = example.clone();
+                let text = broken.pointer_mut(pointer).unwrap();
+                *text = Value::from(format!("{}\u{0}", text.as_str().unwrap()));
+                assert!(
+                    !validator.is_valid(&broken),
+                    "{path}: {pointer} holding U+0000"
+                );
+                refused += 1;
+            }
+            // A key holding it, and a member no schema names holding it.
+            for pointer in &objects {
+                for (key, value) in [
+                    ("a\u{0}b", Value::from(1)),
+                    ("unnamed", Value::from("a\u{0}b")),
+                ] {
+                    let mut broken = example.clone();
+                    broken.pointer_mut(pointer).unwrap()[key] = value;
+                    assert!(!validator.is_valid(&broken), "{path}: {pointer}/{key:?}");
+                    refused += 1;
+                }
+            }
+        }
+    }
+    assert!(refused > 800, "only {refused} cases");
+    // The error envelope quotes the pointer of what it refused, which may
+    // hold U+0000 (as the server answers it).
+    let quoted = serde_json::json!({
+        "code": "NRD-0003",
+        "title": "Invalid object",
+        "message": "/metadata/a\u{0}b: text holds U+0000, which narad cannot store; remove it",
+        "fields": { "/metadata/a\u{0}b": "text holds U+0000, which narad cannot store; remove it" },
+    });
+    for component in QUOTES_INPUT {
+        let errors: Vec<String> = validator(&doc, component)
+            .iter_errors(&quoted)
+            .map(|e| e.to_string())
+            .collect();
+        assert!(errors.is_empty(), "{component}: {errors:?}");
+    }
+}
+
+#[test]
+fn every_text_parameter_refuses_u0000() {
+    let doc = document();
+    let mut checked = 0;
+    for (method, path, op) in operations(&doc) {
+        for parameter in op["parameters"].as_array().into_iter().flatten() {
+            let schema = followed(&doc, &parameter["schema"]);
+            if schema["type"] != "string" {
+                continue;
+            }
+            let mut root = doc.clone();
+            root["x-parameter"] = parameter["schema"].clone();
+            root["$ref"] = Value::from("#/x-parameter");
+            let name = &parameter["name"];
+            let validator = jsonschema::draft202012::new(&root).unwrap();
+            assert!(
+                !validator.is_valid(&Value::from("1\u{0}")),
+                "{method} {path} {name}"
+            );
+            checked += 1;
+        }
+    }
+    assert!(checked > 40, "only {checked} text parameters");
+}
+
+#[test]
+fn a_pattern_that_lets_u0000_through_is_told_apart() {
+    for pattern in [
+        "^(/([^~/]|~[01])*)*$",
+        "^[0-9]{1,18}\\.[0-9]{1,18}\\..+$",
+        "^[\\u0000-\\u001F]+$",
+        "^a\\u0000$",
+        "^\\x00",
+        "^\\D+$",
+        "^[a-z",
+    ] {
+        assert!(admits_u0000(pattern), "{pattern}");
+    }
+    for pattern in [
+        NO_U0000,
+        "^[A-Za-z0-9._-]{1,64}$",
+        "^[^\\u0000-\\u001F\\u007F-\\u009F]*$",
+        "^[^/\\\\\\u0000-\\u001F]+$",
+        "^3\\.1\\.[0-9]+$",
+        "^NRD-[0-9]{4}$",
+    ] {
+        assert!(!admits_u0000(pattern), "{pattern}");
+    }
+    // And each pattern of the document that lets it through has the rule
+    // beside it (but the one that says what holds U+0000).
+    let mut doc = document();
+    doc["components"]["schemas"]
+        .as_object_mut()
+        .unwrap()
+        .remove(HOLDS_U0000)
+        .unwrap();
+    let mut found = 0;
+    fn walk(v: &Value, found: &mut usize) {
+        match v {
+            Value::Object(map) => {
+                if let Some(p) = map.get("pattern").and_then(Value::as_str)
+                    && map.get("type").is_some()
+                    && admits_u0000(p)
+                {
+                    let beside = map
+                        .get("allOf")
+                        .and_then(Value::as_array)
+                        .is_some_and(|a| a.contains(&serde_json::json!({ "pattern": NO_U0000 })));
+                    assert!(beside, "{p} without the rule beside it");
+                    *found += 1;
+                }
+                map.values().for_each(|c| walk(c, found));
+            }
+            Value::Array(items) => items.iter().for_each(|c| walk(c, found)),
+            _ => {}
+        }
+    }
+    walk(&doc, &mut found);
+    assert!(found >= 2, "{found}");
 }

@@ -163,9 +163,11 @@ export interface paths {
             cookie?: never;
         };
         /**
-         * What the organisation's retention policy would erase now, erasing
-         *     nothing: sessions archived, or without activity, for longer than
-         *     `retentionDays`. Operator admins, or the organisation's own admins.
+         * What a retention policy would erase now, erasing nothing: sessions
+         *     archived, or without activity, for longer than `retentionDays` (the
+         *     policy in effect), or than `?days=` — a policy not yet set, so that an
+         *     operator reads the list before anything can be erased. Operator admins,
+         *     or the organisation's own admins.
          */
         get: operations["previewRetention"];
         put?: never;
@@ -1181,6 +1183,8 @@ export interface components {
             nextSessionSequence?: components["schemas"]["defs.uint"];
             nextWorkflowSequence?: components["schemas"]["defs.uint"];
         };
+        /** @description A JSON value holding U+0000 in a string or an object key, at any depth: what narad refuses (Postgres cannot store it). Free-form values are `not` this. */
+        HoldsU0000: string | unknown[] | Record<string, never> | Record<string, never>;
         /** @description `client.tool.finish` as sent over HTTP: it names the lease its execution token was delivered under (on the socket, the socket's lease is implied). */
         HttpToolFinish: WithRequired<components["schemas"]["control.client.tool.finish"], "leaseId">;
         /** @description A hydrate record (§9.7), any type of schema/hydrate/. */
@@ -1397,13 +1401,22 @@ export interface components {
         };
         /** @description The dry run of an organisation's retention policy. */
         RetentionPreview: {
-            /** @description The sessions the next retention pass would erase (at most 500). */
+            /**
+             * @description The sessions a retention of `previewDays` would erase now (at most
+             *     500): with the policy in effect, what its next pass erases.
+             */
             due: components["schemas"]["RetentionCandidate"][];
             /** @description The organisation. */
             org: string;
             /**
              * Format: int64
-             * @description Its retention (`null`: sessions are kept until erased by hand).
+             * @description The retention `due` was listed for: `?days=`, or the one in effect.
+             */
+            previewDays?: number | null;
+            /**
+             * Format: int64
+             * @description Its retention in effect (`null`: sessions are kept until erased by
+             *     hand).
              */
             retentionDays?: number | null;
         };
@@ -2037,7 +2050,7 @@ export interface components {
         /** @enum {unknown} */
         "defs.interruptScope": "run" | "workflow";
         /** @description An RFC 6901 JSON pointer. */
-        "defs.jsonPointer": string;
+        "defs.jsonPointer": string & unknown;
         "defs.memberDecision": {
             decision: components["schemas"]["defs.nonEmptyString"];
             requestId: components["schemas"]["defs.nonEmptyString"];
@@ -6255,7 +6268,10 @@ export interface operations {
     };
     previewRetention: {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description Preview this retention instead of the one in effect (none need be set) */
+                days?: number;
+            };
             header?: never;
             path: {
                 /** @description The organisation (a token's `org`) */
@@ -8759,7 +8775,7 @@ export interface operations {
         parameters: {
             query?: {
                 /** @description The `nextAfter` of the previous page (opaque) */
-                after?: string;
+                after?: string & unknown;
                 /** @description The page size (default 100) */
                 limit?: number;
             };

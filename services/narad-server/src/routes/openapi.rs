@@ -31,6 +31,19 @@
 //! - **Required bodies.** A request body is required, but for the
 //!   operations of [`OPTIONAL_BODIES`], which read an empty body as `{}`
 //!   (utoipa marks a body given by `ref(...)` neither way).
+//! - **Text holds no U+0000** ([`refuse_u0000`]): Postgres cannot store
+//!   it, so the server refuses it in any string or object key of a body,
+//!   parameter or header (400), and never answers it. Every schema says
+//!   so, for validators, generated clients and fuzzers alike: a string
+//!   has the pattern [`NO_U0000`] (beside its own, under `allOf`, when
+//!   its own lets U+0000 through); an object's keys have it
+//!   (`propertyNames`), and its members no schema names must not hold it
+//!   (`unevaluatedProperties`); a free-form value (`true`, or a schema of
+//!   annotations only) must not hold it at any depth (`not` the
+//!   [`HOLDS_U0000`] component). The files of `schema/` are the protocol's
+//!   and say nothing of it: the rule is this server's, added here. The
+//!   error envelope is the exception ([`QUOTES_INPUT`]): its `message` and
+//!   `fields` name the refused text's JSON pointer, which may hold U+0000.
 
 use std::collections::BTreeMap;
 
@@ -117,7 +130,238 @@ pub fn complete(api: &utoipa::openapi::OpenApi) -> Value {
         "every operation of OPTIONAL_BODIES exists and takes a body"
     );
     add_links(&mut doc);
+    refuse_u0000(&mut doc);
     doc
+}
+
+/// The pattern of text narad can store: no U+0000.
+pub const NO_U0000: &str = "^[^\\u0000]*$";
+
+/// The component of a JSON value holding U+0000 in a string or an object
+/// key, at any depth: a free-form value is `not` it.
+pub const HOLDS_U0000: &str = "HoldsU0000";
+
+/// Keywords that assert nothing: a schema of these only (or `true`)
+/// admits any JSON value.
+const ANNOTATIONS: &[&str] = &[
+    "description",
+    "title",
+    "examples",
+    "example",
+    "default",
+    "deprecated",
+    "readOnly",
+    "writeOnly",
+    "$comment",
+];
+
+/// Keywords whose value is one subschema that must hold as well (the rule
+/// may be added inside them). `not`, `if`, `contains` and
+/// `propertyNames` are left as they are: a rule added inside `not` would
+/// loosen it.
+const SUBSCHEMA: &[&str] = &[
+    "items",
+    "additionalProperties",
+    "unevaluatedProperties",
+    "unevaluatedItems",
+    "then",
+    "else",
+    "contentSchema",
+];
+
+/// Keywords whose value is an array or a map of subschemas.
+const SUBSCHEMAS: &[&str] = &[
+    "allOf",
+    "anyOf",
+    "oneOf",
+    "prefixItems",
+    "properties",
+    "patternProperties",
+    "dependentSchemas",
+    "$defs",
+];
+
+/// The components left without the rule: the error envelope, whose
+/// `message` and `fields` quote the pointer of what was refused (a key
+/// holding U+0000 among what it may name).
+pub const QUOTES_INPUT: &[&str] = &[ERROR, "documents.error"];
+
+/// States "no U+0000" in every schema of the document: components,
+/// parameters and JSON bodies (see the module's documentation).
+pub fn refuse_u0000(doc: &mut Value) {
+    if let Some(schemas) = doc["components"]["schemas"].as_object_mut() {
+        for (name, schema) in schemas.iter_mut() {
+            if !QUOTES_INPUT.contains(&name.as_str()) {
+                text_rule(schema);
+            }
+        }
+        schemas.insert(HOLDS_U0000.to_owned(), holds_u0000());
+    }
+    for item in doc["paths"]
+        .as_object_mut()
+        .into_iter()
+        .flat_map(|p| p.values_mut())
+    {
+        for (method, op) in item.as_object_mut().into_iter().flatten() {
+            if !is_method(method) {
+                continue;
+            }
+            for (key, value) in op.as_object_mut().into_iter().flatten() {
+                let media: Vec<&mut Value> = match key.as_str() {
+                    "parameters" => {
+                        for parameter in value.as_array_mut().into_iter().flatten() {
+                            if let Some(schema) = parameter.get_mut("schema") {
+                                text_rule(schema);
+                            }
+                        }
+                        continue;
+                    }
+                    "requestBody" => vec![value],
+                    "responses" => value
+                        .as_object_mut()
+                        .into_iter()
+                        .flat_map(|r| r.values_mut())
+                        .collect(),
+                    _ => continue,
+                };
+                for body in media {
+                    if let Some(schema) = body
+                        .get_mut("content")
+                        .and_then(|c| c.get_mut("application/json"))
+                        .and_then(|m| m.get_mut("schema"))
+                    {
+                        text_rule(schema);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// [`HOLDS_U0000`]: a string holding U+0000, an array with an item that
+/// holds it, an object with a key or a member that holds it.
+fn holds_u0000() -> Value {
+    let this = json!({ "$ref": format!("{COMPONENTS}{HOLDS_U0000}") });
+    json!({
+        "description": "A JSON value holding U+0000 in a string or an object key, at any depth: what narad refuses (Postgres cannot store it). Free-form values are `not` this.",
+        "anyOf": [
+            { "type": "string", "pattern": "\\u0000" },
+            { "type": "array", "contains": this },
+            { "type": "object", "not": { "propertyNames": { "not": { "pattern": "\\u0000" } } } },
+            { "type": "object", "not": { "additionalProperties": { "not": this } } },
+        ],
+    })
+}
+
+/// Adds the rule to `schema` and to the subschemas that must hold with it.
+fn text_rule(schema: &mut Value) {
+    if schema == &Value::Bool(true) {
+        *schema = json!({ "not": { "$ref": format!("{COMPONENTS}{HOLDS_U0000}") } });
+        return;
+    }
+    let Some(map) = schema.as_object_mut() else {
+        return;
+    };
+    for key in SUBSCHEMA {
+        if let Some(sub) = map.get_mut(*key) {
+            text_rule(sub);
+        }
+    }
+    for key in SUBSCHEMAS {
+        match map.get_mut(*key) {
+            Some(Value::Array(subs)) => subs.iter_mut().for_each(text_rule),
+            Some(Value::Object(subs)) => subs.values_mut().for_each(text_rule),
+            _ => {}
+        }
+    }
+    if map
+        .keys()
+        .all(|k| ANNOTATIONS.contains(&k.as_str()) || k.starts_with("x-"))
+    {
+        map.insert(
+            "not".to_owned(),
+            json!({ "$ref": format!("{COMPONENTS}{HOLDS_U0000}") }),
+        );
+        return;
+    }
+    let types: Vec<&str> = match &map.get("type") {
+        Some(Value::String(t)) => vec![t.as_str()],
+        Some(Value::Array(ts)) => ts.iter().filter_map(Value::as_str).collect(),
+        _ => Vec::new(),
+    };
+    let is_string = types.contains(&"string");
+    let is_object = types.contains(&"object") || map.contains_key("properties");
+    if is_string {
+        match map.get("pattern").and_then(Value::as_str) {
+            None => {
+                map.insert("pattern".to_owned(), json!(NO_U0000));
+            }
+            Some(own) if admits_u0000(own) => {
+                let all_of = map.entry("allOf").or_insert_with(|| json!([]));
+                if let Some(all_of) = all_of.as_array_mut() {
+                    all_of.push(json!({ "pattern": NO_U0000 }));
+                }
+            }
+            Some(_) => {}
+        }
+    }
+    if is_object && map.get("additionalProperties") != Some(&Value::Bool(false)) {
+        map.entry("propertyNames")
+            .or_insert_with(|| json!({ "pattern": NO_U0000 }));
+        if !map.contains_key("additionalProperties") {
+            map.entry("unevaluatedProperties").or_insert_with(
+                || json!({ "not": { "$ref": format!("{COMPONENTS}{HOLDS_U0000}") } }),
+            );
+        }
+    }
+}
+
+/// Whether a regular expression (ECMAScript, as JSON Schema reads it) may
+/// match a string holding U+0000: it has a `.`, a negated class that does
+/// not name U+0000, or an escape that stands for it. Conservative: a
+/// pattern it cannot read is taken to admit it.
+pub fn admits_u0000(pattern: &str) -> bool {
+    let mut chars = pattern.chars().peekable();
+    let mut class: Option<(bool, String)> = None;
+    while let Some(c) = chars.next() {
+        match (&mut class, c) {
+            (None, '\\') => match chars.next() {
+                Some('D' | 'W' | 'S' | '0') => return true,
+                Some(escape @ ('u' | 'x')) => {
+                    let digits = if escape == 'u' { 4 } else { 2 };
+                    if chars.clone().take(digits).filter(|d| *d == '0').count() == digits {
+                        return true;
+                    }
+                }
+                Some(_) => {}
+                None => return true,
+            },
+            (None, '.') => return true,
+            (None, '[') => {
+                let negated = chars.peek() == Some(&'^');
+                if negated {
+                    chars.next();
+                }
+                class = Some((negated, String::new()));
+            }
+            (None, _) => {}
+            (Some((negated, body)), ']') => {
+                let names_it = body.contains("\\u0000") || body.contains("\\x00");
+                if *negated != names_it {
+                    return true;
+                }
+                class = None;
+            }
+            (Some((_, body)), '\\') => {
+                body.push(c);
+                if let Some(next) = chars.next() {
+                    body.push(next);
+                }
+            }
+            (Some((_, body)), _) => body.push(c),
+        }
+    }
+    class.is_some()
 }
 
 /// One link: its name, the operation it leads to, and that operation's

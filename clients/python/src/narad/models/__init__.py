@@ -58,29 +58,32 @@ class Blob(BaseModel):
     A stored blob, as the API answers it.
     """
 
-    attachment_id: str | None = Field(None, alias='attachmentId')
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    attachment_id: constr(pattern=r'^[^\u0000]*$') | None = Field(None, alias='attachmentId')
     """
     With `?attachmentId=`: the attachment added to the session (its
     `attachment.added` appended; the server's `attachment.ready`
     follows).
     """
-    blob_id: str = Field(..., alias='blobId')
+    blob_id: constr(pattern=r'^[^\u0000]*$') = Field(..., alias='blobId')
     """
     The blob's id.
     """
-    media_type: str = Field(..., alias='mediaType')
+    media_type: constr(pattern=r'^[^\u0000]*$') = Field(..., alias='mediaType')
     """
     The media type it was declared with (never sniffed).
     """
-    name: str
+    name: constr(pattern=r'^[^\u0000]*$')
     """
     The file name it was uploaded with.
     """
-    session_id: str = Field(..., alias='sessionId')
+    session_id: constr(pattern=r'^[^\u0000]*$') = Field(..., alias='sessionId')
     """
     The session it belongs to (and is erased with).
     """
-    sha256: str
+    sha256: constr(pattern=r'^[^\u0000]*$')
     """
     SHA-256 of its bytes, hex (also its `ETag`).
     """
@@ -88,11 +91,11 @@ class Blob(BaseModel):
     """
     Its size in bytes.
     """
-    uri: str
+    uri: constr(pattern=r'^[^\u0000]*$')
     """
     What events name it by: `narad://blobs/{blobId}`.
     """
-    url: str
+    url: constr(pattern=r'^[^\u0000]*$')
     """
     Where it is downloaded: `/v1/blobs/{blobId}`.
     """
@@ -186,6 +189,13 @@ class HealthStatus(Enum):
     ok = 'ok'
 
 
+class HoldsU0000(RootModel[constr(pattern=r'\u0000') | list[Any] | dict[str, Any]]):
+    root: constr(pattern=r'\u0000') | list[Any] | dict[str, Any]
+    """
+    A JSON value holding U+0000 in a string or an object key, at any depth: what narad refuses (Postgres cannot store it). Free-form values are `not` this.
+    """
+
+
 class LimitOverrides(BaseModel):
     """
     The body of `PUT /v1/admin/tenants/{org}/limits`: overrides by name
@@ -251,10 +261,13 @@ class OpenApiDocument(BaseModel):
     An OpenAPI 3.1 document (https://spec.openapis.org/oas/v3.1.0): this one.
     """
 
-    components: dict[str, Any]
-    info: dict[str, Any]
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    components: dict[constr(pattern=r'^[^\u0000]*$'), Any]
+    info: dict[constr(pattern=r'^[^\u0000]*$'), Any]
     openapi: constr(pattern=r'^3\.1\.\d+$')
-    paths: dict[str, Any]
+    paths: dict[constr(pattern=r'^[^\u0000]*$'), Any]
 
 
 class QueueStanding(BaseModel):
@@ -262,6 +275,9 @@ class QueueStanding(BaseModel):
     One runtime work queue.
     """
 
+    model_config = ConfigDict(
+        extra='allow',
+    )
     claimed: conint(ge=0)
     """
     Runs a runtime holds.
@@ -278,7 +294,7 @@ class QueueStanding(BaseModel):
     """
     When the longest-waiting ready run became ready (RFC 3339).
     """
-    queue: str
+    queue: constr(pattern=r'^[^\u0000]*$')
     """
     The queue.
     """
@@ -312,15 +328,18 @@ class RetentionCandidate(BaseModel):
     A session the retention policy would erase now.
     """
 
-    archived_at: str | None = Field(None, alias='archivedAt')
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    archived_at: constr(pattern=r'^[^\u0000]*$') | None = Field(None, alias='archivedAt')
     """
     When it was archived, if it was.
     """
-    last_activity_at: str = Field(..., alias='lastActivityAt')
+    last_activity_at: constr(pattern=r'^[^\u0000]*$') = Field(..., alias='lastActivityAt')
     """
     Its last event, or its creation.
     """
-    session_id: str = Field(..., alias='sessionId')
+    session_id: constr(pattern=r'^[^\u0000]*$') = Field(..., alias='sessionId')
     """
     The session.
     """
@@ -331,17 +350,26 @@ class RetentionPreview(BaseModel):
     The dry run of an organisation's retention policy.
     """
 
+    model_config = ConfigDict(
+        extra='allow',
+    )
     due: list[RetentionCandidate]
     """
-    The sessions the next retention pass would erase (at most 500).
+    The sessions a retention of `previewDays` would erase now (at most
+    500): with the policy in effect, what its next pass erases.
     """
-    org: str
+    org: constr(pattern=r'^[^\u0000]*$')
     """
     The organisation.
     """
+    preview_days: conint(ge=0) | None = Field(None, alias='previewDays')
+    """
+    The retention `due` was listed for: `?days=`, or the one in effect.
+    """
     retention_days: conint(ge=0) | None = Field(None, alias='retentionDays')
     """
-    Its retention (`null`: sessions are kept until erased by hand).
+    Its retention in effect (`null`: sessions are kept until erased by
+    hand).
     """
 
 
@@ -350,19 +378,22 @@ class TenantErasureStatus(BaseModel):
     Where an organisation's erasure stands.
     """
 
-    finished_at: str | None = Field(None, alias='finishedAt')
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    finished_at: constr(pattern=r'^[^\u0000]*$') | None = Field(None, alias='finishedAt')
     """
     When it finished.
     """
-    org: str
+    org: constr(pattern=r'^[^\u0000]*$')
     """
     The organisation.
     """
-    requested_at: str = Field(..., alias='requestedAt')
+    requested_at: constr(pattern=r'^[^\u0000]*$') = Field(..., alias='requestedAt')
     """
     When the erasure was asked for.
     """
-    requested_by: str = Field(..., alias='requestedBy')
+    requested_by: constr(pattern=r'^[^\u0000]*$') = Field(..., alias='requestedBy')
     """
     The operator admin who asked.
     """
@@ -370,7 +401,7 @@ class TenantErasureStatus(BaseModel):
     """
     Sessions erased so far.
     """
-    state: str
+    state: constr(pattern=r'^[^\u0000]*$')
     """
     `erasing` or `erased`.
     """
@@ -381,27 +412,30 @@ class TenantLimits(BaseModel):
     An organisation's limits.
     """
 
-    defaults: dict[str, Any]
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    defaults: dict[constr(pattern=r'^[^\u0000]*$'), Any]
     """
     The configured defaults, by name.
     """
-    effective: dict[str, Any]
+    effective: dict[constr(pattern=r'^[^\u0000]*$'), Any]
     """
     What holds for the organisation: the defaults with its overrides.
     """
-    org: str
+    org: constr(pattern=r'^[^\u0000]*$')
     """
     The organisation.
     """
-    overrides: dict[str, Any]
+    overrides: dict[constr(pattern=r'^[^\u0000]*$'), Any]
     """
     The organisation's own overrides, by name (`null`: lifted).
     """
-    updated_at: str | None = Field(None, alias='updatedAt')
+    updated_at: constr(pattern=r'^[^\u0000]*$') | None = Field(None, alias='updatedAt')
     """
     When the overrides were last set.
     """
-    updated_by: str | None = Field(None, alias='updatedBy')
+    updated_by: constr(pattern=r'^[^\u0000]*$') | None = Field(None, alias='updatedBy')
     """
     Who set them last.
     """
@@ -426,7 +460,9 @@ class TicketRequest3(BaseModel):
     model_config = ConfigDict(
         extra='forbid',
     )
-    blob_id: constr(min_length=1, max_length=256) = Field(..., alias='blobId')
+    blob_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
+        ..., alias='blobId'
+    )
     stream: Literal['blob']
 
 
@@ -435,19 +471,22 @@ class Upload(BaseModel):
     A resumable upload under way.
     """
 
-    blob_id: str = Field(..., alias='blobId')
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    blob_id: constr(pattern=r'^[^\u0000]*$') = Field(..., alias='blobId')
     """
     The blob's id.
     """
-    media_type: str = Field(..., alias='mediaType')
+    media_type: constr(pattern=r'^[^\u0000]*$') = Field(..., alias='mediaType')
     """
     The declared media type.
     """
-    name: str
+    name: constr(pattern=r'^[^\u0000]*$')
     """
     The file name.
     """
-    session_id: str = Field(..., alias='sessionId')
+    session_id: constr(pattern=r'^[^\u0000]*$') = Field(..., alias='sessionId')
     """
     The session it belongs to.
     """
@@ -459,21 +498,15 @@ class Upload(BaseModel):
     """
     Bytes stored so far: where the next `PATCH` resumes.
     """
-    uri: str
+    uri: constr(pattern=r'^[^\u0000]*$')
     """
     Its reference, once complete: `narad://blobs/{blobId}`.
     """
-    url: str
+    url: constr(pattern=r'^[^\u0000]*$')
     """
     Where the rest is sent (`PATCH`) and where the blob is read once
     complete.
     """
-
-
-class Metadata(BaseModel):
-    model_config = ConfigDict(
-        extra='allow',
-    )
 
 
 class ActiveExecution1(BaseModel):
@@ -485,7 +518,9 @@ class ActiveExecution1(BaseModel):
         extra='forbid',
     )
     kind: Literal['run']
-    run_id: constr(min_length=1, max_length=256) = Field(..., alias='runId')
+    run_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
+        ..., alias='runId'
+    )
     """
     An opaque identifier: 1 to 256 characters.
     """
@@ -500,7 +535,9 @@ class ActiveExecution2(BaseModel):
         extra='forbid',
     )
     kind: Literal['workflow']
-    workflow_id: constr(min_length=1, max_length=256) = Field(..., alias='workflowId')
+    workflow_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
+        ..., alias='workflowId'
+    )
     """
     An opaque identifier: 1 to 256 characters.
     """
@@ -511,7 +548,12 @@ class AppendedEvent(BaseModel):
     One appended event's identity and sequences.
     """
 
-    event_id: constr(min_length=1, max_length=256) = Field(..., alias='eventId')
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    event_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
+        ..., alias='eventId'
+    )
     """
     An opaque identifier: 1 to 256 characters.
     """
@@ -536,11 +578,14 @@ class AuditEntry(BaseModel):
     One recorded action.
     """
 
-    action: str
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    action: constr(pattern=r'^[^\u0000]*$')
     """
     The command or admin action.
     """
-    actor: dict[str, Any]
+    actor: dict[constr(pattern=r'^[^\u0000]*$'), Any]
     """
     Who acted: `kind` (`user`, `extension`), `sub`, and `extension` for a signed call.
     """
@@ -548,11 +593,11 @@ class AuditEntry(BaseModel):
     """
     An RFC 3339 date-time. Informational: never used to order authority.
     """
-    code: str | None = None
+    code: constr(pattern=r'^[^\u0000]*$') | None = None
     """
     The `NRD-` code of a refusal.
     """
-    event_ids: list[str] = Field(..., alias='eventIds')
+    event_ids: list[constr(pattern=r'^[^\u0000]*$')] = Field(..., alias='eventIds')
     """
     The eventIds it appended, in order.
     """
@@ -560,11 +605,11 @@ class AuditEntry(BaseModel):
     """
     Its place in the tenant's log (the `after` of the next page).
     """
-    request_id: str | None = Field(None, alias='requestId')
+    request_id: constr(pattern=r'^[^\u0000]*$') | None = Field(None, alias='requestId')
     """
     The request's `x-request-id`.
     """
-    session_id: str | None = Field(None, alias='sessionId')
+    session_id: constr(pattern=r'^[^\u0000]*$') | None = Field(None, alias='sessionId')
     """
     The session it acted on, when one.
     """
@@ -579,11 +624,14 @@ class AuditPage(BaseModel):
     A page of the audit log.
     """
 
+    model_config = ConfigDict(
+        extra='allow',
+    )
     entries: list[AuditEntry]
     """
     Recorded actions, oldest first.
     """
-    next_after: str | None = Field(None, alias='nextAfter')
+    next_after: constr(pattern=r'^[^\u0000]*$') | None = Field(None, alias='nextAfter')
     """
     The `after` of the next page, when more remain.
     """
@@ -597,11 +645,13 @@ class ClaimRequest(BaseModel):
     model_config = ConfigDict(
         extra='forbid',
     )
-    queue: constr(min_length=1, max_length=256) | None = None
+    queue: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) | None = None
     """
     An opaque identifier: 1 to 256 characters.
     """
-    runtime_id: constr(min_length=1, max_length=256) | None = Field(None, alias='runtimeId')
+    runtime_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) | None = Field(
+        None, alias='runtimeId'
+    )
     """
     An opaque identifier: 1 to 256 characters.
     """
@@ -616,6 +666,9 @@ class ClaimStanding(BaseModel):
     A run a runtime holds.
     """
 
+    model_config = ConfigDict(
+        extra='allow',
+    )
     attempt: conint(ge=0)
     """
     Which holder this is: 1 for the first, more after lost runtimes.
@@ -628,19 +681,23 @@ class ClaimStanding(BaseModel):
     """
     An RFC 3339 date-time. Informational: never used to order authority.
     """
-    queue: str
+    queue: constr(pattern=r'^[^\u0000]*$')
     """
     Its queue.
     """
-    run_id: constr(min_length=1, max_length=256) = Field(..., alias='runId')
+    run_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
+        ..., alias='runId'
+    )
     """
     An opaque identifier: 1 to 256 characters.
     """
-    runtime_id: str | None = Field(None, alias='runtimeId')
+    runtime_id: constr(pattern=r'^[^\u0000]*$') | None = Field(None, alias='runtimeId')
     """
     The runtime that holds it, when it named itself.
     """
-    session_id: constr(min_length=1, max_length=256) = Field(..., alias='sessionId')
+    session_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
+        ..., alias='sessionId'
+    )
     """
     An opaque identifier: 1 to 256 characters.
     """
@@ -655,11 +712,14 @@ class Document(BaseModel):
     One document: its scope, revision and value.
     """
 
+    model_config = ConfigDict(
+        extra='allow',
+    )
     revision: conint(ge=0, le=9007199254740991)
     """
     A non-negative integer, at most 2^53 - 1.
     """
-    scope: constr(min_length=1, max_length=256)
+    scope: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256)
     """
     An opaque identifier: 1 to 256 characters.
     """
@@ -685,11 +745,16 @@ class ExecutorStanding(BaseModel):
     A client executor endpoint and its current lease.
     """
 
+    model_config = ConfigDict(
+        extra='allow',
+    )
     attached_at: AwareDatetime = Field(..., alias='attachedAt')
     """
     An RFC 3339 date-time. Informational: never used to order authority.
     """
-    client_executor_id: constr(min_length=1, max_length=256) = Field(..., alias='clientExecutorId')
+    client_executor_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = (
+        Field(..., alias='clientExecutorId')
+    )
     """
     An opaque identifier: 1 to 256 characters.
     """
@@ -697,7 +762,9 @@ class ExecutorStanding(BaseModel):
     """
     An RFC 3339 date-time. Informational: never used to order authority.
     """
-    lease_id: constr(min_length=1, max_length=256) = Field(..., alias='leaseId')
+    lease_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
+        ..., alias='leaseId'
+    )
     """
     An opaque identifier: 1 to 256 characters.
     """
@@ -720,11 +787,14 @@ class ExtensionRecord(BaseModel):
     A registration as listed (never with its secret).
     """
 
+    model_config = ConfigDict(
+        extra='allow',
+    )
     created_at: AwareDatetime = Field(..., alias='createdAt')
     """
     An RFC 3339 date-time. Informational: never used to order authority.
     """
-    created_by: str = Field(..., alias='createdBy')
+    created_by: constr(pattern=r'^[^\u0000]*$') = Field(..., alias='createdBy')
     """
     The subject that registered it.
     """
@@ -732,11 +802,11 @@ class ExtensionRecord(BaseModel):
     """
     Whether its signed calls are accepted.
     """
-    name: str
+    name: constr(pattern=r'^[^\u0000]*$')
     """
     Its name.
     """
-    publisher: str
+    publisher: constr(pattern=r'^[^\u0000]*$')
     """
     Who publishes it.
     """
@@ -747,7 +817,7 @@ class ExtensionRegistration(ExtensionRecord):
     A new registration, with its signing secret (shown this once).
     """
 
-    secret: str
+    secret: constr(pattern=r'^[^\u0000]*$')
     """
     The signing secret, hex: keep it, it is never shown again.
     """
@@ -758,15 +828,22 @@ class FinishAccepted(BaseModel):
     An accepted `client.tool.finish`.
     """
 
+    model_config = ConfigDict(
+        extra='allow',
+    )
     duplicate: bool
     """
     The same finish had been accepted before: nothing new was appended.
     """
-    event_id: constr(min_length=1, max_length=256) = Field(..., alias='eventId')
+    event_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
+        ..., alias='eventId'
+    )
     """
     An opaque identifier: 1 to 256 characters.
     """
-    session_id: constr(min_length=1, max_length=256) = Field(..., alias='sessionId')
+    session_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
+        ..., alias='sessionId'
+    )
     """
     An opaque identifier: 1 to 256 characters.
     """
@@ -774,7 +851,9 @@ class FinishAccepted(BaseModel):
     """
     An authority sequence: contiguous from 1 in its domain, at most 2^53 - 1.
     """
-    tool_call_id: constr(min_length=1, max_length=256) = Field(..., alias='toolCallId')
+    tool_call_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
+        ..., alias='toolCallId'
+    )
     """
     An opaque identifier: 1 to 256 characters.
     """
@@ -785,6 +864,9 @@ class Health(BaseModel):
     The answer of `/healthz`.
     """
 
+    model_config = ConfigDict(
+        extra='allow',
+    )
     status: HealthStatus
     """
     Always `ok`.
@@ -803,11 +885,16 @@ class LeaseRenewal(BaseModel):
     A renewed client executor lease.
     """
 
+    model_config = ConfigDict(
+        extra='allow',
+    )
     lease_expires_at: AwareDatetime = Field(..., alias='leaseExpiresAt')
     """
     An RFC 3339 date-time. Informational: never used to order authority.
     """
-    lease_id: constr(min_length=1, max_length=256) = Field(..., alias='leaseId')
+    lease_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
+        ..., alias='leaseId'
+    )
     """
     An opaque identifier: 1 to 256 characters.
     """
@@ -818,6 +905,9 @@ class LeaseStanding(BaseModel):
     A lease's standing, as a heartbeat or a control poll reports it.
     """
 
+    model_config = ConfigDict(
+        extra='allow',
+    )
     ended: bool
     """
     The run has ended: nothing more to do (the lease renews nothing).
@@ -826,11 +916,15 @@ class LeaseStanding(BaseModel):
     """
     An RFC 3339 date-time. Informational: never used to order authority.
     """
-    run_id: constr(min_length=1, max_length=256) = Field(..., alias='runId')
+    run_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
+        ..., alias='runId'
+    )
     """
     An opaque identifier: 1 to 256 characters.
     """
-    session_id: constr(min_length=1, max_length=256) = Field(..., alias='sessionId')
+    session_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
+        ..., alias='sessionId'
+    )
     """
     An opaque identifier: 1 to 256 characters.
     """
@@ -845,7 +939,12 @@ class OpenInterrupt(BaseModel):
     An interrupt waiting for a decision.
     """
 
-    interrupt_id: constr(min_length=1, max_length=256) = Field(..., alias='interruptId')
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    interrupt_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
+        ..., alias='interruptId'
+    )
     """
     An opaque identifier: 1 to 256 characters.
     """
@@ -854,11 +953,13 @@ class OpenInterrupt(BaseModel):
     """
     An RFC 3339 date-time. Informational: never used to order authority.
     """
-    session_id: constr(min_length=1, max_length=256) = Field(..., alias='sessionId')
+    session_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
+        ..., alias='sessionId'
+    )
     """
     An opaque identifier: 1 to 256 characters.
     """
-    session_title: str | None = Field(None, alias='sessionTitle')
+    session_title: constr(pattern=r'^[^\u0000]*$') | None = Field(None, alias='sessionTitle')
     """
     The session's title, when it has one.
     """
@@ -869,6 +970,9 @@ class Operations(BaseModel):
     A tenant's executors, queues and held runs.
     """
 
+    model_config = ConfigDict(
+        extra='allow',
+    )
     claims: list[ClaimStanding]
     """
     The held runs, the longest held first (at most 500).
@@ -888,16 +992,23 @@ class QueuedStart(BaseModel):
     A start waiting for its session's slot.
     """
 
+    model_config = ConfigDict(
+        extra='allow',
+    )
     on_conflict: constr(pattern=r'^(interrupt|enqueue)$') = Field(..., alias='onConflict')
     """
     `interrupt` starts go first, then `enqueue` ones, each in order.
     """
     proposal: run.Started
-    queue_id: constr(min_length=1, max_length=256) = Field(..., alias='queueId')
+    queue_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
+        ..., alias='queueId'
+    )
     """
     An opaque identifier: 1 to 256 characters.
     """
-    run_id: constr(min_length=1, max_length=256) = Field(..., alias='runId')
+    run_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
+        ..., alias='runId'
+    )
     """
     An opaque identifier: 1 to 256 characters.
     """
@@ -908,6 +1019,9 @@ class QueuedStarts(BaseModel):
     The starts waiting for a session's slot.
     """
 
+    model_config = ConfigDict(
+        extra='allow',
+    )
     queued_starts: list[QueuedStart] = Field(..., alias='queuedStarts')
     """
     In the order they will start.
@@ -919,7 +1033,10 @@ class Readiness(BaseModel):
     The answer of `/readyz`.
     """
 
-    reason: str | None = None
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    reason: constr(pattern=r'^[^\u0000]*$') | None = None
     """
     Why the server is not ready.
     """
@@ -934,6 +1051,9 @@ class ReleaseAnswer(BaseModel):
     What a release did.
     """
 
+    model_config = ConfigDict(
+        extra='allow',
+    )
     released: Released
     """
     `idle`: the run waits, and the next event of its journal queues it
@@ -960,18 +1080,23 @@ class ReplayGap(BaseModel):
     The data of a `replay-gap` frame of GET /v1/events: retention forgot part of the range after Last-Event-ID; re-read history from what you hold.
     """
 
-    forgotten_through: constr(min_length=1, max_length=256) | None = Field(
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    forgotten_through: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) | None = Field(
         ..., alias='forgottenThrough'
     )
     """
     The last eventId retention forgot, when known.
     """
-    message: str
+    message: constr(pattern=r'^[^\u0000]*$')
     protocol_version: Literal['narad/v1'] = Field(..., alias='protocolVersion')
     """
     The protocol version; narad/v1 is the only one.
     """
-    session_id: constr(min_length=1, max_length=256) | None = Field(None, alias='sessionId')
+    session_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) | None = Field(
+        None, alias='sessionId'
+    )
     """
     An opaque identifier: 1 to 256 characters.
     """
@@ -983,11 +1108,16 @@ class RuntimeLease(BaseModel):
     A runtime lease.
     """
 
+    model_config = ConfigDict(
+        extra='allow',
+    )
     expires_at: AwareDatetime = Field(..., alias='expiresAt')
     """
     An RFC 3339 date-time. Informational: never used to order authority.
     """
-    lease_id: constr(min_length=1, max_length=256) = Field(..., alias='leaseId')
+    lease_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
+        ..., alias='leaseId'
+    )
     """
     An opaque identifier: 1 to 256 characters.
     """
@@ -999,13 +1129,18 @@ class SessionDocuments(BaseModel):
     sessionSequence.
     """
 
+    model_config = ConfigDict(
+        extra='allow',
+    )
     covers_through_session_sequence: conint(ge=0, le=9007199254740991) = Field(
         ..., alias='coversThroughSessionSequence'
     )
     """
     A non-negative integer, at most 2^53 - 1.
     """
-    session_id: constr(min_length=1, max_length=256) = Field(..., alias='sessionId')
+    session_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
+        ..., alias='sessionId'
+    )
     """
     An opaque identifier: 1 to 256 characters.
     """
@@ -1024,11 +1159,16 @@ class SessionErased(BaseModel):
     What `DELETE /v1/sessions/{sessionId}` erased.
     """
 
+    model_config = ConfigDict(
+        extra='allow',
+    )
     events_erased: conint(ge=0) = Field(..., alias='eventsErased')
     """
     How many events were erased with it.
     """
-    session_id: constr(min_length=1, max_length=256) = Field(..., alias='sessionId')
+    session_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
+        ..., alias='sessionId'
+    )
     """
     An opaque identifier: 1 to 256 characters.
     """
@@ -1039,12 +1179,19 @@ class SessionErasedNotice(Watch):
     The data of a `session-erased` frame, on the erased session's stream (its last frame: the stream ends after it) and on its organisation's tenant streams: the session was erased (DELETE /v1/sessions/{sessionId}, a retention policy or the organisation's erasure). It carries nothing of the session's content; the session answers 410 NRD-0208 from now on. Shaped as a watch event, but not one of schema/watch/: a reader that does not know it passes over the named frame.
     """
 
-    session_id: constr(min_length=1, max_length=256) = Field(..., alias='sessionId')
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    session_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
+        ..., alias='sessionId'
+    )
     """
     An opaque identifier: 1 to 256 characters.
     """
     type: Literal['session.erased']
-    workspace_id: constr(min_length=1, max_length=256) = Field(..., alias='workspaceId')
+    workspace_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
+        ..., alias='workspaceId'
+    )
     """
     An opaque identifier: 1 to 256 characters.
     """
@@ -1055,6 +1202,9 @@ class SessionRecord(BaseModel):
     A session as stored.
     """
 
+    model_config = ConfigDict(
+        extra='allow',
+    )
     active_execution: ActiveExecution1 | ActiveExecution2 | None = Field(
         None, alias='activeExecution'
     )
@@ -1069,8 +1219,10 @@ class SessionRecord(BaseModel):
     """
     An RFC 3339 date-time. Informational: never used to order authority.
     """
-    metadata: Metadata | None = None
-    session_id: constr(min_length=1, max_length=256) = Field(..., alias='sessionId')
+    metadata: dict[constr(pattern=r'^[^\u0000]*$'), Any] | None = None
+    session_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
+        ..., alias='sessionId'
+    )
     """
     An opaque identifier: 1 to 256 characters.
     """
@@ -1078,7 +1230,7 @@ class SessionRecord(BaseModel):
     """
     A non-negative integer, at most 2^53 - 1.
     """
-    title: str | None = None
+    title: constr(pattern=r'^[^\u0000]*$') | None = None
     """
     Its title.
     """
@@ -1089,7 +1241,10 @@ class SessionStreamFrame1(BaseModel):
     The first frame: the capability document of the stream.
     """
 
-    data: str = Field(
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    data: constr(pattern=r'^[^\u0000]*$') = Field(
         ...,
         json_schema_extra={
             'contentMediaType': 'application/json',
@@ -1100,7 +1255,7 @@ class SessionStreamFrame1(BaseModel):
     The frame's `data:` lines: one JSON document.
     """
     event: Literal['capabilities']
-    id: constr(min_length=1, max_length=256) | None = None
+    id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) | None = None
     """
     Not sent with this frame: an SSE parser reports the last id it saw, which this frame does not move.
     """
@@ -1111,7 +1266,10 @@ class SessionStreamFrame2(BaseModel):
     An authority event (no `event:` line).
     """
 
-    data: str = Field(
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    data: constr(pattern=r'^[^\u0000]*$') = Field(
         ...,
         json_schema_extra={
             'contentMediaType': 'application/json',
@@ -1122,7 +1280,7 @@ class SessionStreamFrame2(BaseModel):
     The frame's `data:` lines: one JSON document.
     """
     event: Literal['message']
-    id: constr(min_length=1, max_length=256)
+    id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256)
     """
     The event's eventId: resume after it with Last-Event-ID.
     """
@@ -1133,7 +1291,10 @@ class SessionStreamFrame3(BaseModel):
     A watch event (no `event:` line).
     """
 
-    data: str = Field(
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    data: constr(pattern=r'^[^\u0000]*$') = Field(
         ...,
         json_schema_extra={
             'contentMediaType': 'application/json',
@@ -1144,7 +1305,7 @@ class SessionStreamFrame3(BaseModel):
     The frame's `data:` lines: one JSON document.
     """
     event: Literal['message']
-    id: constr(min_length=1, max_length=256)
+    id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256)
     """
     The watch event's eventId: resume after it with Last-Event-ID.
     """
@@ -1155,7 +1316,10 @@ class SessionStreamFrame4(BaseModel):
     A graph record of a run journal (no id: it moves no cursor).
     """
 
-    data: str = Field(
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    data: constr(pattern=r'^[^\u0000]*$') = Field(
         ...,
         json_schema_extra={
             'contentMediaType': 'application/json',
@@ -1166,7 +1330,7 @@ class SessionStreamFrame4(BaseModel):
     The frame's `data:` lines: one JSON document.
     """
     event: Literal['hydrate']
-    id: constr(min_length=1, max_length=256) | None = None
+    id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) | None = None
     """
     Not sent with this frame: an SSE parser reports the last id it saw, which this frame does not move.
     """
@@ -1177,7 +1341,10 @@ class SessionStreamFrame5(BaseModel):
     A session was erased: its id, nothing of its content.
     """
 
-    data: str = Field(
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    data: constr(pattern=r'^[^\u0000]*$') = Field(
         ...,
         json_schema_extra={
             'contentMediaType': 'application/json',
@@ -1188,7 +1355,7 @@ class SessionStreamFrame5(BaseModel):
     The frame's `data:` lines: one JSON document.
     """
     event: Literal['session-erased']
-    id: constr(min_length=1, max_length=256)
+    id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256)
     """
     The notice's eventId: resume after it with Last-Event-ID.
     """
@@ -1214,16 +1381,19 @@ class StreamTicket(BaseModel):
     A ticket, and where to use it.
     """
 
+    model_config = ConfigDict(
+        extra='allow',
+    )
     expires_at: AwareDatetime = Field(..., alias='expiresAt')
     """
     An RFC 3339 date-time. Informational: never used to order authority.
     """
-    ticket: str
+    ticket: constr(pattern=r'^[^\u0000]*$')
     """
     The ticket: pass it as `?ticket=` on the stream's URL. Keep it out
     of logs; it opens the stream for anyone until it expires.
     """
-    url: str
+    url: constr(pattern=r'^[^\u0000]*$')
     """
     The stream's path with the ticket, relative to the server's URL
     (add `&profiles=…` or `&lastEventId=…` as needed).
@@ -1235,7 +1405,10 @@ class TenantStreamFrame1(BaseModel):
     The first frame: the capability document of the stream.
     """
 
-    data: str = Field(
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    data: constr(pattern=r'^[^\u0000]*$') = Field(
         ...,
         json_schema_extra={
             'contentMediaType': 'application/json',
@@ -1246,7 +1419,7 @@ class TenantStreamFrame1(BaseModel):
     The frame's `data:` lines: one JSON document.
     """
     event: Literal['capabilities']
-    id: constr(min_length=1, max_length=256) | None = None
+    id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) | None = None
     """
     Not sent with this frame: an SSE parser reports the last id it saw, which this frame does not move.
     """
@@ -1257,7 +1430,10 @@ class TenantStreamFrame2(BaseModel):
     Retention forgot part of the range asked for (no id).
     """
 
-    data: str = Field(
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    data: constr(pattern=r'^[^\u0000]*$') = Field(
         ...,
         json_schema_extra={
             'contentMediaType': 'application/json',
@@ -1268,7 +1444,7 @@ class TenantStreamFrame2(BaseModel):
     The frame's `data:` lines: one JSON document.
     """
     event: Literal['replay-gap']
-    id: constr(min_length=1, max_length=256) | None = None
+    id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) | None = None
     """
     Not sent with this frame: an SSE parser reports the last id it saw, which this frame does not move.
     """
@@ -1279,7 +1455,10 @@ class TenantStreamFrame3(BaseModel):
     An authority event (no `event:` line).
     """
 
-    data: str = Field(
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    data: constr(pattern=r'^[^\u0000]*$') = Field(
         ...,
         json_schema_extra={
             'contentMediaType': 'application/json',
@@ -1290,7 +1469,7 @@ class TenantStreamFrame3(BaseModel):
     The frame's `data:` lines: one JSON document.
     """
     event: Literal['message']
-    id: constr(min_length=1, max_length=256)
+    id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256)
     """
     The event's eventId: resume after it with Last-Event-ID.
     """
@@ -1301,7 +1480,10 @@ class TenantStreamFrame4(BaseModel):
     A watch event (no `event:` line).
     """
 
-    data: str = Field(
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    data: constr(pattern=r'^[^\u0000]*$') = Field(
         ...,
         json_schema_extra={
             'contentMediaType': 'application/json',
@@ -1312,7 +1494,7 @@ class TenantStreamFrame4(BaseModel):
     The frame's `data:` lines: one JSON document.
     """
     event: Literal['message']
-    id: constr(min_length=1, max_length=256)
+    id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256)
     """
     The watch event's eventId: resume after it with Last-Event-ID.
     """
@@ -1323,7 +1505,10 @@ class TenantStreamFrame5(BaseModel):
     A session was erased: its id, nothing of its content.
     """
 
-    data: str = Field(
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    data: constr(pattern=r'^[^\u0000]*$') = Field(
         ...,
         json_schema_extra={
             'contentMediaType': 'application/json',
@@ -1334,7 +1519,7 @@ class TenantStreamFrame5(BaseModel):
     The frame's `data:` lines: one JSON document.
     """
     event: Literal['session-erased']
-    id: constr(min_length=1, max_length=256)
+    id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256)
     """
     The notice's eventId: resume after it with Last-Event-ID.
     """
@@ -1363,7 +1548,9 @@ class TicketRequest1(BaseModel):
     model_config = ConfigDict(
         extra='forbid',
     )
-    session_id: constr(min_length=1, max_length=256) = Field(..., alias='sessionId')
+    session_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
+        ..., alias='sessionId'
+    )
     """
     An opaque identifier: 1 to 256 characters.
     """
@@ -1409,7 +1596,10 @@ class Appended(BaseModel):
     The result of an append.
     """
 
-    dequeued: constr(min_length=1, max_length=256) | None = None
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    dequeued: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) | None = None
     """
     An opaque identifier: 1 to 256 characters.
     """
@@ -1542,6 +1732,9 @@ class Claim(BaseModel):
     A run handed to a runtime.
     """
 
+    model_config = ConfigDict(
+        extra='allow',
+    )
     attempt: conint(ge=0)
     """
     This holder's number, from 1; above 1 after lost holders.
@@ -1559,20 +1752,24 @@ class Claim(BaseModel):
     The most holders.
     """
     on_lost: defs.OnLost = Field(..., alias='onLost')
-    queue: constr(min_length=1, max_length=256)
+    queue: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256)
     """
     An opaque identifier: 1 to 256 characters.
     """
-    reason: str
+    reason: constr(pattern=r'^[^\u0000]*$')
     """
     Why it is ready: `started`, `event` (its journal moved while no
     runtime held it), `retry` (its previous holder was lost).
     """
-    run_id: constr(min_length=1, max_length=256) = Field(..., alias='runId')
+    run_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
+        ..., alias='runId'
+    )
     """
     An opaque identifier: 1 to 256 characters.
     """
-    session_id: constr(min_length=1, max_length=256) = Field(..., alias='sessionId')
+    session_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
+        ..., alias='sessionId'
+    )
     """
     An opaque identifier: 1 to 256 characters.
     """
@@ -1587,11 +1784,16 @@ class CommandAnswer(BaseModel):
     The answer of a command that appended events to a session.
     """
 
+    model_config = ConfigDict(
+        extra='allow',
+    )
     appended: Appended
     """
     The events it appended, with their sequences.
     """
-    session_id: constr(min_length=1, max_length=256) = Field(..., alias='sessionId')
+    session_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
+        ..., alias='sessionId'
+    )
     """
     An opaque identifier: 1 to 256 characters.
     """
@@ -1602,6 +1804,9 @@ class ExecutorControls(BaseModel):
     The calls a controls poll hands over.
     """
 
+    model_config = ConfigDict(
+        extra='allow',
+    )
     controls: list[tool.Execute]
 
 
@@ -1610,6 +1815,9 @@ class ExtensionList(BaseModel):
     The organisation's extensions.
     """
 
+    model_config = ConfigDict(
+        extra='allow',
+    )
     extensions: list[ExtensionRecord]
     """
     Every registration, never with its secret.
@@ -1621,6 +1829,9 @@ class HistoryPage(BaseModel):
     One page of history.
     """
 
+    model_config = ConfigDict(
+        extra='allow',
+    )
     events: list[AuthorityEvent]
     next_sequence: conint(ge=0, le=9007199254740991) | None = Field(None, alias='nextSequence')
     """
@@ -1645,7 +1856,9 @@ class HttpToolFinish(Finish):
     `client.tool.finish` as sent over HTTP: it names the lease its execution token was delivered under (on the socket, the socket's lease is implied).
     """
 
-    lease_id: constr(min_length=1, max_length=256) = Field(..., alias='leaseId')
+    lease_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
+        ..., alias='leaseId'
+    )
     """
     An opaque identifier: 1 to 256 characters.
     """
@@ -1656,11 +1869,14 @@ class InterruptPage(BaseModel):
     A page of open interrupts.
     """
 
+    model_config = ConfigDict(
+        extra='allow',
+    )
     interrupts: list[OpenInterrupt]
     """
     Open interrupts, the longest waiting first.
     """
-    next_after: str | None = Field(None, alias='nextAfter')
+    next_after: constr(pattern=r'^[^\u0000]*$') | None = Field(None, alias='nextAfter')
     """
     The `after` of the next page, when more remain.
     """
@@ -1784,12 +2000,19 @@ class RunStart(BaseModel):
     What a start-run command did.
     """
 
+    model_config = ConfigDict(
+        extra='allow',
+    )
     appended: Appended | None = None
-    queue_id: constr(min_length=1, max_length=256) | None = Field(None, alias='queueId')
+    queue_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) | None = Field(
+        None, alias='queueId'
+    )
     """
     An opaque identifier: 1 to 256 characters.
     """
-    run_id: constr(min_length=1, max_length=256) = Field(..., alias='runId')
+    run_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
+        ..., alias='runId'
+    )
     """
     An opaque identifier: 1 to 256 characters.
     """
@@ -1801,7 +2024,9 @@ class RunStartAnswer(RunStart):
     The answer of `start-run`.
     """
 
-    session_id: constr(min_length=1, max_length=256) = Field(..., alias='sessionId')
+    session_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
+        ..., alias='sessionId'
+    )
     """
     An opaque identifier: 1 to 256 characters.
     """
@@ -1812,7 +2037,12 @@ class SessionPage(BaseModel):
     A page of sessions.
     """
 
-    next_after: constr(min_length=1, max_length=256) | None = Field(None, alias='nextAfter')
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    next_after: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) | None = Field(
+        None, alias='nextAfter'
+    )
     """
     An opaque identifier: 1 to 256 characters.
     """
@@ -1827,15 +2057,22 @@ class UserMessageAnswer(BaseModel):
     The answer of `record-user-message`.
     """
 
+    model_config = ConfigDict(
+        extra='allow',
+    )
     appended: Appended
     """
     The `message.user.recorded` appended.
     """
-    message_id: constr(min_length=1, max_length=256) = Field(..., alias='messageId')
+    message_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
+        ..., alias='messageId'
+    )
     """
     An opaque identifier: 1 to 256 characters.
     """
-    session_id: constr(min_length=1, max_length=256) = Field(..., alias='sessionId')
+    session_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
+        ..., alias='sessionId'
+    )
     """
     An opaque identifier: 1 to 256 characters.
     """
@@ -1846,8 +2083,13 @@ class WorkflowCancel(BaseModel):
     What a cancel-workflow command did.
     """
 
+    model_config = ConfigDict(
+        extra='allow',
+    )
     cancelled: Appended | None = None
-    session_id: constr(min_length=1, max_length=256) = Field(..., alias='sessionId')
+    session_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
+        ..., alias='sessionId'
+    )
     """
     An opaque identifier: 1 to 256 characters.
     """
@@ -1859,15 +2101,22 @@ class WorkflowStartAnswer(BaseModel):
     The answer of `start-workflow`.
     """
 
+    model_config = ConfigDict(
+        extra='allow',
+    )
     appended: Appended
     """
     The `workflow.started` appended.
     """
-    session_id: constr(min_length=1, max_length=256) = Field(..., alias='sessionId')
+    session_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
+        ..., alias='sessionId'
+    )
     """
     An opaque identifier: 1 to 256 characters.
     """
-    workflow_id: constr(min_length=1, max_length=256) = Field(..., alias='workflowId')
+    workflow_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
+        ..., alias='workflowId'
+    )
     """
     An opaque identifier: 1 to 256 characters.
     """

@@ -26,7 +26,9 @@ class ArchiveSession(BaseModel):
     model_config = ConfigDict(
         extra='forbid',
     )
-    session_id: constr(min_length=1, max_length=256) = Field(..., alias='sessionId')
+    session_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
+        ..., alias='sessionId'
+    )
     """
     An opaque identifier: 1 to 256 characters.
     """
@@ -40,12 +42,16 @@ class CancelWorkflow(BaseModel):
     model_config = ConfigDict(
         extra='forbid',
     )
-    reason: str | None = None
-    session_id: constr(min_length=1, max_length=256) | None = Field(None, alias='sessionId')
+    reason: constr(pattern=r'^[^\u0000]*$') | None = None
+    session_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) | None = Field(
+        None, alias='sessionId'
+    )
     """
     The workflow's session. Needed only when the workflowId is used in several sessions; when given, the workflow is looked up in this session alone.
     """
-    workflow_id: constr(min_length=1, max_length=256) = Field(..., alias='workflowId')
+    workflow_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
+        ..., alias='workflowId'
+    )
     """
     An opaque identifier: 1 to 256 characters.
     """
@@ -59,12 +65,14 @@ class CreateSession(BaseModel):
     model_config = ConfigDict(
         extra='forbid',
     )
-    metadata: dict[str, Any] | None = None
-    session_id: constr(min_length=1, max_length=256) | None = Field(None, alias='sessionId')
+    metadata: dict[constr(pattern=r'^[^\u0000]*$'), Any] | None = None
+    session_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) | None = Field(
+        None, alias='sessionId'
+    )
     """
     An opaque identifier: 1 to 256 characters.
     """
-    title: str | None = None
+    title: constr(pattern=r'^[^\u0000]*$') | None = None
 
 
 class RecordUserMessage(BaseModel):
@@ -75,24 +83,32 @@ class RecordUserMessage(BaseModel):
     model_config = ConfigDict(
         extra='forbid',
     )
-    attachment_ids: list[constr(min_length=1, max_length=256)] | None = Field(
-        None, alias='attachmentIds'
+    attachment_ids: list[constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256)] | None = (
+        Field(None, alias='attachmentIds')
     )
     content: Any
-    message_id: constr(min_length=1, max_length=256) | None = Field(None, alias='messageId')
+    message_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) | None = Field(
+        None, alias='messageId'
+    )
     """
     An opaque identifier: 1 to 256 characters.
     """
     message_scope: defs.MessageScope = Field(..., alias='messageScope')
-    run_id: constr(min_length=1, max_length=256) | None = Field(None, alias='runId')
+    run_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) | None = Field(
+        None, alias='runId'
+    )
     """
     An opaque identifier: 1 to 256 characters.
     """
-    session_id: constr(min_length=1, max_length=256) = Field(..., alias='sessionId')
+    session_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
+        ..., alias='sessionId'
+    )
     """
     An opaque identifier: 1 to 256 characters.
     """
-    workflow_id: constr(min_length=1, max_length=256) | None = Field(None, alias='workflowId')
+    workflow_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) | None = Field(
+        None, alias='workflowId'
+    )
     """
     An opaque identifier: 1 to 256 characters.
     """
@@ -106,13 +122,19 @@ class RedactMessage(BaseModel):
     model_config = ConfigDict(
         extra='forbid',
     )
-    display_replacement: str | None = Field(..., alias='displayReplacement')
-    message_id: constr(min_length=1, max_length=256) = Field(..., alias='messageId')
+    display_replacement: constr(pattern=r'^[^\u0000]*$') | None = Field(
+        ..., alias='displayReplacement'
+    )
+    message_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
+        ..., alias='messageId'
+    )
     """
     An opaque identifier: 1 to 256 characters.
     """
-    reason: constr(min_length=1)
-    session_id: constr(min_length=1, max_length=256) = Field(..., alias='sessionId')
+    reason: constr(pattern=r'^[^\u0000]*$', min_length=1)
+    session_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
+        ..., alias='sessionId'
+    )
     """
     An opaque identifier: 1 to 256 characters.
     """
@@ -128,7 +150,7 @@ class Runtime(BaseModel):
     )
     max_attempts: conint(ge=1, le=100) | None = Field(None, alias='maxAttempts')
     on_lost: defs.OnLost | None = Field(None, alias='onLost')
-    queue: constr(min_length=1, max_length=256) | None = None
+    queue: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) | None = None
     """
     An opaque identifier: 1 to 256 characters.
     """
@@ -142,19 +164,23 @@ class StartRun(BaseModel):
     model_config = ConfigDict(
         extra='forbid',
     )
-    client_executor_id: constr(min_length=1, max_length=256) | None = Field(
-        None, alias='clientExecutorId'
+    client_executor_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) | None = (
+        Field(None, alias='clientExecutorId')
     )
     """
     An opaque identifier: 1 to 256 characters.
     """
     input: Any | None = None
     on_conflict: OnConflict | None = Field(None, alias='onConflict')
-    parent_run_id: constr(min_length=1, max_length=256) | None = Field(None, alias='parentRunId')
+    parent_run_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) | None = Field(
+        None, alias='parentRunId'
+    )
     """
     An opaque identifier: 1 to 256 characters.
     """
-    run_id: constr(min_length=1, max_length=256) | None = Field(None, alias='runId')
+    run_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) | None = Field(
+        None, alias='runId'
+    )
     """
     An opaque identifier: 1 to 256 characters.
     """
@@ -162,11 +188,15 @@ class StartRun(BaseModel):
     """
     Hand the run to agent runtimes. queue: the queue they claim from (default 'default'); onLost: what happens when the holding runtime's lease lapses (retry: hand it to another runtime, up to maxAttempts claims; fail: close it with run.error code runtime_lost); absent fields take the server's defaults.
     """
-    session_id: constr(min_length=1, max_length=256) = Field(..., alias='sessionId')
+    session_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
+        ..., alias='sessionId'
+    )
     """
     An opaque identifier: 1 to 256 characters.
     """
-    workflow_id: constr(min_length=1, max_length=256) | None = Field(None, alias='workflowId')
+    workflow_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) | None = Field(
+        None, alias='workflowId'
+    )
     """
     An opaque identifier: 1 to 256 characters.
     """
@@ -180,18 +210,22 @@ class StartWorkflow(BaseModel):
     model_config = ConfigDict(
         extra='forbid',
     )
-    default_client_executor_id: constr(min_length=1, max_length=256) | None = Field(
-        None, alias='defaultClientExecutorId'
-    )
+    default_client_executor_id: (
+        constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) | None
+    ) = Field(None, alias='defaultClientExecutorId')
     """
     An opaque identifier: 1 to 256 characters.
     """
     input: Any | None = None
-    session_id: constr(min_length=1, max_length=256) = Field(..., alias='sessionId')
+    session_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
+        ..., alias='sessionId'
+    )
     """
     An opaque identifier: 1 to 256 characters.
     """
-    workflow_id: constr(min_length=1, max_length=256) | None = Field(None, alias='workflowId')
+    workflow_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) | None = Field(
+        None, alias='workflowId'
+    )
     """
     An opaque identifier: 1 to 256 characters.
     """
@@ -205,12 +239,16 @@ class StopRun(BaseModel):
     model_config = ConfigDict(
         extra='forbid',
     )
-    reason: str | None = None
-    run_id: constr(min_length=1, max_length=256) = Field(..., alias='runId')
+    reason: constr(pattern=r'^[^\u0000]*$') | None = None
+    run_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
+        ..., alias='runId'
+    )
     """
     An opaque identifier: 1 to 256 characters.
     """
-    session_id: constr(min_length=1, max_length=256) | None = Field(None, alias='sessionId')
+    session_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) | None = Field(
+        None, alias='sessionId'
+    )
     """
     The run's session. Needed only when the runId is used in several sessions; when given, the run is looked up in this session alone.
     """
@@ -224,12 +262,14 @@ class UpdateSession(BaseModel):
     model_config = ConfigDict(
         extra='forbid',
     )
-    metadata: dict[str, Any] | None = None
-    session_id: constr(min_length=1, max_length=256) = Field(..., alias='sessionId')
+    metadata: dict[constr(pattern=r'^[^\u0000]*$'), Any] | None = None
+    session_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
+        ..., alias='sessionId'
+    )
     """
     An opaque identifier: 1 to 256 characters.
     """
-    title: str
+    title: constr(pattern=r'^[^\u0000]*$')
 
 
 class UpdateSessionModel(BaseModel):
@@ -240,12 +280,14 @@ class UpdateSessionModel(BaseModel):
     model_config = ConfigDict(
         extra='forbid',
     )
-    metadata: dict[str, Any]
-    session_id: constr(min_length=1, max_length=256) = Field(..., alias='sessionId')
+    metadata: dict[constr(pattern=r'^[^\u0000]*$'), Any]
+    session_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
+        ..., alias='sessionId'
+    )
     """
     An opaque identifier: 1 to 256 characters.
     """
-    title: str | None = None
+    title: constr(pattern=r'^[^\u0000]*$') | None = None
 
 
 class UpdateSessionModel1(RootModel[UpdateSession | UpdateSessionModel]):
@@ -267,14 +309,18 @@ class ResolveInterrupt(BaseModel):
     model_config = ConfigDict(
         extra='forbid',
     )
-    decision: constr(min_length=1)
-    interrupt_id: constr(min_length=1, max_length=256) = Field(..., alias='interruptId')
+    decision: constr(pattern=r'^[^\u0000]*$', min_length=1)
+    interrupt_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
+        ..., alias='interruptId'
+    )
     """
     An opaque identifier: 1 to 256 characters.
     """
     members: list[defs.MemberDecision] | None = None
-    reason: str | None = None
-    session_id: constr(min_length=1, max_length=256) | None = Field(None, alias='sessionId')
+    reason: constr(pattern=r'^[^\u0000]*$') | None = None
+    session_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) | None = Field(
+        None, alias='sessionId'
+    )
     """
     The interrupt's session. Needed only when the interruptId is used in several sessions; when given, the interrupt is looked up in this session alone.
     """

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from enum import Enum
 
-from pydantic import BaseModel, Field, constr
+from pydantic import BaseModel, ConfigDict, Field, RootModel, constr
 
 
 class Kind(Enum):
@@ -26,6 +26,16 @@ class Executor(Enum):
 class InterruptScope(Enum):
     run = 'run'
     workflow = 'workflow'
+
+
+class JsonPointer(RootModel[str]):
+    model_config = ConfigDict(
+        regex_engine="python-re",
+    )
+    root: constr(pattern=r'(?=^[^\u0000]*$)(?=^(/([^~/]|~[01])*)*$)')
+    """
+    An RFC 6901 JSON pointer.
+    """
 
 
 class MessageScope(Enum):
@@ -59,11 +69,11 @@ class Op(Enum):
 
 
 class PatchItem(BaseModel):
+    model_config = ConfigDict(
+        extra='allow',
+    )
     op: Op
-    path: constr(pattern=r'^(/([^~/]|~[01])*)*$')
-    """
-    An RFC 6901 JSON pointer.
-    """
+    path: JsonPointer
 
 
 class ResumeMode(Enum):
@@ -76,7 +86,10 @@ class Actor(BaseModel):
     Protected actor provenance (§7.7): who caused an event a command built. Stamped by the server from the caller's credential; a backend's proposal never carries it.
     """
 
-    extension: constr(min_length=1) | None = None
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    extension: constr(pattern=r'^[^\u0000]*$', min_length=1) | None = None
     """
     publisher/name of the extension.
     """
@@ -84,15 +97,20 @@ class Actor(BaseModel):
     """
     user: a bearer token's subject; extension: a registered extension's signed call.
     """
-    sub: constr(min_length=1)
+    sub: constr(pattern=r'^[^\u0000]*$', min_length=1)
 
 
 class MemberDecision(BaseModel):
-    decision: constr(min_length=1)
-    request_id: constr(min_length=1) = Field(..., alias='requestId')
-    tool_call_id: constr(min_length=1, max_length=256) | None = Field(None, alias='toolCallId')
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    decision: constr(pattern=r'^[^\u0000]*$', min_length=1)
+    request_id: constr(pattern=r'^[^\u0000]*$', min_length=1) = Field(..., alias='requestId')
+    tool_call_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) | None = Field(
+        None, alias='toolCallId'
+    )
     """
     An opaque identifier: 1 to 256 characters.
     """
-    tool_name: str | None = Field(None, alias='toolName')
-    tool_type: str | None = Field(None, alias='toolType')
+    tool_name: constr(pattern=r'^[^\u0000]*$') | None = Field(None, alias='toolName')
+    tool_type: constr(pattern=r'^[^\u0000]*$') | None = Field(None, alias='toolType')

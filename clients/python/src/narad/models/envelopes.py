@@ -7,7 +7,7 @@ from __future__ import annotations
 from enum import Enum
 from typing import Any, Literal
 
-from pydantic import AwareDatetime, BaseModel, Field, conint, constr
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, conint, constr
 
 
 class Authority(BaseModel):
@@ -15,7 +15,12 @@ class Authority(BaseModel):
     Fields of every authority event (§5.1). Ordering positions travel as wholes.
     """
 
-    event_id: constr(min_length=1, max_length=256) = Field(..., alias='eventId')
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    event_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
+        ..., alias='eventId'
+    )
     """
     An opaque identifier: 1 to 256 characters.
     """
@@ -23,11 +28,15 @@ class Authority(BaseModel):
     """
     The protocol version; narad/v1 is the only one.
     """
-    root_run_id: constr(min_length=1, max_length=256) | None = Field(None, alias='rootRunId')
+    root_run_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) | None = Field(
+        None, alias='rootRunId'
+    )
     """
     An opaque identifier: 1 to 256 characters.
     """
-    run_id: constr(min_length=1, max_length=256) | None = Field(None, alias='runId')
+    run_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) | None = Field(
+        None, alias='runId'
+    )
     """
     An opaque identifier: 1 to 256 characters.
     """
@@ -35,7 +44,9 @@ class Authority(BaseModel):
     """
     An authority sequence: contiguous from 1 in its domain, at most 2^53 - 1.
     """
-    session_id: constr(min_length=1, max_length=256) = Field(..., alias='sessionId')
+    session_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
+        ..., alias='sessionId'
+    )
     """
     An opaque identifier: 1 to 256 characters.
     """
@@ -47,8 +58,10 @@ class Authority(BaseModel):
     """
     An RFC 3339 date-time. Informational: never used to order authority.
     """
-    type: str
-    workflow_id: constr(min_length=1, max_length=256) | None = Field(None, alias='workflowId')
+    type: constr(pattern=r'^[^\u0000]*$')
+    workflow_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) | None = Field(
+        None, alias='workflowId'
+    )
     """
     An opaque identifier: 1 to 256 characters.
     """
@@ -65,6 +78,9 @@ class Control(BaseModel):
     Fields of every control message (§11): no eventId, no authority sequence, no revision.
     """
 
+    model_config = ConfigDict(
+        extra='allow',
+    )
     event_id: Any | None = Field(None, alias='eventId')
     protocol_version: Literal['narad/v1'] = Field(..., alias='protocolVersion')
     """
@@ -72,7 +88,7 @@ class Control(BaseModel):
     """
     sequence: Any | None = None
     session_sequence: Any | None = Field(None, alias='sessionSequence')
-    type: str
+    type: constr(pattern=r'^[^\u0000]*$')
     workflow_sequence: Any | None = Field(None, alias='workflowSequence')
 
 
@@ -87,6 +103,9 @@ class Cursor(BaseModel):
     A typed authority cursor (§8).
     """
 
+    model_config = ConfigDict(
+        extra='allow',
+    )
     kind: Kind
 
 
@@ -95,6 +114,9 @@ class Hydrate(BaseModel):
     Fields of every hydrate record: no eventId, no authority sequence.
     """
 
+    model_config = ConfigDict(
+        extra='allow',
+    )
     event_id: Any | None = Field(None, alias='eventId')
     protocol_version: Literal['narad/v1'] = Field(..., alias='protocolVersion')
     """
@@ -106,7 +128,7 @@ class Hydrate(BaseModel):
     """
     An RFC 3339 date-time. Informational: never used to order authority.
     """
-    type: str
+    type: constr(pattern=r'^[^\u0000]*$')
     workflow_sequence: Any | None = Field(None, alias='workflowSequence')
 
 
@@ -115,11 +137,18 @@ class RunTree(BaseModel):
     Run-tree authority: a run position is required; a workflow position when the run is workflow-owned.
     """
 
-    root_run_id: constr(min_length=1, max_length=256) = Field(..., alias='rootRunId')
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    root_run_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
+        ..., alias='rootRunId'
+    )
     """
     An opaque identifier: 1 to 256 characters.
     """
-    run_id: constr(min_length=1, max_length=256) = Field(..., alias='runId')
+    run_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
+        ..., alias='runId'
+    )
     """
     An opaque identifier: 1 to 256 characters.
     """
@@ -134,6 +163,9 @@ class Session(BaseModel):
     Session authority only: no run or workflow position.
     """
 
+    model_config = ConfigDict(
+        extra='allow',
+    )
     root_run_id: Any | None = Field(None, alias='rootRunId')
     run_id: Any | None = Field(None, alias='runId')
     sequence: Any | None = None
@@ -146,8 +178,13 @@ class Watch(BaseModel):
     Fields of every watch event (§8). Watch events consume no authority sequence.
     """
 
+    model_config = ConfigDict(
+        extra='allow',
+    )
     cursor: Cursor | None = None
-    event_id: constr(min_length=1, max_length=256) = Field(..., alias='eventId')
+    event_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
+        ..., alias='eventId'
+    )
     """
     An opaque identifier: 1 to 256 characters.
     """
@@ -165,7 +202,7 @@ class Watch(BaseModel):
     """
     An RFC 3339 date-time. Informational: never used to order authority.
     """
-    type: str
+    type: constr(pattern=r'^[^\u0000]*$')
     workflow_sequence: Any | None = Field(None, alias='workflowSequence')
 
 
@@ -174,10 +211,15 @@ class Workflow(BaseModel):
     Workflow authority: a workflow position and no run position.
     """
 
+    model_config = ConfigDict(
+        extra='allow',
+    )
     root_run_id: Any | None = Field(None, alias='rootRunId')
     run_id: Any | None = Field(None, alias='runId')
     sequence: Any | None = None
-    workflow_id: constr(min_length=1, max_length=256) = Field(..., alias='workflowId')
+    workflow_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
+        ..., alias='workflowId'
+    )
     """
     An opaque identifier: 1 to 256 characters.
     """

@@ -7,7 +7,7 @@ from __future__ import annotations
 from enum import Enum
 from typing import Literal
 
-from pydantic import BaseModel, Field, conint, constr
+from pydantic import BaseModel, ConfigDict, Field, conint, constr
 
 from ..envelopes import Control
 
@@ -18,10 +18,16 @@ class Kind(Enum):
 
 
 class ActiveExecution(BaseModel):
+    model_config = ConfigDict(
+        extra='allow',
+    )
     kind: Kind
 
 
 class Heartbeat(BaseModel):
+    model_config = ConfigDict(
+        extra='allow',
+    )
     interval_ms: conint(ge=0, le=9007199254740991) = Field(..., alias='intervalMs')
     """
     A non-negative integer, at most 2^53 - 1.
@@ -33,6 +39,9 @@ class Heartbeat(BaseModel):
 
 
 class History(BaseModel):
+    model_config = ConfigDict(
+        extra='allow',
+    )
     default_page_size: conint(ge=0, le=9007199254740991) = Field(..., alias='defaultPageSize')
     """
     A non-negative integer, at most 2^53 - 1.
@@ -48,8 +57,13 @@ class Capabilities(Control):
     What the server offers, sent before any authority delivery (§10.4).
     """
 
+    model_config = ConfigDict(
+        extra='allow',
+    )
     active_execution: ActiveExecution | None = Field(None, alias='activeExecution')
-    active_profiles: list[constr(min_length=1)] = Field(..., alias='activeProfiles')
+    active_profiles: list[constr(pattern=r'^[^\u0000]*$', min_length=1)] = Field(
+        ..., alias='activeProfiles'
+    )
     current_session_sequence: conint(ge=0, le=9007199254740991) | None = Field(
         None, alias='currentSessionSequence'
     )
@@ -58,7 +72,9 @@ class Capabilities(Control):
     """
     heartbeat: Heartbeat
     history: History
-    session_id: constr(min_length=1, max_length=256) | None = Field(None, alias='sessionId')
+    session_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) | None = Field(
+        None, alias='sessionId'
+    )
     """
     An opaque identifier: 1 to 256 characters.
     """

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import AwareDatetime, Field, constr
+from pydantic import AwareDatetime, ConfigDict, Field, constr
 
 from ..envelopes import Control
 
@@ -16,8 +16,11 @@ class Heartbeat(Control):
     Backend-to-client liveness (§11.2).
     """
 
-    client_executor_id: constr(min_length=1, max_length=256) | None = Field(
-        None, alias='clientExecutorId'
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    client_executor_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) | None = (
+        Field(None, alias='clientExecutorId')
     )
     """
     An opaque identifier: 1 to 256 characters.
@@ -26,7 +29,9 @@ class Heartbeat(Control):
     """
     An RFC 3339 date-time. Informational: never used to order authority.
     """
-    lease_id: constr(min_length=1, max_length=256) | None = Field(None, alias='leaseId')
+    lease_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) | None = Field(
+        None, alias='leaseId'
+    )
     """
     An opaque identifier: 1 to 256 characters.
     """

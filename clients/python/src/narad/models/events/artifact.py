@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, conint, constr
+from pydantic import ConfigDict, Field, conint, constr
 
 from ..envelopes import Authority, RunTree
 
@@ -16,19 +16,24 @@ class Added(Authority, RunTree):
     A produced output: metadata and an authorised reference; never raw bytes (§9.5).
     """
 
-    artifact_id: constr(min_length=1, max_length=256) = Field(..., alias='artifactId')
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    artifact_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
+        ..., alias='artifactId'
+    )
     """
     An opaque identifier: 1 to 256 characters.
     """
-    media_type: constr(min_length=1) = Field(..., alias='mediaType')
-    name: constr(min_length=1)
-    sha256: str | None = None
+    media_type: constr(pattern=r'^[^\u0000]*$', min_length=1) = Field(..., alias='mediaType')
+    name: constr(pattern=r'^[^\u0000]*$', min_length=1)
+    sha256: constr(pattern=r'^[^\u0000]*$') | None = None
     size_bytes: conint(ge=0, le=9007199254740991) | None = Field(None, alias='sizeBytes')
     """
     A non-negative integer, at most 2^53 - 1.
     """
     type: Literal['artifact.added']
-    uri: constr(min_length=1) | None = None
+    uri: constr(pattern=r'^[^\u0000]*$', min_length=1) | None = None
     """
     An authorised reference to bytes held elsewhere. A data: URI would embed the bytes and is refused (§9.5).
     """
@@ -39,12 +44,17 @@ class Failed(Authority, RunTree):
     An artifact could not be produced (§9.5).
     """
 
-    artifact_id: constr(min_length=1, max_length=256) = Field(..., alias='artifactId')
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    artifact_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
+        ..., alias='artifactId'
+    )
     """
     An opaque identifier: 1 to 256 characters.
     """
-    code: constr(min_length=1)
-    message: str | None = None
+    code: constr(pattern=r'^[^\u0000]*$', min_length=1)
+    message: constr(pattern=r'^[^\u0000]*$') | None = None
     type: Literal['artifact.failed']
 
 
@@ -53,12 +63,17 @@ class Ready(Authority, RunTree):
     An artifact's bytes are available (§9.5).
     """
 
-    artifact_id: constr(min_length=1, max_length=256) = Field(..., alias='artifactId')
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    artifact_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
+        ..., alias='artifactId'
+    )
     """
     An opaque identifier: 1 to 256 characters.
     """
     type: Literal['artifact.ready']
-    uri: constr(min_length=1) | None = None
+    uri: constr(pattern=r'^[^\u0000]*$', min_length=1) | None = None
     """
     An authorised reference to bytes held elsewhere. A data: URI would embed the bytes and is refused (§9.5).
     """

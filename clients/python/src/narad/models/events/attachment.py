@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, conint, constr
+from pydantic import ConfigDict, Field, conint, constr
 
 from ..envelopes import Authority
 
@@ -16,19 +16,24 @@ class Added(Authority):
     An admitted input: metadata and an authorised reference; never raw bytes (§9.5).
     """
 
-    attachment_id: constr(min_length=1, max_length=256) = Field(..., alias='attachmentId')
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    attachment_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
+        ..., alias='attachmentId'
+    )
     """
     An opaque identifier: 1 to 256 characters.
     """
-    media_type: constr(min_length=1) = Field(..., alias='mediaType')
-    name: constr(min_length=1)
-    sha256: str | None = None
+    media_type: constr(pattern=r'^[^\u0000]*$', min_length=1) = Field(..., alias='mediaType')
+    name: constr(pattern=r'^[^\u0000]*$', min_length=1)
+    sha256: constr(pattern=r'^[^\u0000]*$') | None = None
     size_bytes: conint(ge=0, le=9007199254740991) | None = Field(None, alias='sizeBytes')
     """
     A non-negative integer, at most 2^53 - 1.
     """
     type: Literal['attachment.added']
-    uri: constr(min_length=1) | None = None
+    uri: constr(pattern=r'^[^\u0000]*$', min_length=1) | None = None
     """
     An authorised reference to bytes held elsewhere. A data: URI would embed the bytes and is refused (§9.5).
     """
@@ -39,12 +44,17 @@ class Failed(Authority):
     An attachment could not be admitted (§9.5).
     """
 
-    attachment_id: constr(min_length=1, max_length=256) = Field(..., alias='attachmentId')
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    attachment_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
+        ..., alias='attachmentId'
+    )
     """
     An opaque identifier: 1 to 256 characters.
     """
-    code: constr(min_length=1)
-    message: str | None = None
+    code: constr(pattern=r'^[^\u0000]*$', min_length=1)
+    message: constr(pattern=r'^[^\u0000]*$') | None = None
     type: Literal['attachment.failed']
 
 
@@ -53,12 +63,17 @@ class Ready(Authority):
     An attachment's bytes are available (§9.5).
     """
 
-    attachment_id: constr(min_length=1, max_length=256) = Field(..., alias='attachmentId')
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    attachment_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
+        ..., alias='attachmentId'
+    )
     """
     An opaque identifier: 1 to 256 characters.
     """
     type: Literal['attachment.ready']
-    uri: constr(min_length=1) | None = None
+    uri: constr(pattern=r'^[^\u0000]*$', min_length=1) | None = None
     """
     An authorised reference to bytes held elsewhere. A data: URI would embed the bytes and is refused (§9.5).
     """
@@ -69,9 +84,14 @@ class Removed(Authority):
     An attachment was removed (§9.5).
     """
 
-    attachment_id: constr(min_length=1, max_length=256) = Field(..., alias='attachmentId')
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    attachment_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
+        ..., alias='attachmentId'
+    )
     """
     An opaque identifier: 1 to 256 characters.
     """
-    reason: str | None = None
+    reason: constr(pattern=r'^[^\u0000]*$') | None = None
     type: Literal['attachment.removed']

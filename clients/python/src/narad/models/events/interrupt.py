@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import AwareDatetime, Field, constr
+from pydantic import AwareDatetime, ConfigDict, Field, constr
 
 from .. import defs
 from ..envelopes import Authority
@@ -17,23 +17,30 @@ class Requested(Authority):
     An external decision or input request (§7.6). Run scope (default) is run-tree authority; workflow scope is workflow authority with no run position. A blocking one is followed consecutively by the matching pause.
     """
 
-    actions: list[constr(min_length=1)] = Field(..., min_length=1)
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    actions: list[constr(pattern=r'^[^\u0000]*$', min_length=1)] = Field(..., min_length=1)
     blocking: bool | None = None
     expires_at: AwareDatetime | None = Field(None, alias='expiresAt')
     """
     An RFC 3339 date-time. Informational: never used to order authority.
     """
     input: Any | None = None
-    interrupt_id: constr(min_length=1, max_length=256) = Field(..., alias='interruptId')
+    interrupt_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
+        ..., alias='interruptId'
+    )
     """
     An opaque identifier: 1 to 256 characters.
     """
-    kind: constr(min_length=1)
-    message: str | None = None
+    kind: constr(pattern=r'^[^\u0000]*$', min_length=1)
+    message: constr(pattern=r'^[^\u0000]*$') | None = None
     scope: defs.InterruptScope | None = None
-    title: str | None = None
+    title: constr(pattern=r'^[^\u0000]*$') | None = None
     type: Literal['interrupt.requested']
-    wait_id: constr(min_length=1, max_length=256) = Field(..., alias='waitId')
+    wait_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
+        ..., alias='waitId'
+    )
     """
     An opaque identifier: 1 to 256 characters.
     """
@@ -44,17 +51,24 @@ class Resolved(Authority):
     Closes the interrupt; does not itself resume or terminate (§7.7). The decision is one of the request's actions, or expired.
     """
 
+    model_config = ConfigDict(
+        extra='allow',
+    )
     actor: defs.Actor | None = None
-    decision: constr(min_length=1)
-    interrupt_id: constr(min_length=1, max_length=256) = Field(..., alias='interruptId')
+    decision: constr(pattern=r'^[^\u0000]*$', min_length=1)
+    interrupt_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
+        ..., alias='interruptId'
+    )
     """
     An opaque identifier: 1 to 256 characters.
     """
     members: list[defs.MemberDecision] | None = None
-    reason: str | None = None
+    reason: constr(pattern=r'^[^\u0000]*$') | None = None
     scope: defs.InterruptScope | None = None
     type: Literal['interrupt.resolved']
-    wait_id: constr(min_length=1, max_length=256) = Field(..., alias='waitId')
+    wait_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
+        ..., alias='waitId'
+    )
     """
     An opaque identifier: 1 to 256 characters.
     """

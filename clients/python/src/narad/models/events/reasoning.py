@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, constr
+from pydantic import ConfigDict, Field, constr
 
 from ..envelopes import Authority
 
@@ -16,11 +16,18 @@ class Completed(Authority):
     A reasoning stream is whole (§9.2).
     """
 
-    message_id: constr(min_length=1, max_length=256) | None = Field(None, alias='messageId')
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    message_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) | None = Field(
+        None, alias='messageId'
+    )
     """
     An opaque identifier: 1 to 256 characters.
     """
-    reasoning_id: constr(min_length=1, max_length=256) = Field(..., alias='reasoningId')
+    reasoning_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
+        ..., alias='reasoningId'
+    )
     """
     An opaque identifier: 1 to 256 characters.
     """
@@ -32,12 +39,19 @@ class Delta(Authority):
     Reasoning text appended (§9.2).
     """
 
-    delta: str
-    message_id: constr(min_length=1, max_length=256) | None = Field(None, alias='messageId')
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    delta: constr(pattern=r'^[^\u0000]*$')
+    message_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) | None = Field(
+        None, alias='messageId'
+    )
     """
     An opaque identifier: 1 to 256 characters.
     """
-    reasoning_id: constr(min_length=1, max_length=256) = Field(..., alias='reasoningId')
+    reasoning_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
+        ..., alias='reasoningId'
+    )
     """
     An opaque identifier: 1 to 256 characters.
     """
@@ -49,11 +63,18 @@ class Started(Authority):
     A reasoning stream opens (§9.2).
     """
 
-    message_id: constr(min_length=1, max_length=256) | None = Field(None, alias='messageId')
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    message_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) | None = Field(
+        None, alias='messageId'
+    )
     """
     An opaque identifier: 1 to 256 characters.
     """
-    reasoning_id: constr(min_length=1, max_length=256) = Field(..., alias='reasoningId')
+    reasoning_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
+        ..., alias='reasoningId'
+    )
     """
     An opaque identifier: 1 to 256 characters.
     """

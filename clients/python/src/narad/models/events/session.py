@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import AwareDatetime, BaseModel, Field, conint, constr
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, conint, constr
 
 
 class Custom(BaseModel):
@@ -14,13 +14,18 @@ class Custom(BaseModel):
     Session authority only: no run or workflow position.
     """
 
+    model_config = ConfigDict(
+        extra='allow',
+    )
     name: constr(pattern=r'^[^.\u0000-\u0020\u007f-\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]+(\.[^.\u0000-\u0020\u007f-\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]+)+$')
     """
     Two or more dot-separated segments, none empty, with no white space (Unicode White_Space) and no control characters (Cc), e.g. acme.audit. The pattern spells the excluded characters out so that every regular-expression dialect reads it alike.
     """
     type: Literal['session.custom']
     value: Any
-    event_id: constr(min_length=1, max_length=256) = Field(..., alias='eventId')
+    event_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
+        ..., alias='eventId'
+    )
     """
     An opaque identifier: 1 to 256 characters.
     """
@@ -31,7 +36,9 @@ class Custom(BaseModel):
     root_run_id: Any | None = Field(None, alias='rootRunId')
     run_id: Any | None = Field(None, alias='runId')
     sequence: Any | None = None
-    session_id: constr(min_length=1, max_length=256) = Field(..., alias='sessionId')
+    session_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
+        ..., alias='sessionId'
+    )
     """
     An opaque identifier: 1 to 256 characters.
     """
@@ -52,10 +59,15 @@ class Raw(BaseModel):
     Session authority only: no run or workflow position.
     """
 
-    content_type: constr(min_length=1) = Field(..., alias='contentType')
-    payload: str
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    content_type: constr(pattern=r'^[^\u0000]*$', min_length=1) = Field(..., alias='contentType')
+    payload: constr(pattern=r'^[^\u0000]*$')
     type: Literal['session.raw']
-    event_id: constr(min_length=1, max_length=256) = Field(..., alias='eventId')
+    event_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
+        ..., alias='eventId'
+    )
     """
     An opaque identifier: 1 to 256 characters.
     """
@@ -66,7 +78,9 @@ class Raw(BaseModel):
     root_run_id: Any | None = Field(None, alias='rootRunId')
     run_id: Any | None = Field(None, alias='runId')
     sequence: Any | None = None
-    session_id: constr(min_length=1, max_length=256) = Field(..., alias='sessionId')
+    session_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
+        ..., alias='sessionId'
+    )
     """
     An opaque identifier: 1 to 256 characters.
     """

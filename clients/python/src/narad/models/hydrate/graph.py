@@ -7,7 +7,7 @@ from __future__ import annotations
 from enum import Enum
 from typing import Literal
 
-from pydantic import BaseModel, Field, conint, constr
+from pydantic import BaseModel, ConfigDict, Field, conint, constr
 
 from .. import defs
 from ..envelopes import Hydrate
@@ -23,11 +23,16 @@ class Delta(Hydrate):
     An RFC 6902 step between contiguous graph revisions (§9.7).
     """
 
+    model_config = ConfigDict(
+        extra='allow',
+    )
     base_revision: conint(ge=0, le=9007199254740991) = Field(..., alias='baseRevision')
     """
     A non-negative integer, at most 2^53 - 1.
     """
-    graph_schema_version: constr(min_length=1) = Field(..., alias='graphSchemaVersion')
+    graph_schema_version: constr(pattern=r'^[^\u0000]*$', min_length=1) = Field(
+        ..., alias='graphSchemaVersion'
+    )
     patch: list[defs.PatchItem]
     """
     An RFC 6902 JSON Patch.
@@ -37,7 +42,9 @@ class Delta(Hydrate):
     A non-negative integer, at most 2^53 - 1.
     """
     scope: Scope
-    session_id: constr(min_length=1, max_length=256) = Field(..., alias='sessionId')
+    session_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
+        ..., alias='sessionId'
+    )
     """
     An opaque identifier: 1 to 256 characters.
     """
@@ -45,15 +52,21 @@ class Delta(Hydrate):
 
 
 class Edge(BaseModel):
-    from_: constr(min_length=1) = Field(..., alias='from')
-    id: constr(min_length=1)
-    kind: constr(min_length=1)
-    to: constr(min_length=1)
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    from_: constr(pattern=r'^[^\u0000]*$', min_length=1) = Field(..., alias='from')
+    id: constr(pattern=r'^[^\u0000]*$', min_length=1)
+    kind: constr(pattern=r'^[^\u0000]*$', min_length=1)
+    to: constr(pattern=r'^[^\u0000]*$', min_length=1)
 
 
 class Node(BaseModel):
-    id: constr(min_length=1)
-    kind: constr(min_length=1)
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    id: constr(pattern=r'^[^\u0000]*$', min_length=1)
+    kind: constr(pattern=r'^[^\u0000]*$', min_length=1)
 
 
 class Snapshot(Hydrate):
@@ -61,16 +74,23 @@ class Snapshot(Hydrate):
     Canonical graph state of a scope at a revision (§9.7). Never carries an authority sequence.
     """
 
+    model_config = ConfigDict(
+        extra='allow',
+    )
     edges: list[Edge]
-    graph_schema_version: constr(min_length=1) = Field(..., alias='graphSchemaVersion')
+    graph_schema_version: constr(pattern=r'^[^\u0000]*$', min_length=1) = Field(
+        ..., alias='graphSchemaVersion'
+    )
     nodes: list[Node]
     revision: conint(ge=0, le=9007199254740991)
     """
     A non-negative integer, at most 2^53 - 1.
     """
-    root_node_id: constr(min_length=1) = Field(..., alias='rootNodeId')
+    root_node_id: constr(pattern=r'^[^\u0000]*$', min_length=1) = Field(..., alias='rootNodeId')
     scope: Scope
-    session_id: constr(min_length=1, max_length=256) = Field(..., alias='sessionId')
+    session_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
+        ..., alias='sessionId'
+    )
     """
     An opaque identifier: 1 to 256 characters.
     """

@@ -7,24 +7,34 @@ from __future__ import annotations
 from enum import Enum
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field, conint, constr
+from pydantic import BaseModel, ConfigDict, Field, conint, constr
 
 from .. import defs
 from ..envelopes import Hydrate
 
 
 class ReasoningItem(BaseModel):
+    model_config = ConfigDict(
+        extra='allow',
+    )
     completed: bool
-    reasoning_id: constr(min_length=1, max_length=256) = Field(..., alias='reasoningId')
+    reasoning_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
+        ..., alias='reasoningId'
+    )
     """
     An opaque identifier: 1 to 256 characters.
     """
-    text: str
+    text: constr(pattern=r'^[^\u0000]*$')
 
 
 class Redaction(BaseModel):
-    display_replacement: str | None = Field(..., alias='displayReplacement')
-    reason: constr(min_length=1)
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    display_replacement: constr(pattern=r'^[^\u0000]*$') | None = Field(
+        ..., alias='displayReplacement'
+    )
+    reason: constr(pattern=r'^[^\u0000]*$', min_length=1)
 
 
 class Role(Enum):
@@ -34,12 +44,17 @@ class Role(Enum):
 
 
 class Message(BaseModel):
-    attachment_ids: list[constr(min_length=1, max_length=256)] | None = Field(
-        None, alias='attachmentIds'
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    attachment_ids: list[constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256)] | None = (
+        Field(None, alias='attachmentIds')
     )
     completed: bool
     content: Any
-    message_id: constr(min_length=1, max_length=256) = Field(..., alias='messageId')
+    message_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
+        ..., alias='messageId'
+    )
     """
     An opaque identifier: 1 to 256 characters.
     """
@@ -47,15 +62,21 @@ class Message(BaseModel):
     reasoning: list[ReasoningItem] | None = None
     redaction: Redaction | None = None
     role: Role
-    root_run_id: constr(min_length=1, max_length=256) | None = Field(None, alias='rootRunId')
+    root_run_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) | None = Field(
+        None, alias='rootRunId'
+    )
     """
     An opaque identifier: 1 to 256 characters.
     """
-    run_id: constr(min_length=1, max_length=256) | None = Field(None, alias='runId')
+    run_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) | None = Field(
+        None, alias='runId'
+    )
     """
     An opaque identifier: 1 to 256 characters.
     """
-    workflow_id: constr(min_length=1, max_length=256) | None = Field(None, alias='workflowId')
+    workflow_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) | None = Field(
+        None, alias='workflowId'
+    )
     """
     An opaque identifier: 1 to 256 characters.
     """
@@ -66,6 +87,9 @@ class Snapshot(Hydrate):
     The transcript through a session sequence (§9.3). The client replaces covered transcript state, then applies later authority.
     """
 
+    model_config = ConfigDict(
+        extra='allow',
+    )
     covers_through_session_sequence: conint(ge=0, le=9007199254740991) = Field(
         ..., alias='coversThroughSessionSequence'
     )
@@ -73,11 +97,15 @@ class Snapshot(Hydrate):
     A non-negative integer, at most 2^53 - 1.
     """
     messages: list[Message]
-    session_id: constr(min_length=1, max_length=256) = Field(..., alias='sessionId')
+    session_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
+        ..., alias='sessionId'
+    )
     """
     An opaque identifier: 1 to 256 characters.
     """
-    snapshot_id: constr(min_length=1, max_length=256) = Field(..., alias='snapshotId')
+    snapshot_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
+        ..., alias='snapshotId'
+    )
     """
     An opaque identifier: 1 to 256 characters.
     """

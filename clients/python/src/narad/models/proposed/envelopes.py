@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import AwareDatetime, BaseModel, Field, constr
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, constr
 
 
 class Authority(BaseModel):
@@ -14,7 +14,12 @@ class Authority(BaseModel):
     As proposed (the journal assigns the sequences): Fields of every authority event (§5.1). Ordering positions travel as wholes.
     """
 
-    event_id: constr(min_length=1, max_length=256) = Field(..., alias='eventId')
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    event_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
+        ..., alias='eventId'
+    )
     """
     An opaque identifier: 1 to 256 characters.
     """
@@ -22,16 +27,22 @@ class Authority(BaseModel):
     """
     The protocol version; narad/v1 is the only one.
     """
-    root_run_id: constr(min_length=1, max_length=256) | None = Field(None, alias='rootRunId')
+    root_run_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) | None = Field(
+        None, alias='rootRunId'
+    )
     """
     An opaque identifier: 1 to 256 characters.
     """
-    run_id: constr(min_length=1, max_length=256) | None = Field(None, alias='runId')
+    run_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) | None = Field(
+        None, alias='runId'
+    )
     """
     An opaque identifier: 1 to 256 characters.
     """
     sequence: Any | None = None
-    session_id: constr(min_length=1, max_length=256) | None = Field(None, alias='sessionId')
+    session_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) | None = Field(
+        None, alias='sessionId'
+    )
     """
     An opaque identifier: 1 to 256 characters.
     """
@@ -40,8 +51,10 @@ class Authority(BaseModel):
     """
     An RFC 3339 date-time. Informational: never used to order authority.
     """
-    type: str
-    workflow_id: constr(min_length=1, max_length=256) | None = Field(None, alias='workflowId')
+    type: constr(pattern=r'^[^\u0000]*$')
+    workflow_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) | None = Field(
+        None, alias='workflowId'
+    )
     """
     An opaque identifier: 1 to 256 characters.
     """
@@ -53,11 +66,18 @@ class RunTree(BaseModel):
     As proposed (the journal assigns the sequences): Run-tree authority: a run position is required; a workflow position when the run is workflow-owned.
     """
 
-    root_run_id: constr(min_length=1, max_length=256) = Field(..., alias='rootRunId')
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    root_run_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
+        ..., alias='rootRunId'
+    )
     """
     An opaque identifier: 1 to 256 characters.
     """
-    run_id: constr(min_length=1, max_length=256) = Field(..., alias='runId')
+    run_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
+        ..., alias='runId'
+    )
     """
     An opaque identifier: 1 to 256 characters.
     """
@@ -69,10 +89,15 @@ class Workflow(BaseModel):
     As proposed (the journal assigns the sequences): Workflow authority: a workflow position and no run position.
     """
 
+    model_config = ConfigDict(
+        extra='allow',
+    )
     root_run_id: Any | None = Field(None, alias='rootRunId')
     run_id: Any | None = Field(None, alias='runId')
     sequence: Any | None = None
-    workflow_id: constr(min_length=1, max_length=256) = Field(..., alias='workflowId')
+    workflow_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
+        ..., alias='workflowId'
+    )
     """
     An opaque identifier: 1 to 256 characters.
     """

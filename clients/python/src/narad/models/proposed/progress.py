@@ -7,7 +7,7 @@ from __future__ import annotations
 from enum import Enum
 from typing import Literal
 
-from pydantic import Field, constr
+from pydantic import ConfigDict, Field, constr
 
 from .envelopes import Authority, RunTree
 
@@ -30,11 +30,16 @@ class Recorded(Authority, RunTree):
     A run-scoped activity fact with no lifecycle authority (§9.8).
     """
 
-    category: constr(min_length=1)
-    detail: str | None = None
-    label: constr(min_length=1)
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    category: constr(pattern=r'^[^\u0000]*$', min_length=1)
+    detail: constr(pattern=r'^[^\u0000]*$') | None = None
+    label: constr(pattern=r'^[^\u0000]*$', min_length=1)
     privacy: Privacy
-    progress_id: constr(min_length=1, max_length=256) = Field(..., alias='progressId')
+    progress_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
+        ..., alias='progressId'
+    )
     """
     An opaque identifier: 1 to 256 characters.
     """

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field, conint, constr
+from pydantic import ConfigDict, Field, conint, constr
 
 from .. import defs
 from .envelopes import Authority
@@ -17,13 +17,16 @@ class Compacted(Authority):
     History before a point folded into a snapshot (§9.6).
     """
 
+    model_config = ConfigDict(
+        extra='allow',
+    )
     covers_through_session_sequence: conint(ge=0, le=9007199254740991) = Field(
         ..., alias='coversThroughSessionSequence'
     )
     """
     A non-negative integer, at most 2^53 - 1.
     """
-    scope: constr(min_length=1)
+    scope: constr(pattern=r'^[^\u0000]*$', min_length=1)
     snapshot_revision: conint(ge=0, le=9007199254740991) = Field(..., alias='snapshotRevision')
     """
     A non-negative integer, at most 2^53 - 1.
@@ -36,6 +39,9 @@ class Delta(Authority):
     One RFC 6902 step of a state document; revision = baseRevision + 1 (§9.6).
     """
 
+    model_config = ConfigDict(
+        extra='allow',
+    )
     base_revision: conint(ge=0, le=9007199254740991) = Field(..., alias='baseRevision')
     """
     A non-negative integer, at most 2^53 - 1.
@@ -48,7 +54,7 @@ class Delta(Authority):
     """
     A non-negative integer, at most 2^53 - 1.
     """
-    scope: constr(min_length=1)
+    scope: constr(pattern=r'^[^\u0000]*$', min_length=1)
     type: Literal['state.delta']
 
 
@@ -57,10 +63,13 @@ class Snapshot(Authority):
     A whole state document at a revision (§9.6).
     """
 
+    model_config = ConfigDict(
+        extra='allow',
+    )
     revision: conint(ge=0, le=9007199254740991)
     """
     A non-negative integer, at most 2^53 - 1.
     """
-    scope: constr(min_length=1)
+    scope: constr(pattern=r'^[^\u0000]*$', min_length=1)
     state: Any
     type: Literal['state.snapshot']

@@ -7,7 +7,7 @@ from __future__ import annotations
 from enum import Enum
 from typing import Any, Literal
 
-from pydantic import Field, constr
+from pydantic import ConfigDict, Field, constr
 
 from .envelopes import Authority
 
@@ -17,9 +17,14 @@ class Closed(Authority):
     A view closes (§9.6).
     """
 
-    reason: str | None = None
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    reason: constr(pattern=r'^[^\u0000]*$') | None = None
     type: Literal['view.closed']
-    view_id: constr(min_length=1, max_length=256) = Field(..., alias='viewId')
+    view_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
+        ..., alias='viewId'
+    )
     """
     An opaque identifier: 1 to 256 characters.
     """
@@ -30,10 +35,15 @@ class Opened(Authority):
     A view opens (§9.6).
     """
 
+    model_config = ConfigDict(
+        extra='allow',
+    )
     state: Any | None = None
     type: Literal['view.opened']
-    view: constr(min_length=1) | None = None
-    view_id: constr(min_length=1, max_length=256) = Field(..., alias='viewId')
+    view: constr(pattern=r'^[^\u0000]*$', min_length=1) | None = None
+    view_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
+        ..., alias='viewId'
+    )
     """
     An opaque identifier: 1 to 256 characters.
     """
@@ -49,9 +59,14 @@ class Updated(Authority):
     A view changes: operation replace carries state, operation patch carries an RFC 6902 patch (§9.6).
     """
 
+    model_config = ConfigDict(
+        extra='allow',
+    )
     operation: Operation
     type: Literal['view.updated']
-    view_id: constr(min_length=1, max_length=256) = Field(..., alias='viewId')
+    view_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
+        ..., alias='viewId'
+    )
     """
     An opaque identifier: 1 to 256 characters.
     """

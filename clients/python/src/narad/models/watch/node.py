@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, constr
+from pydantic import ConfigDict, Field, constr
 
 from ..envelopes import Watch
 
@@ -16,11 +16,18 @@ class Revision(Watch):
     A node's derived state changed (§8).
     """
 
-    node_id: constr(min_length=1, max_length=256) = Field(..., alias='nodeId')
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    node_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
+        ..., alias='nodeId'
+    )
     """
     An opaque identifier: 1 to 256 characters.
     """
-    session_id: constr(min_length=1, max_length=256) = Field(..., alias='sessionId')
+    session_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
+        ..., alias='sessionId'
+    )
     """
     An opaque identifier: 1 to 256 characters.
     """

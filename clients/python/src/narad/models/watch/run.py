@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, constr
+from pydantic import ConfigDict, Field, constr
 
 from ..envelopes import Watch
 
@@ -16,15 +16,24 @@ class Revision(Watch):
     A run's authority advanced (§8).
     """
 
-    root_run_id: constr(min_length=1, max_length=256) = Field(..., alias='rootRunId')
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    root_run_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
+        ..., alias='rootRunId'
+    )
     """
     An opaque identifier: 1 to 256 characters.
     """
-    run_id: constr(min_length=1, max_length=256) = Field(..., alias='runId')
+    run_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
+        ..., alias='runId'
+    )
     """
     An opaque identifier: 1 to 256 characters.
     """
-    session_id: constr(min_length=1, max_length=256) = Field(..., alias='sessionId')
+    session_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
+        ..., alias='sessionId'
+    )
     """
     An opaque identifier: 1 to 256 characters.
     """

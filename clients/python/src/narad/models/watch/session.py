@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field, constr
+from pydantic import ConfigDict, Field, constr
 
 from ..envelopes import Watch
 
@@ -16,12 +16,19 @@ class Archived(Watch):
     A session left the active catalogue (§8).
     """
 
-    session_id: constr(min_length=1, max_length=256) = Field(..., alias='sessionId')
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    session_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
+        ..., alias='sessionId'
+    )
     """
     An opaque identifier: 1 to 256 characters.
     """
     type: Literal['session.archived']
-    workspace_id: constr(min_length=1, max_length=256) = Field(..., alias='workspaceId')
+    workspace_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
+        ..., alias='workspaceId'
+    )
     """
     An opaque identifier: 1 to 256 characters.
     """
@@ -32,14 +39,21 @@ class Created(Watch):
     A session was created (§8).
     """
 
-    metadata: dict[str, Any] | None = None
-    session_id: constr(min_length=1, max_length=256) = Field(..., alias='sessionId')
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    metadata: dict[constr(pattern=r'^[^\u0000]*$'), Any] | None = None
+    session_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
+        ..., alias='sessionId'
+    )
     """
     An opaque identifier: 1 to 256 characters.
     """
-    title: str | None = None
+    title: constr(pattern=r'^[^\u0000]*$') | None = None
     type: Literal['session.created']
-    workspace_id: constr(min_length=1, max_length=256) = Field(..., alias='workspaceId')
+    workspace_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
+        ..., alias='workspaceId'
+    )
     """
     An opaque identifier: 1 to 256 characters.
     """
@@ -50,7 +64,12 @@ class Revision(Watch):
     A session's authority advanced; catch up from history (§8).
     """
 
-    session_id: constr(min_length=1, max_length=256) = Field(..., alias='sessionId')
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    session_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
+        ..., alias='sessionId'
+    )
     """
     An opaque identifier: 1 to 256 characters.
     """
@@ -62,14 +81,21 @@ class Updated(Watch):
     A session's catalogue entry changed (§8).
     """
 
-    metadata: dict[str, Any] | None = None
-    session_id: constr(min_length=1, max_length=256) = Field(..., alias='sessionId')
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    metadata: dict[constr(pattern=r'^[^\u0000]*$'), Any] | None = None
+    session_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
+        ..., alias='sessionId'
+    )
     """
     An opaque identifier: 1 to 256 characters.
     """
-    title: str | None = None
+    title: constr(pattern=r'^[^\u0000]*$') | None = None
     type: Literal['session.updated']
-    workspace_id: constr(min_length=1, max_length=256) = Field(..., alias='workspaceId')
+    workspace_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
+        ..., alias='workspaceId'
+    )
     """
     An opaque identifier: 1 to 256 characters.
     """

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, constr
+from pydantic import ConfigDict, Field, constr
 
 from ..envelopes import Watch
 
@@ -16,12 +16,19 @@ class Revision(Watch):
     A workflow's authority advanced (§8).
     """
 
-    session_id: constr(min_length=1, max_length=256) = Field(..., alias='sessionId')
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    session_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
+        ..., alias='sessionId'
+    )
     """
     An opaque identifier: 1 to 256 characters.
     """
     type: Literal['workflow.revision']
-    workflow_id: constr(min_length=1, max_length=256) = Field(..., alias='workflowId')
+    workflow_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
+        ..., alias='workflowId'
+    )
     """
     An opaque identifier: 1 to 256 characters.
     """

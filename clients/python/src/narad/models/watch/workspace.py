@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, constr
+from pydantic import ConfigDict, Field, constr
 
 from ..envelopes import Watch
 
@@ -16,8 +16,13 @@ class Revision(Watch):
     The workspace (tenant) catalogue of sessions changed (§8).
     """
 
+    model_config = ConfigDict(
+        extra='allow',
+    )
     type: Literal['workspace.revision']
-    workspace_id: constr(min_length=1, max_length=256) = Field(..., alias='workspaceId')
+    workspace_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
+        ..., alias='workspaceId'
+    )
     """
     An opaque identifier: 1 to 256 characters.
     """

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import AwareDatetime, Field, conint, constr
+from pydantic import AwareDatetime, ConfigDict, Field, conint, constr
 
 from ...envelopes import Control
 
@@ -16,11 +16,16 @@ class Attach(Control):
     An executor asks to attach to a logical client executor endpoint (§11.1).
     """
 
-    client_executor_id: constr(min_length=1, max_length=256) = Field(..., alias='clientExecutorId')
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    client_executor_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = (
+        Field(..., alias='clientExecutorId')
+    )
     """
     An opaque identifier: 1 to 256 characters.
     """
-    profiles: list[constr(min_length=1)] | None = None
+    profiles: list[constr(pattern=r'^[^\u0000]*$', min_length=1)] | None = None
     type: Literal['client.attach']
 
 
@@ -29,7 +34,12 @@ class Attached(Control):
     A new lease for the executor, superseding any earlier one (§11.1).
     """
 
-    client_executor_id: constr(min_length=1, max_length=256) = Field(..., alias='clientExecutorId')
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    client_executor_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = (
+        Field(..., alias='clientExecutorId')
+    )
     """
     An opaque identifier: 1 to 256 characters.
     """
@@ -43,7 +53,9 @@ class Attached(Control):
     """
     An RFC 3339 date-time. Informational: never used to order authority.
     """
-    lease_id: constr(min_length=1, max_length=256) = Field(..., alias='leaseId')
+    lease_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
+        ..., alias='leaseId'
+    )
     """
     An opaque identifier: 1 to 256 characters.
     """
@@ -55,11 +67,18 @@ class Heartbeat(Control):
     Client-to-backend liveness; renews the named lease (§11.2).
     """
 
-    client_executor_id: constr(min_length=1, max_length=256) = Field(..., alias='clientExecutorId')
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    client_executor_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = (
+        Field(..., alias='clientExecutorId')
+    )
     """
     An opaque identifier: 1 to 256 characters.
     """
-    lease_id: constr(min_length=1, max_length=256) = Field(..., alias='leaseId')
+    lease_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
+        ..., alias='leaseId'
+    )
     """
     An opaque identifier: 1 to 256 characters.
     """

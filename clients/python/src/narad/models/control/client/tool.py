@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import AwareDatetime, Field, constr
+from pydantic import AwareDatetime, ConfigDict, Field, constr
 
 from ... import defs
 from ...envelopes import Control
@@ -17,12 +17,19 @@ class Execute(Control):
     The one targeted order to run a client tool (§11.3). toolName and args equal the tool.call.started payload.
     """
 
-    args: dict[str, Any]
-    client_executor_id: constr(min_length=1, max_length=256) = Field(..., alias='clientExecutorId')
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    args: dict[constr(pattern=r'^[^\u0000]*$'), Any]
+    client_executor_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = (
+        Field(..., alias='clientExecutorId')
+    )
     """
     An opaque identifier: 1 to 256 characters.
     """
-    execution_token: constr(min_length=1, max_length=256) = Field(..., alias='executionToken')
+    execution_token: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = (
+        Field(..., alias='executionToken')
+    )
     """
     An opaque identifier: 1 to 256 characters.
     """
@@ -30,15 +37,19 @@ class Execute(Control):
     """
     An RFC 3339 date-time. Informational: never used to order authority.
     """
-    lease_id: constr(min_length=1, max_length=256) = Field(..., alias='leaseId')
+    lease_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
+        ..., alias='leaseId'
+    )
     """
     An opaque identifier: 1 to 256 characters.
     """
-    tool_call_id: constr(min_length=1, max_length=256) = Field(..., alias='toolCallId')
+    tool_call_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
+        ..., alias='toolCallId'
+    )
     """
     An opaque identifier: 1 to 256 characters.
     """
-    tool_name: constr(min_length=1) = Field(..., alias='toolName')
+    tool_name: constr(pattern=r'^[^\u0000]*$', min_length=1) = Field(..., alias='toolName')
     type: Literal['client.tool.execute']
 
 
@@ -47,25 +58,34 @@ class Finish(Control):
     The outcome of one execution token (§11.3).
     """
 
-    client_executor_id: constr(min_length=1, max_length=256) | None = Field(
-        None, alias='clientExecutorId'
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    client_executor_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) | None = (
+        Field(None, alias='clientExecutorId')
     )
     """
     An opaque identifier: 1 to 256 characters.
     """
-    code: constr(min_length=1) | None = None
-    execution_token: constr(min_length=1, max_length=256) = Field(..., alias='executionToken')
+    code: constr(pattern=r'^[^\u0000]*$', min_length=1) | None = None
+    execution_token: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = (
+        Field(..., alias='executionToken')
+    )
     """
     An opaque identifier: 1 to 256 characters.
     """
-    lease_id: constr(min_length=1, max_length=256) | None = Field(None, alias='leaseId')
+    lease_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) | None = Field(
+        None, alias='leaseId'
+    )
     """
     An opaque identifier: 1 to 256 characters.
     """
-    message: str | None = None
+    message: constr(pattern=r'^[^\u0000]*$') | None = None
     outcome: defs.Outcome
     response: Any
-    tool_call_id: constr(min_length=1, max_length=256) | None = Field(None, alias='toolCallId')
+    tool_call_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) | None = Field(
+        None, alias='toolCallId'
+    )
     """
     An opaque identifier: 1 to 256 characters.
     """

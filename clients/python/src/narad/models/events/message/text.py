@@ -7,7 +7,7 @@ from __future__ import annotations
 from enum import Enum
 from typing import Literal
 
-from pydantic import Field, constr
+from pydantic import ConfigDict, Field, constr
 
 from ... import defs
 from ...envelopes import Authority
@@ -18,7 +18,12 @@ class Completed(Authority):
     A streamed message is whole (§9.2).
     """
 
-    message_id: constr(min_length=1, max_length=256) = Field(..., alias='messageId')
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    message_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
+        ..., alias='messageId'
+    )
     """
     An opaque identifier: 1 to 256 characters.
     """
@@ -30,8 +35,13 @@ class Delta(Authority):
     Text appended to a streamed message (§9.2).
     """
 
-    delta: str
-    message_id: constr(min_length=1, max_length=256) = Field(..., alias='messageId')
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    delta: constr(pattern=r'^[^\u0000]*$')
+    message_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
+        ..., alias='messageId'
+    )
     """
     An opaque identifier: 1 to 256 characters.
     """
@@ -48,7 +58,12 @@ class Started(Authority):
     A streamed message opens (§9.2).
     """
 
-    message_id: constr(min_length=1, max_length=256) = Field(..., alias='messageId')
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    message_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
+        ..., alias='messageId'
+    )
     """
     An opaque identifier: 1 to 256 characters.
     """

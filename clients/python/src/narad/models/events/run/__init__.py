@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import AwareDatetime, Field, confloat, constr
+from pydantic import AwareDatetime, ConfigDict, Field, confloat, constr
 
 from ... import defs
 from ...envelopes import Authority, RunTree
@@ -17,10 +17,16 @@ class Cancelled(Authority, RunTree):
     The run was cancelled (§7.5).
     """
 
-    code: constr(min_length=1) | None = None
-    message: str | None = None
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    code: constr(pattern=r'^[^\u0000]*$', min_length=1) | None = None
+    message: constr(pattern=r'^[^\u0000]*$') | None = None
     type: Literal['run.cancelled']
-    usage: dict[str, confloat(ge=0.0)] | None = None
+    usage: dict[constr(pattern=r'^[^\u0000]*$'), confloat(ge=0.0)] | None = None
+    """
+    Token counters and other additive, non-negative figures.
+    """
 
 
 class Custom(Authority, RunTree):
@@ -28,6 +34,9 @@ class Custom(Authority, RunTree):
     A namespaced extension value at run level (§9.9). Never changes lifecycle; unknown names are ignored by core reducers.
     """
 
+    model_config = ConfigDict(
+        extra='allow',
+    )
     name: constr(pattern=r'^[^.\u0000-\u0020\u007f-\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]+(\.[^.\u0000-\u0020\u007f-\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]+)+$')
     """
     Two or more dot-separated segments, none empty, with no white space (Unicode White_Space) and no control characters (Cc), e.g. acme.audit. The pattern spells the excluded characters out so that every regular-expression dialect reads it alike.
@@ -41,10 +50,16 @@ class Error(Authority, RunTree):
     The run failed (§7.5).
     """
 
-    code: constr(min_length=1)
-    message: constr(min_length=1)
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    code: constr(pattern=r'^[^\u0000]*$', min_length=1)
+    message: constr(pattern=r'^[^\u0000]*$', min_length=1)
     type: Literal['run.error']
-    usage: dict[str, confloat(ge=0.0)] | None = None
+    usage: dict[constr(pattern=r'^[^\u0000]*$'), confloat(ge=0.0)] | None = None
+    """
+    Token counters and other additive, non-negative figures.
+    """
 
 
 class Finished(Authority, RunTree):
@@ -52,11 +67,17 @@ class Finished(Authority, RunTree):
     The run completed (§7.5). Obeys the open-work invariant (§6.2).
     """
 
-    artifact_ids: list[constr(min_length=1, max_length=256)] | None = Field(
-        None, alias='artifactIds'
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    artifact_ids: list[constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256)] | None = (
+        Field(None, alias='artifactIds')
     )
     type: Literal['run.finished']
-    usage: dict[str, confloat(ge=0.0)] | None = None
+    usage: dict[constr(pattern=r'^[^\u0000]*$'), confloat(ge=0.0)] | None = None
+    """
+    Token counters and other additive, non-negative figures.
+    """
 
 
 class Paused(Authority, RunTree):
@@ -64,19 +85,26 @@ class Paused(Authority, RunTree):
     A durable suspension; at most one pause cycle is open per run (§7.2).
     """
 
-    interrupt_id: constr(min_length=1, max_length=256) | None = Field(None, alias='interruptId')
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    interrupt_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) | None = Field(
+        None, alias='interruptId'
+    )
     """
     An opaque identifier: 1 to 256 characters.
     """
-    message: str | None = None
-    reason: constr(min_length=1)
+    message: constr(pattern=r'^[^\u0000]*$') | None = None
+    reason: constr(pattern=r'^[^\u0000]*$', min_length=1)
     resume_mode: defs.ResumeMode = Field(..., alias='resumeMode')
     retry_at: AwareDatetime | None = Field(None, alias='retryAt')
     """
     An RFC 3339 date-time. Informational: never used to order authority.
     """
     type: Literal['run.paused']
-    wait_id: constr(min_length=1, max_length=256) = Field(..., alias='waitId')
+    wait_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
+        ..., alias='waitId'
+    )
     """
     An opaque identifier: 1 to 256 characters.
     """
@@ -87,8 +115,11 @@ class Raw(Authority, RunTree):
     An opaque extension payload at run level (§9.9). Untrusted data: it never triggers execution.
     """
 
-    content_type: constr(min_length=1) = Field(..., alias='contentType')
-    payload: str
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    content_type: constr(pattern=r'^[^\u0000]*$', min_length=1) = Field(..., alias='contentType')
+    payload: constr(pattern=r'^[^\u0000]*$')
     type: Literal['run.raw']
 
 
@@ -97,8 +128,13 @@ class Resumed(Authority, RunTree):
     Closes the open pause cycle and returns the run to running (§7.3).
     """
 
+    model_config = ConfigDict(
+        extra='allow',
+    )
     type: Literal['run.resumed']
-    wait_id: constr(min_length=1, max_length=256) = Field(..., alias='waitId')
+    wait_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
+        ..., alias='waitId'
+    )
     """
     An opaque identifier: 1 to 256 characters.
     """
@@ -109,14 +145,19 @@ class Started(Authority, RunTree):
     The run enters running; exactly once per runId (§7.1). A nested run names its parent and records its effective clientExecutorId; omission means no client executor.
     """
 
-    client_executor_id: constr(min_length=1, max_length=256) | None = Field(
-        None, alias='clientExecutorId'
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    client_executor_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) | None = (
+        Field(None, alias='clientExecutorId')
     )
     """
     An opaque identifier: 1 to 256 characters.
     """
     input: Any | None = None
-    parent_run_id: constr(min_length=1, max_length=256) | None = Field(None, alias='parentRunId')
+    parent_run_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) | None = Field(
+        None, alias='parentRunId'
+    )
     """
     An opaque identifier: 1 to 256 characters.
     """

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, constr
+from pydantic import ConfigDict, Field, constr
 
 from ... import defs
 from ...envelopes import Authority, RunTree
@@ -17,9 +17,14 @@ class Requested(Authority, RunTree):
     Records a request to stop the target run and sets stopRequested (§6.3, §7.4).
     """
 
+    model_config = ConfigDict(
+        extra='allow',
+    )
     actor: defs.Actor | None = None
-    reason: str | None = None
-    target_run_id: constr(min_length=1, max_length=256) = Field(..., alias='targetRunId')
+    reason: constr(pattern=r'^[^\u0000]*$') | None = None
+    target_run_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
+        ..., alias='targetRunId'
+    )
     """
     An opaque identifier: 1 to 256 characters.
     """

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field, conint, constr
+from pydantic import ConfigDict, Field, conint, constr
 
 from ... import defs
 from ...envelopes import Authority
@@ -17,6 +17,9 @@ class Delta(Authority):
     One RFC 6902 step of a UI state document; revision = baseRevision + 1 (§9.6).
     """
 
+    model_config = ConfigDict(
+        extra='allow',
+    )
     base_revision: conint(ge=0, le=9007199254740991) = Field(..., alias='baseRevision')
     """
     A non-negative integer, at most 2^53 - 1.
@@ -29,7 +32,7 @@ class Delta(Authority):
     """
     A non-negative integer, at most 2^53 - 1.
     """
-    scope: constr(min_length=1)
+    scope: constr(pattern=r'^[^\u0000]*$', min_length=1)
     type: Literal['ui.state.delta']
 
 
@@ -38,10 +41,13 @@ class Snapshot(Authority):
     A whole UI state document at a revision (§9.6).
     """
 
+    model_config = ConfigDict(
+        extra='allow',
+    )
     revision: conint(ge=0, le=9007199254740991)
     """
     A non-negative integer, at most 2^53 - 1.
     """
-    scope: constr(min_length=1)
+    scope: constr(pattern=r'^[^\u0000]*$', min_length=1)
     state: Any
     type: Literal['ui.state.snapshot']

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import AwareDatetime, BaseModel, Field, conint, constr
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, conint, constr
 
 
 class Taken(BaseModel):
@@ -14,22 +14,27 @@ class Taken(BaseModel):
     Workflow authority: a workflow position and no run position.
     """
 
+    model_config = ConfigDict(
+        extra='allow',
+    )
     case_index: conint(ge=0, le=9007199254740991) | None = Field(None, alias='caseIndex')
     """
     A non-negative integer, at most 2^53 - 1.
     """
-    from_: constr(min_length=1, max_length=256) = Field(..., alias='from')
+    from_: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(..., alias='from')
     """
     An opaque identifier: 1 to 256 characters.
     """
-    op: str | None = None
-    pointer: str | None = None
-    to: constr(min_length=1, max_length=256)
+    op: constr(pattern=r'^[^\u0000]*$') | None = None
+    pointer: constr(pattern=r'^[^\u0000]*$') | None = None
+    to: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256)
     """
     An opaque identifier: 1 to 256 characters.
     """
     type: Literal['workflow.edge.taken']
-    event_id: constr(min_length=1, max_length=256) = Field(..., alias='eventId')
+    event_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
+        ..., alias='eventId'
+    )
     """
     An opaque identifier: 1 to 256 characters.
     """
@@ -40,7 +45,9 @@ class Taken(BaseModel):
     root_run_id: Any | None = Field(None, alias='rootRunId')
     run_id: Any | None = Field(None, alias='runId')
     sequence: Any | None = None
-    session_id: constr(min_length=1, max_length=256) = Field(..., alias='sessionId')
+    session_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
+        ..., alias='sessionId'
+    )
     """
     An opaque identifier: 1 to 256 characters.
     """
@@ -52,7 +59,9 @@ class Taken(BaseModel):
     """
     An RFC 3339 date-time. Informational: never used to order authority.
     """
-    workflow_id: constr(min_length=1, max_length=256) = Field(..., alias='workflowId')
+    workflow_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
+        ..., alias='workflowId'
+    )
     """
     An opaque identifier: 1 to 256 characters.
     """

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import AwareDatetime, BaseModel, Field, conint, constr
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, conint, constr
 
 
 class Started(BaseModel):
@@ -14,13 +14,20 @@ class Started(BaseModel):
     Workflow authority: a workflow position and no run position.
     """
 
-    node_id: constr(min_length=1, max_length=256) = Field(..., alias='nodeId')
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    node_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
+        ..., alias='nodeId'
+    )
     """
     An opaque identifier: 1 to 256 characters.
     """
-    title: str | None = None
+    title: constr(pattern=r'^[^\u0000]*$') | None = None
     type: Literal['workflow.step.started']
-    event_id: constr(min_length=1, max_length=256) = Field(..., alias='eventId')
+    event_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
+        ..., alias='eventId'
+    )
     """
     An opaque identifier: 1 to 256 characters.
     """
@@ -31,7 +38,9 @@ class Started(BaseModel):
     root_run_id: Any | None = Field(None, alias='rootRunId')
     run_id: Any | None = Field(None, alias='runId')
     sequence: Any | None = None
-    session_id: constr(min_length=1, max_length=256) = Field(..., alias='sessionId')
+    session_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
+        ..., alias='sessionId'
+    )
     """
     An opaque identifier: 1 to 256 characters.
     """
@@ -43,7 +52,9 @@ class Started(BaseModel):
     """
     An RFC 3339 date-time. Informational: never used to order authority.
     """
-    workflow_id: constr(min_length=1, max_length=256) = Field(..., alias='workflowId')
+    workflow_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
+        ..., alias='workflowId'
+    )
     """
     An opaque identifier: 1 to 256 characters.
     """

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, constr
+from pydantic import ConfigDict, Field, constr
 
 from ..envelopes import Authority
 
@@ -16,10 +16,17 @@ class Redacted(Authority):
     Changes conversation display only (§9.4).
     """
 
-    display_replacement: str | None = Field(..., alias='displayReplacement')
-    message_id: constr(min_length=1, max_length=256) = Field(..., alias='messageId')
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    display_replacement: constr(pattern=r'^[^\u0000]*$') | None = Field(
+        ..., alias='displayReplacement'
+    )
+    message_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
+        ..., alias='messageId'
+    )
     """
     An opaque identifier: 1 to 256 characters.
     """
-    reason: constr(min_length=1)
+    reason: constr(pattern=r'^[^\u0000]*$', min_length=1)
     type: Literal['message.redacted']

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field, constr
+from pydantic import ConfigDict, Field, constr
 
 from ... import defs
 from ..envelopes import Authority
@@ -17,12 +17,17 @@ class Recorded(Authority):
     What a person said (§9.2). The envelope's ordering fields match messageScope.
     """
 
+    model_config = ConfigDict(
+        extra='allow',
+    )
     actor: defs.Actor | None = None
-    attachment_ids: list[constr(min_length=1, max_length=256)] | None = Field(
-        None, alias='attachmentIds'
+    attachment_ids: list[constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256)] | None = (
+        Field(None, alias='attachmentIds')
     )
     content: Any
-    message_id: constr(min_length=1, max_length=256) = Field(..., alias='messageId')
+    message_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
+        ..., alias='messageId'
+    )
     """
     An opaque identifier: 1 to 256 characters.
     """

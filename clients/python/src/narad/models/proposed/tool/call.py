@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field, constr
+from pydantic import ConfigDict, Field, constr
 
 from ... import defs
 from ..envelopes import Authority, RunTree
@@ -17,11 +17,16 @@ class Finished(Authority, RunTree):
     Exactly one finish follows each start (§7.9).
     """
 
-    code: constr(min_length=1) | None = None
-    message: str | None = None
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    code: constr(pattern=r'^[^\u0000]*$', min_length=1) | None = None
+    message: constr(pattern=r'^[^\u0000]*$') | None = None
     outcome: defs.Outcome
     response: Any
-    tool_call_id: constr(min_length=1, max_length=256) = Field(..., alias='toolCallId')
+    tool_call_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
+        ..., alias='toolCallId'
+    )
     """
     An opaque identifier: 1 to 256 characters.
     """
@@ -33,11 +38,16 @@ class Started(Authority, RunTree):
     An observational record of a tool call (§7.8). Clients never execute a tool because they received it.
     """
 
-    args: dict[str, Any]
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    args: dict[constr(pattern=r'^[^\u0000]*$'), Any]
     executor: defs.Executor
-    tool_call_id: constr(min_length=1, max_length=256) = Field(..., alias='toolCallId')
+    tool_call_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
+        ..., alias='toolCallId'
+    )
     """
     An opaque identifier: 1 to 256 characters.
     """
-    tool_name: constr(min_length=1) = Field(..., alias='toolName')
+    tool_name: constr(pattern=r'^[^\u0000]*$', min_length=1) = Field(..., alias='toolName')
     type: Literal['tool.call.started']

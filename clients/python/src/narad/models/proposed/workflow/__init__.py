@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import AwareDatetime, BaseModel, Field, confloat, constr
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, confloat, constr
 
 from ... import defs
 
@@ -16,11 +16,19 @@ class Cancelled(BaseModel):
     As proposed (the journal assigns the sequences): Workflow authority: a workflow position and no run position.
     """
 
-    code: constr(min_length=1) | None = None
-    message: str | None = None
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    code: constr(pattern=r'^[^\u0000]*$', min_length=1) | None = None
+    message: constr(pattern=r'^[^\u0000]*$') | None = None
     type: Literal['workflow.cancelled']
-    usage: dict[str, confloat(ge=0.0)] | None = None
-    event_id: constr(min_length=1, max_length=256) = Field(..., alias='eventId')
+    usage: dict[constr(pattern=r'^[^\u0000]*$'), confloat(ge=0.0)] | None = None
+    """
+    Token counters and other additive, non-negative figures.
+    """
+    event_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
+        ..., alias='eventId'
+    )
     """
     An opaque identifier: 1 to 256 characters.
     """
@@ -31,7 +39,9 @@ class Cancelled(BaseModel):
     root_run_id: Any | None = Field(None, alias='rootRunId')
     run_id: Any | None = Field(None, alias='runId')
     sequence: Any | None = None
-    session_id: constr(min_length=1, max_length=256) | None = Field(None, alias='sessionId')
+    session_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) | None = Field(
+        None, alias='sessionId'
+    )
     """
     An opaque identifier: 1 to 256 characters.
     """
@@ -40,7 +50,9 @@ class Cancelled(BaseModel):
     """
     An RFC 3339 date-time. Informational: never used to order authority.
     """
-    workflow_id: constr(min_length=1, max_length=256) = Field(..., alias='workflowId')
+    workflow_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
+        ..., alias='workflowId'
+    )
     """
     An opaque identifier: 1 to 256 characters.
     """
@@ -52,13 +64,18 @@ class Custom(BaseModel):
     As proposed (the journal assigns the sequences): Workflow authority: a workflow position and no run position.
     """
 
+    model_config = ConfigDict(
+        extra='allow',
+    )
     name: constr(pattern=r'^[^.\u0000-\u0020\u007f-\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]+(\.[^.\u0000-\u0020\u007f-\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]+)+$')
     """
     Two or more dot-separated segments, none empty, with no white space (Unicode White_Space) and no control characters (Cc), e.g. acme.audit. The pattern spells the excluded characters out so that every regular-expression dialect reads it alike.
     """
     type: Literal['workflow.custom']
     value: Any
-    event_id: constr(min_length=1, max_length=256) = Field(..., alias='eventId')
+    event_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
+        ..., alias='eventId'
+    )
     """
     An opaque identifier: 1 to 256 characters.
     """
@@ -69,7 +86,9 @@ class Custom(BaseModel):
     root_run_id: Any | None = Field(None, alias='rootRunId')
     run_id: Any | None = Field(None, alias='runId')
     sequence: Any | None = None
-    session_id: constr(min_length=1, max_length=256) | None = Field(None, alias='sessionId')
+    session_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) | None = Field(
+        None, alias='sessionId'
+    )
     """
     An opaque identifier: 1 to 256 characters.
     """
@@ -78,7 +97,9 @@ class Custom(BaseModel):
     """
     An RFC 3339 date-time. Informational: never used to order authority.
     """
-    workflow_id: constr(min_length=1, max_length=256) = Field(..., alias='workflowId')
+    workflow_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
+        ..., alias='workflowId'
+    )
     """
     An opaque identifier: 1 to 256 characters.
     """
@@ -90,11 +111,19 @@ class Error(BaseModel):
     As proposed (the journal assigns the sequences): Workflow authority: a workflow position and no run position.
     """
 
-    code: constr(min_length=1)
-    message: constr(min_length=1)
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    code: constr(pattern=r'^[^\u0000]*$', min_length=1)
+    message: constr(pattern=r'^[^\u0000]*$', min_length=1)
     type: Literal['workflow.error']
-    usage: dict[str, confloat(ge=0.0)] | None = None
-    event_id: constr(min_length=1, max_length=256) = Field(..., alias='eventId')
+    usage: dict[constr(pattern=r'^[^\u0000]*$'), confloat(ge=0.0)] | None = None
+    """
+    Token counters and other additive, non-negative figures.
+    """
+    event_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
+        ..., alias='eventId'
+    )
     """
     An opaque identifier: 1 to 256 characters.
     """
@@ -105,7 +134,9 @@ class Error(BaseModel):
     root_run_id: Any | None = Field(None, alias='rootRunId')
     run_id: Any | None = Field(None, alias='runId')
     sequence: Any | None = None
-    session_id: constr(min_length=1, max_length=256) | None = Field(None, alias='sessionId')
+    session_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) | None = Field(
+        None, alias='sessionId'
+    )
     """
     An opaque identifier: 1 to 256 characters.
     """
@@ -114,7 +145,9 @@ class Error(BaseModel):
     """
     An RFC 3339 date-time. Informational: never used to order authority.
     """
-    workflow_id: constr(min_length=1, max_length=256) = Field(..., alias='workflowId')
+    workflow_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
+        ..., alias='workflowId'
+    )
     """
     An opaque identifier: 1 to 256 characters.
     """
@@ -126,12 +159,20 @@ class Finished(BaseModel):
     As proposed (the journal assigns the sequences): Workflow authority: a workflow position and no run position.
     """
 
-    artifact_ids: list[constr(min_length=1, max_length=256)] | None = Field(
-        None, alias='artifactIds'
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    artifact_ids: list[constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256)] | None = (
+        Field(None, alias='artifactIds')
     )
     type: Literal['workflow.finished']
-    usage: dict[str, confloat(ge=0.0)] | None = None
-    event_id: constr(min_length=1, max_length=256) = Field(..., alias='eventId')
+    usage: dict[constr(pattern=r'^[^\u0000]*$'), confloat(ge=0.0)] | None = None
+    """
+    Token counters and other additive, non-negative figures.
+    """
+    event_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
+        ..., alias='eventId'
+    )
     """
     An opaque identifier: 1 to 256 characters.
     """
@@ -142,7 +183,9 @@ class Finished(BaseModel):
     root_run_id: Any | None = Field(None, alias='rootRunId')
     run_id: Any | None = Field(None, alias='runId')
     sequence: Any | None = None
-    session_id: constr(min_length=1, max_length=256) | None = Field(None, alias='sessionId')
+    session_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) | None = Field(
+        None, alias='sessionId'
+    )
     """
     An opaque identifier: 1 to 256 characters.
     """
@@ -151,7 +194,9 @@ class Finished(BaseModel):
     """
     An RFC 3339 date-time. Informational: never used to order authority.
     """
-    workflow_id: constr(min_length=1, max_length=256) = Field(..., alias='workflowId')
+    workflow_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
+        ..., alias='workflowId'
+    )
     """
     An opaque identifier: 1 to 256 characters.
     """
@@ -163,19 +208,28 @@ class Paused(BaseModel):
     As proposed (the journal assigns the sequences): Workflow authority: a workflow position and no run position.
     """
 
-    interrupt_id: constr(min_length=1, max_length=256) = Field(..., alias='interruptId')
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    interrupt_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
+        ..., alias='interruptId'
+    )
     """
     An opaque identifier: 1 to 256 characters.
     """
-    message: str | None = None
-    reason: constr(min_length=1) | None = None
+    message: constr(pattern=r'^[^\u0000]*$') | None = None
+    reason: constr(pattern=r'^[^\u0000]*$', min_length=1) | None = None
     resume_mode: defs.ResumeMode | None = Field(None, alias='resumeMode')
     type: Literal['workflow.paused']
-    wait_id: constr(min_length=1, max_length=256) = Field(..., alias='waitId')
+    wait_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
+        ..., alias='waitId'
+    )
     """
     An opaque identifier: 1 to 256 characters.
     """
-    event_id: constr(min_length=1, max_length=256) = Field(..., alias='eventId')
+    event_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
+        ..., alias='eventId'
+    )
     """
     An opaque identifier: 1 to 256 characters.
     """
@@ -186,7 +240,9 @@ class Paused(BaseModel):
     root_run_id: Any | None = Field(None, alias='rootRunId')
     run_id: Any | None = Field(None, alias='runId')
     sequence: Any | None = None
-    session_id: constr(min_length=1, max_length=256) | None = Field(None, alias='sessionId')
+    session_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) | None = Field(
+        None, alias='sessionId'
+    )
     """
     An opaque identifier: 1 to 256 characters.
     """
@@ -195,7 +251,9 @@ class Paused(BaseModel):
     """
     An RFC 3339 date-time. Informational: never used to order authority.
     """
-    workflow_id: constr(min_length=1, max_length=256) = Field(..., alias='workflowId')
+    workflow_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
+        ..., alias='workflowId'
+    )
     """
     An opaque identifier: 1 to 256 characters.
     """
@@ -207,10 +265,15 @@ class Raw(BaseModel):
     As proposed (the journal assigns the sequences): Workflow authority: a workflow position and no run position.
     """
 
-    content_type: constr(min_length=1) = Field(..., alias='contentType')
-    payload: str
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    content_type: constr(pattern=r'^[^\u0000]*$', min_length=1) = Field(..., alias='contentType')
+    payload: constr(pattern=r'^[^\u0000]*$')
     type: Literal['workflow.raw']
-    event_id: constr(min_length=1, max_length=256) = Field(..., alias='eventId')
+    event_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
+        ..., alias='eventId'
+    )
     """
     An opaque identifier: 1 to 256 characters.
     """
@@ -221,7 +284,9 @@ class Raw(BaseModel):
     root_run_id: Any | None = Field(None, alias='rootRunId')
     run_id: Any | None = Field(None, alias='runId')
     sequence: Any | None = None
-    session_id: constr(min_length=1, max_length=256) | None = Field(None, alias='sessionId')
+    session_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) | None = Field(
+        None, alias='sessionId'
+    )
     """
     An opaque identifier: 1 to 256 characters.
     """
@@ -230,7 +295,9 @@ class Raw(BaseModel):
     """
     An RFC 3339 date-time. Informational: never used to order authority.
     """
-    workflow_id: constr(min_length=1, max_length=256) = Field(..., alias='workflowId')
+    workflow_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
+        ..., alias='workflowId'
+    )
     """
     An opaque identifier: 1 to 256 characters.
     """
@@ -242,12 +309,19 @@ class Resumed(BaseModel):
     As proposed (the journal assigns the sequences): Workflow authority: a workflow position and no run position.
     """
 
+    model_config = ConfigDict(
+        extra='allow',
+    )
     type: Literal['workflow.resumed']
-    wait_id: constr(min_length=1, max_length=256) = Field(..., alias='waitId')
+    wait_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
+        ..., alias='waitId'
+    )
     """
     An opaque identifier: 1 to 256 characters.
     """
-    event_id: constr(min_length=1, max_length=256) = Field(..., alias='eventId')
+    event_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
+        ..., alias='eventId'
+    )
     """
     An opaque identifier: 1 to 256 characters.
     """
@@ -258,7 +332,9 @@ class Resumed(BaseModel):
     root_run_id: Any | None = Field(None, alias='rootRunId')
     run_id: Any | None = Field(None, alias='runId')
     sequence: Any | None = None
-    session_id: constr(min_length=1, max_length=256) | None = Field(None, alias='sessionId')
+    session_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) | None = Field(
+        None, alias='sessionId'
+    )
     """
     An opaque identifier: 1 to 256 characters.
     """
@@ -267,7 +343,9 @@ class Resumed(BaseModel):
     """
     An RFC 3339 date-time. Informational: never used to order authority.
     """
-    workflow_id: constr(min_length=1, max_length=256) = Field(..., alias='workflowId')
+    workflow_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
+        ..., alias='workflowId'
+    )
     """
     An opaque identifier: 1 to 256 characters.
     """
@@ -279,15 +357,20 @@ class Started(BaseModel):
     As proposed (the journal assigns the sequences): Workflow authority: a workflow position and no run position.
     """
 
-    default_client_executor_id: constr(min_length=1, max_length=256) | None = Field(
-        None, alias='defaultClientExecutorId'
+    model_config = ConfigDict(
+        extra='allow',
     )
+    default_client_executor_id: (
+        constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) | None
+    ) = Field(None, alias='defaultClientExecutorId')
     """
     An opaque identifier: 1 to 256 characters.
     """
     input: Any | None = None
     type: Literal['workflow.started']
-    event_id: constr(min_length=1, max_length=256) = Field(..., alias='eventId')
+    event_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
+        ..., alias='eventId'
+    )
     """
     An opaque identifier: 1 to 256 characters.
     """
@@ -298,7 +381,9 @@ class Started(BaseModel):
     root_run_id: Any | None = Field(None, alias='rootRunId')
     run_id: Any | None = Field(None, alias='runId')
     sequence: Any | None = None
-    session_id: constr(min_length=1, max_length=256) | None = Field(None, alias='sessionId')
+    session_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) | None = Field(
+        None, alias='sessionId'
+    )
     """
     An opaque identifier: 1 to 256 characters.
     """
@@ -307,7 +392,9 @@ class Started(BaseModel):
     """
     An RFC 3339 date-time. Informational: never used to order authority.
     """
-    workflow_id: constr(min_length=1, max_length=256) = Field(..., alias='workflowId')
+    workflow_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
+        ..., alias='workflowId'
+    )
     """
     An opaque identifier: 1 to 256 characters.
     """
