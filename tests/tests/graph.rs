@@ -370,20 +370,15 @@ async fn every_snapshot_of_a_random_workload_is_the_rebuilt_graph_on_two_replica
 }
 
 /// The generated events as a backend may append them (§7.7, §11.3): a
-/// backend decides an interrupt only by its expiry, and closes a client
-/// tool call only as expired; the person's decisions and the executor's
-/// results of the generator become those.
+/// backend decides an interrupt only by its expiry, and finishes only the
+/// tool calls it runs itself (a client call's result is its executor's,
+/// its error closes the server's); the person's decisions become expiries
+/// and the generator's client calls the backend's own.
 fn as_a_backend_writes(mut events: Vec<Value>) -> Vec<Value> {
-    let mut client_calls = std::collections::HashSet::new();
     for e in &mut events {
         match e["type"].as_str() {
             Some("tool.call.started") if e["executor"] == "client" => {
-                client_calls.insert(e["toolCallId"].clone());
-            }
-            Some("tool.call.finished") if client_calls.contains(&e["toolCallId"]) => {
-                e["outcome"] = json!("error");
-                e["code"] = json!("client_execution_expired");
-                e["response"] = Value::Null;
+                e["executor"] = json!("backend");
             }
             Some("interrupt.resolved") => {
                 e["decision"] = json!("expired");
