@@ -958,3 +958,27 @@ async fn uploads_are_audited_with_what_they_appended() {
     assert_eq!(entries[2]["code"], "NRD-0007");
     s.stop().await;
 }
+
+/// A download reads its query like every route: a malformed ticket or an
+/// unknown parameter is refused (400 NRD-0008), not passed over.
+#[tokio::test]
+async fn a_download_reads_its_query() {
+    let s = start(BlobBackend::Postgres).await;
+    let t = token("acme", &Role::ALL);
+    open_session(&s, &t, "a").await;
+    let blob = upload(&s, &t, "a", "x.txt", "text/plain", b"x".to_vec())
+        .await
+        .expect(201)
+        .clone();
+    let url = format!("/v1/blobs/{}", blob["blobId"].as_str().unwrap());
+    assert_eq!(download(&s, &t, &url, &[]).await.status(), 200);
+    for query in ["?ticket=%00", "?tikcet=nst_x"] {
+        let refused = Answer::of(download(&s, &t, &format!("{url}{query}"), &[]).await).await;
+        assert_eq!(
+            (refused.status, refused.code()),
+            (400, "NRD-0008"),
+            "{query}"
+        );
+    }
+    s.stop().await;
+}

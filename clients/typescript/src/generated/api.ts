@@ -5833,7 +5833,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description NRD-0208: the session was erased; nothing of it is kept, and its id cannot be used again */
+            /** @description NRD-0208: the session was erased; nothing of it is kept, and its id cannot be used again; NRD-0210: the organisation is being erased, or was: its credentials are refused */
             410: {
                 headers: {
                     [name: string]: unknown;
@@ -6019,6 +6019,15 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
+            /** @description NRD-0210: the organisation is being erased, or was: its credentials are refused */
+            410: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
             /** @description NRD-0001: the server failed; report the x-request-id */
             500: {
                 headers: {
@@ -6096,6 +6105,15 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
+            /** @description NRD-0210: the organisation is being erased, or was: its credentials are refused */
+            410: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
             /** @description NRD-0001: the server failed; report the x-request-id */
             500: {
                 headers: {
@@ -6157,6 +6175,15 @@ export interface operations {
             };
             /** @description NRD-0102: not an admin of the operator organisation or of this one */
             403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description NRD-0210: the organisation is being erased, or was: its credentials are refused */
+            410: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -6230,6 +6257,15 @@ export interface operations {
             };
             /** @description NRD-0102: not an admin of the operator organisation */
             403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description NRD-0210: the organisation is being erased, or was: its credentials are refused */
+            410: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -6317,6 +6353,15 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
+            /** @description NRD-0210: the organisation is being erased, or was: its credentials are refused */
+            410: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
             /** @description NRD-0001: the server failed; report the x-request-id */
             500: {
                 headers: {
@@ -6390,6 +6435,15 @@ export interface operations {
             };
             /** @description NRD-0102: no `admin` role */
             403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description NRD-0210: the organisation is being erased, or was: its credentials are refused */
+            410: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -6486,6 +6540,15 @@ export interface operations {
             };
             /** @description NRD-0007: no such blob, or its upload has not finished */
             404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description NRD-0210: the organisation is being erased, or was: its credentials are refused */
+            410: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -6605,6 +6668,15 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
+            /** @description NRD-0210: the organisation is being erased, or was: its credentials are refused */
+            410: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
             /** @description NRD-0006: past the announced Upload-Length or the largest blob */
             413: {
                 headers: {
@@ -6691,6 +6763,15 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
+            /** @description NRD-0210: the organisation is being erased, or was: its credentials are refused */
+            410: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
             /** @description NRD-0001: the server failed; report the x-request-id */
             500: {
                 headers: {
@@ -6768,7 +6849,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description NRD-0208: the session was erased; nothing of it is kept, and its id cannot be used again */
+            /** @description NRD-0208: the session was erased; nothing of it is kept, and its id cannot be used again; NRD-0210: the organisation is being erased, or was: its credentials are refused */
             410: {
                 headers: {
                     [name: string]: unknown;
@@ -6856,7 +6937,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description NRD-0208: the session was erased; nothing of it is kept, and its id cannot be used again */
+            /** @description NRD-0208: the session was erased; nothing of it is kept, and its id cannot be used again; NRD-0210: the organisation is being erased, or was: its credentials are refused */
             410: {
                 headers: {
                     [name: string]: unknown;
@@ -6973,7 +7054,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description NRD-0208: the session was erased; nothing of it is kept, and its id cannot be used again */
+            /** @description NRD-0208: the session was erased; nothing of it is kept, and its id cannot be used again; NRD-0210: the organisation is being erased, or was: its credentials are refused */
             410: {
                 headers: {
                     [name: string]: unknown;
@@ -7081,7 +7162,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description NRD-0208: the session was erased; nothing of it is kept, and its id cannot be used again */
+            /** @description NRD-0208: the session was erased; nothing of it is kept, and its id cannot be used again; NRD-0210: the organisation is being erased, or was: its credentials are refused */
             410: {
                 headers: {
                     [name: string]: unknown;
@@ -7198,7 +7279,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description NRD-0208: the session was erased; nothing of it is kept, and its id cannot be used again */
+            /** @description NRD-0208: the session was erased; nothing of it is kept, and its id cannot be used again; NRD-0210: the organisation is being erased, or was: its credentials are refused */
             410: {
                 headers: {
                     [name: string]: unknown;
@@ -7315,7 +7396,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description NRD-0208: the session was erased; nothing of it is kept, and its id cannot be used again */
+            /** @description NRD-0208: the session was erased; nothing of it is kept, and its id cannot be used again; NRD-0210: the organisation is being erased, or was: its credentials are refused */
             410: {
                 headers: {
                     [name: string]: unknown;
@@ -7432,7 +7513,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description NRD-0208: the session was erased; nothing of it is kept, and its id cannot be used again */
+            /** @description NRD-0208: the session was erased; nothing of it is kept, and its id cannot be used again; NRD-0210: the organisation is being erased, or was: its credentials are refused */
             410: {
                 headers: {
                     [name: string]: unknown;
@@ -7558,7 +7639,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description NRD-0208: the session was erased; nothing of it is kept, and its id cannot be used again */
+            /** @description NRD-0208: the session was erased; nothing of it is kept, and its id cannot be used again; NRD-0210: the organisation is being erased, or was: its credentials are refused */
             410: {
                 headers: {
                     [name: string]: unknown;
@@ -7675,7 +7756,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description NRD-0208: the session was erased; nothing of it is kept, and its id cannot be used again */
+            /** @description NRD-0208: the session was erased; nothing of it is kept, and its id cannot be used again; NRD-0210: the organisation is being erased, or was: its credentials are refused */
             410: {
                 headers: {
                     [name: string]: unknown;
@@ -7792,7 +7873,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description NRD-0208: the session was erased; nothing of it is kept, and its id cannot be used again */
+            /** @description NRD-0208: the session was erased; nothing of it is kept, and its id cannot be used again; NRD-0210: the organisation is being erased, or was: its credentials are refused */
             410: {
                 headers: {
                     [name: string]: unknown;
@@ -7900,7 +7981,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description NRD-0208: the session was erased; nothing of it is kept, and its id cannot be used again */
+            /** @description NRD-0208: the session was erased; nothing of it is kept, and its id cannot be used again; NRD-0210: the organisation is being erased, or was: its credentials are refused */
             410: {
                 headers: {
                     [name: string]: unknown;
@@ -8036,7 +8117,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description NRD-0208: the session was erased; nothing of it is kept, and its id cannot be used again */
+            /** @description NRD-0208: the session was erased; nothing of it is kept, and its id cannot be used again; NRD-0210: the organisation is being erased, or was: its credentials are refused */
             410: {
                 headers: {
                     [name: string]: unknown;
@@ -8120,6 +8201,15 @@ export interface operations {
             };
             /** @description NRD-0102: no `executor` role, or the `executors` claim does not name this id */
             403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description NRD-0210: the organisation is being erased, or was: its credentials are refused */
+            410: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -8221,6 +8311,15 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
+            /** @description NRD-0210: the organisation is being erased, or was: its credentials are refused */
+            410: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
             /** @description NRD-0604: the organisation has as many client executors attached as it may (attachedExecutors) */
             429: {
                 headers: {
@@ -8310,6 +8409,15 @@ export interface operations {
             };
             /** @description NRD-0401: the lease was superseded or lapsed */
             409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description NRD-0210: the organisation is being erased, or was: its credentials are refused */
+            410: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -8505,6 +8613,15 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
+            /** @description NRD-0210: the organisation is being erased, or was: its credentials are refused */
+            410: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
             /** @description NRD-0006: the body exceeds the server's limit */
             413: {
                 headers: {
@@ -8563,6 +8680,15 @@ export interface operations {
             };
             /** @description NRD-0102: no `admin` role */
             403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description NRD-0210: the organisation is being erased, or was: its credentials are refused */
+            410: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -8642,6 +8768,15 @@ export interface operations {
             };
             /** @description NRD-0207: this organisation registered the name before */
             409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description NRD-0210: the organisation is being erased, or was: its credentials are refused */
+            410: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -8742,6 +8877,15 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
+            /** @description NRD-0210: the organisation is being erased, or was: its credentials are refused */
+            410: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
             /** @description NRD-0006: the body exceeds the server's limit */
             413: {
                 headers: {
@@ -8821,6 +8965,15 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
+            /** @description NRD-0210: the organisation is being erased, or was: its credentials are refused */
+            410: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
             /** @description NRD-0001: the server failed; report the x-request-id */
             500: {
                 headers: {
@@ -8870,6 +9023,15 @@ export interface operations {
             };
             /** @description NRD-0102: the credential's role lacks the permission */
             403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description NRD-0210: the organisation is being erased, or was: its credentials are refused */
+            410: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -8947,6 +9109,15 @@ export interface operations {
             };
             /** @description NRD-0102: not role backend, or a token limited to sessions */
             403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description NRD-0210: the organisation is being erased, or was: its credentials are refused */
+            410: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -9043,6 +9214,15 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
+            /** @description NRD-0210: the organisation is being erased, or was: its credentials are refused */
+            410: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
             /** @description NRD-0001: the server failed; report the x-request-id */
             500: {
                 headers: {
@@ -9113,6 +9293,15 @@ export interface operations {
             };
             /** @description NRD-0501: the lease lapsed or was released; stop working on the run */
             409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description NRD-0210: the organisation is being erased, or was: its credentials are refused */
+            410: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -9202,6 +9391,15 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
+            /** @description NRD-0210: the organisation is being erased, or was: its credentials are refused */
+            410: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
             /** @description NRD-0006: the body exceeds the server's limit */
             413: {
                 headers: {
@@ -9274,6 +9472,15 @@ export interface operations {
             };
             /** @description NRD-0102: the credential's role lacks the permission */
             403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description NRD-0210: the organisation is being erased, or was: its credentials are refused */
+            410: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -9360,7 +9567,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description NRD-0208: the session was erased; nothing of it is kept, and its id cannot be used again */
+            /** @description NRD-0208: the session was erased; nothing of it is kept, and its id cannot be used again; NRD-0210: the organisation is being erased, or was: its credentials are refused */
             410: {
                 headers: {
                     [name: string]: unknown;
@@ -9466,7 +9673,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description NRD-0208: the session was erased; nothing of it is kept, and its id cannot be used again */
+            /** @description NRD-0208: the session was erased; nothing of it is kept, and its id cannot be used again; NRD-0210: the organisation is being erased, or was: its credentials are refused */
             410: {
                 headers: {
                     [name: string]: unknown;
@@ -9669,7 +9876,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description NRD-0208: the session was erased; nothing of it is kept, and its id cannot be used again */
+            /** @description NRD-0208: the session was erased; nothing of it is kept, and its id cannot be used again; NRD-0210: the organisation is being erased, or was: its credentials are refused */
             410: {
                 headers: {
                     [name: string]: unknown;
@@ -9773,7 +9980,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description NRD-0208: the session was erased; nothing of it is kept, and its id cannot be used again */
+            /** @description NRD-0208: the session was erased; nothing of it is kept, and its id cannot be used again; NRD-0210: the organisation is being erased, or was: its credentials are refused */
             410: {
                 headers: {
                     [name: string]: unknown;
@@ -9885,7 +10092,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description NRD-0208: the session was erased; nothing of it is kept, and its id cannot be used again */
+            /** @description NRD-0208: the session was erased; nothing of it is kept, and its id cannot be used again; NRD-0210: the organisation is being erased, or was: its credentials are refused */
             410: {
                 headers: {
                     [name: string]: unknown;
@@ -9997,7 +10204,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description NRD-0208: the session was erased; nothing of it is kept, and its id cannot be used again */
+            /** @description NRD-0208: the session was erased; nothing of it is kept, and its id cannot be used again; NRD-0210: the organisation is being erased, or was: its credentials are refused */
             410: {
                 headers: {
                     [name: string]: unknown;
@@ -10103,7 +10310,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description NRD-0208: the session was erased; nothing of it is kept, and its id cannot be used again */
+            /** @description NRD-0208: the session was erased; nothing of it is kept, and its id cannot be used again; NRD-0210: the organisation is being erased, or was: its credentials are refused */
             410: {
                 headers: {
                     [name: string]: unknown;
@@ -10189,7 +10396,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description NRD-0208: the session was erased; nothing of it is kept, and its id cannot be used again */
+            /** @description NRD-0208: the session was erased; nothing of it is kept, and its id cannot be used again; NRD-0210: the organisation is being erased, or was: its credentials are refused */
             410: {
                 headers: {
                     [name: string]: unknown;
@@ -10308,7 +10515,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description NRD-0208: the session was erased; nothing of it is kept, and its id cannot be used again */
+            /** @description NRD-0208: the session was erased; nothing of it is kept, and its id cannot be used again; NRD-0210: the organisation is being erased, or was: its credentials are refused */
             410: {
                 headers: {
                     [name: string]: unknown;
@@ -10407,7 +10614,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description NRD-0208: the session was erased; nothing of it is kept, and its id cannot be used again */
+            /** @description NRD-0208: the session was erased; nothing of it is kept, and its id cannot be used again; NRD-0210: the organisation is being erased, or was: its credentials are refused */
             410: {
                 headers: {
                     [name: string]: unknown;

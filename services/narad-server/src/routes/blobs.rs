@@ -504,8 +504,13 @@ pub async fn download(
     State(state): State<AppState>,
     crate::signature::StreamCaller(principal): crate::signature::StreamCaller,
     Path(blob_id): Path<String>,
+    mut query: Query,
     headers: HeaderMap,
 ) -> ApiResult<Response> {
+    // Its one parameter is the ticket, read by the caller's extractor; the
+    // query is still read like every other (malformed text, unknown names).
+    let _ = query.text(super::tickets::PARAMETER);
+    query.finish()?;
     principal.require(Permission::Read)?;
     let tenant = principal.tenant.clone();
     let blob = state

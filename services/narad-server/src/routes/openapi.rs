@@ -1104,10 +1104,16 @@ fn complete_operation(op: &mut Value, names_session: bool) {
             "NRD-0901: the database cannot be reached; retry with backoff",
         );
     }
-    if reads_session {
-        responses.entry("410").or_insert_with(|| {
-            json!({"description": "NRD-0208: the session was erased; nothing of it is kept, and its id cannot be used again"})
-        });
+    // Every credential of an organisation whose erasure was asked for is
+    // refused; a route that reads a session is also refused for an erased
+    // session.
+    let closed = "NRD-0210: the organisation is being erased, or was: its credentials are refused";
+    let erased = "NRD-0208: the session was erased; nothing of it is kept, and its id cannot be used again";
+    match (secured, reads_session) {
+        (true, true) => add("410", &format!("{erased}; {closed}")),
+        (true, false) => add("410", closed),
+        (false, true) => add("410", erased),
+        (false, false) => {}
     }
     if let Some(description) = limited {
         responses.entry("429").or_insert_with(|| {
