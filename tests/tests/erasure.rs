@@ -69,6 +69,18 @@ async fn rows_left(db: &tokio_postgres::Client, tenant: &str, session: &str) -> 
     left
 }
 
+/// The sessions a retention preview lists, sorted.
+fn due(preview: &Value) -> Vec<&str> {
+    let mut due: Vec<&str> = preview["due"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["sessionId"].as_str().unwrap())
+        .collect();
+    due.sort_unstable();
+    due
+}
+
 async fn wait_for(what: &str, seconds: u64, mut check: impl AsyncFnMut() -> bool) {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(seconds);
     while !check().await {
@@ -457,14 +469,7 @@ async fn retention_lists_what_is_due_then_erases_it() {
         .get("/v1/admin/tenants/acme/retention?days=2", &acme)
         .await;
     let staged = staged.expect(200).clone();
-    let mut due: Vec<&str> = staged["due"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|d| d["sessionId"].as_str().unwrap())
-        .collect();
-    due.sort_unstable();
-    assert_eq!(due, ["archived", "idle"], "{staged}");
+    assert_eq!(due(&staged), ["archived", "idle"], "{staged}");
     assert_eq!(
         (&staged["retentionDays"], &staged["previewDays"]),
         (&Value::Null, &json!(2))
@@ -498,14 +503,7 @@ async fn retention_lists_what_is_due_then_erases_it() {
     for _ in 0..2 {
         let preview = s.get("/v1/admin/tenants/acme/retention", &acme).await;
         let preview = preview.expect(200).clone();
-        let mut due: Vec<&str> = preview["due"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|d| d["sessionId"].as_str().unwrap())
-            .collect();
-        due.sort_unstable();
-        assert_eq!(due, ["archived", "idle"], "{preview}");
+        assert_eq!(due(&preview), ["archived", "idle"], "{preview}");
         assert_eq!(preview["retentionDays"], 2);
         for id in ["archived", "idle", "fresh"] {
             assert_eq!(

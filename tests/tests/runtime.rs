@@ -49,18 +49,19 @@ fn event(kind: &str, root: &str, run: &str, fields: Value) -> Value {
     e
 }
 
-/// Creates a session and starts run `run` in it for the runtimes.
+/// Creates a session and starts run `run` in it for the runtimes, with
+/// `runtime`; with `Value::Null`, bare, for whatever backend drives it.
 async fn queued_run(s: &Server, jwt: &str, session: &str, run: &str, runtime: Value) {
     s.post("/v1/sessions", jwt, &json!({ "sessionId": session }))
         .await
         .expect(201);
-    s.post(
-        "/v1/commands/start-run",
-        jwt,
-        &json!({"sessionId": session, "runId": run, "runtime": runtime}),
-    )
-    .await
-    .expect(201);
+    let mut start = json!({"sessionId": session, "runId": run});
+    if !runtime.is_null() {
+        start["runtime"] = runtime;
+    }
+    s.post("/v1/commands/start-run", jwt, &start)
+        .await
+        .expect(201);
 }
 
 async fn claim(s: &Server, jwt: &str, body: Value) -> Option<Value> {
@@ -158,16 +159,7 @@ async fn a_claim_hands_out_the_run_and_its_lease_fences_every_append() {
     let jwt = backend("acme");
     queued_run(&s, &jwt, "s1", "r1", json!({})).await;
     // A run started without `runtime` is its backend's, not the queue's.
-    s.post("/v1/sessions", &jwt, &json!({"sessionId": "s2"}))
-        .await
-        .expect(201);
-    s.post(
-        "/v1/commands/start-run",
-        &jwt,
-        &json!({"sessionId": "s2", "runId": "r2"}),
-    )
-    .await
-    .expect(201);
+    queued_run(&s, &jwt, "s2", "r2", Value::Null).await;
 
     let c = claim(&s, &jwt, json!({})).await.expect("the queued run");
     assert_eq!(c["runId"], "r1");
@@ -1417,16 +1409,7 @@ async fn a_stopped_run_nothing_drives_is_closed_after_the_grace() {
     .await;
     let jwt = backend("acme");
     // Nothing drives r1; it had a backend tool call open.
-    s.post("/v1/sessions", &jwt, &json!({"sessionId": "s1"}))
-        .await
-        .expect(201);
-    s.post(
-        "/v1/commands/start-run",
-        &jwt,
-        &json!({"sessionId": "s1", "runId": "r1"}),
-    )
-    .await
-    .expect(201);
+    queued_run(&s, &jwt, "s1", "r1", Value::Null).await;
     append(
         &s,
         &jwt,

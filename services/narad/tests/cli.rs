@@ -643,7 +643,6 @@ async fn two_processes() -> (
     String,
     reqwest::Client,
 ) {
-    use narad_server::auth::{Role, mint_hs256};
     let db = narad_testkit::TestDatabase::new(&narad_journal::MIGRATOR).await;
     let env = [
         ("NARAD_DATABASE_URL", db.url()),
@@ -651,17 +650,7 @@ async fn two_processes() -> (
     ];
     let a = Served::start(&env).expect("a serves");
     let b = Served::start(&env).expect("b serves");
-    let token = mint_hs256(
-        DEV_SECRET.as_bytes(),
-        "narad",
-        "narad",
-        "acme",
-        "tester",
-        &Role::ALL,
-        std::time::Duration::from_secs(600),
-    )
-    .unwrap();
-    narad_server::auth::install_tls_provider();
+    let token = acme_token();
     (db, a, b, token, reqwest::Client::new())
 }
 
@@ -1189,7 +1178,6 @@ async fn json_logs_name_the_request_on_every_line_of_it() {
 /// before more than the limit is kept (they were read and never used).
 #[tokio::test]
 async fn serve_enforces_the_server_wide_blob_limits() {
-    use narad_server::auth::{Role, mint_hs256};
     let mib = 1024 * 1024;
     let db = narad_testkit::TestDatabase::new(&narad_journal::MIGRATOR).await;
     let served = Served::start(&[
@@ -1199,17 +1187,7 @@ async fn serve_enforces_the_server_wide_blob_limits() {
         ("NARAD_LIMIT_STORED_BYTES", &(6 * mib).to_string()),
     ])
     .expect("serves");
-    let token = mint_hs256(
-        DEV_SECRET.as_bytes(),
-        "narad",
-        "narad",
-        "acme",
-        "tester",
-        &Role::ALL,
-        std::time::Duration::from_secs(600),
-    )
-    .unwrap();
-    narad_server::auth::install_tls_provider();
+    let token = acme_token();
     let http = reqwest::Client::new();
     let base = served.base.clone();
     let answer = |res: reqwest::Response| async move {
@@ -1346,7 +1324,6 @@ fn announce(
 /// hanging.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn serve_on_the_smallest_pool_answers_every_request() {
-    use narad_server::auth::{Role, mint_hs256};
     let needed =
         narad_journal::BACKGROUND_CONNECTIONS + narad_server::config::MIN_REQUEST_CONNECTIONS;
     let db = narad_testkit::TestDatabase::new(&narad_journal::MIGRATOR).await;
@@ -1358,17 +1335,7 @@ async fn serve_on_the_smallest_pool_answers_every_request() {
         ("NARAD_RUNTIME_SWEEP_MS", "50"),
     ])
     .expect("serves");
-    let token = mint_hs256(
-        DEV_SECRET.as_bytes(),
-        "narad",
-        "narad",
-        "acme",
-        "tester",
-        &Role::ALL,
-        std::time::Duration::from_secs(600),
-    )
-    .unwrap();
-    narad_server::auth::install_tls_provider();
+    let token = acme_token();
     let http = reqwest::Client::new();
     let base = served.base.clone();
     // Streams that hold their requests open meanwhile.
@@ -1430,4 +1397,20 @@ async fn serve_on_the_smallest_pool_answers_every_request() {
     }
     drop(streams);
     served.stop();
+}
+
+/// A token of tenant acme with every role, signed by [`DEV_SECRET`], for ten
+/// minutes; the TLS provider installed for the HTTP client.
+fn acme_token() -> String {
+    narad_server::auth::install_tls_provider();
+    narad_server::auth::mint_hs256(
+        DEV_SECRET.as_bytes(),
+        "narad",
+        "narad",
+        "acme",
+        "tester",
+        &narad_server::auth::Role::ALL,
+        std::time::Duration::from_secs(600),
+    )
+    .unwrap()
 }
