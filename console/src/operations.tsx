@@ -89,7 +89,7 @@ export function OperationsPage({ client }: { client: NaradClient }) {
       )}
       {ops !== undefined && (
         <>
-          <section aria-label="Client executors">
+          <section aria-label="Client executors" tabIndex={0}>
             <h2>Client executors</h2>
             {ops.executors.length === 0 ? (
               <p class="quiet">No client executor has attached.</p>
@@ -123,7 +123,7 @@ export function OperationsPage({ client }: { client: NaradClient }) {
               </table>
             )}
           </section>
-          <section aria-label="Runtime queues">
+          <section aria-label="Runtime queues" tabIndex={0}>
             <h2>Runtime queues</h2>
             {ops.queues.length === 0 ? (
               <p class="quiet">No queued work.</p>
@@ -156,7 +156,7 @@ export function OperationsPage({ client }: { client: NaradClient }) {
               </table>
             )}
           </section>
-          <section aria-label="Held runs">
+          <section aria-label="Held runs" tabIndex={0}>
             <h2>Runs held by runtimes</h2>
             {ops.claims.length === 0 ? (
               <p class="quiet">No runtime holds a run.</p>

@@ -251,6 +251,7 @@ test("the console: sign in, watch, say, approve, stop, survive a SIGKILL", { tim
     // from there (a run no backend takes would never end).
     const start = page.locator("form.start-run");
     await start.getByLabel("Queue").fill("console-queue");
+    await picture(page, "console-start-run");
     await start.getByRole("button", { name: "Start run" }).click();
     await page.getByRole("button", { name: "Stop run" }).waitFor({ timeout: 20_000 });
     await picture(page, "console-started-on-a-queue");
