@@ -1108,7 +1108,8 @@ fn complete_operation(op: &mut Value, names_session: bool) {
     // refused; a route that reads a session is also refused for an erased
     // session.
     let closed = "NRD-0210: the organisation is being erased, or was: its credentials are refused";
-    let erased = "NRD-0208: the session was erased; nothing of it is kept, and its id cannot be used again";
+    let erased =
+        "NRD-0208: the session was erased; nothing of it is kept, and its id cannot be used again";
     match (secured, reads_session) {
         (true, true) => add("410", &format!("{erased}; {closed}")),
         (true, false) => add("410", closed),
