@@ -181,7 +181,7 @@ impl Journal {
 
     /// Asks for `tenant`'s erasure (again, if it finished before): the
     /// sweeper erases its sessions in batches. From its commit no session
-    /// is created for the tenant ([`admit_session`]).
+    /// is created for the tenant (see `admit_session`).
     pub async fn request_tenant_erasure(
         &self,
         tenant: &TenantId,
