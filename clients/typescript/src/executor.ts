@@ -142,7 +142,11 @@ export class Executor {
     this.store = options.store ?? new MemoryTokenStore();
     const ws = options.WebSocket ?? globalThis.WebSocket;
     if (!ws) {
-      throw new Error("no WebSocket here: pass ExecutorOptions.WebSocket");
+      throw new Error(
+        "this runtime has no global WebSocket (Node 20 has one only with --experimental-websocket; " +
+          "Node 22 and browsers have one): pass ExecutorOptions.WebSocket, e.g. the `ws` package's " +
+          "WebSocket, or run node with --experimental-websocket",
+      );
     }
     this.WS = ws;
   }

@@ -106,3 +106,18 @@ test("a Node executor runs a call once; its replacement never reruns an accepted
     "one finish per call",
   );
 });
+
+test("without a WebSocket, the executor says what to pass or how to run node", () => {
+  const client = new NaradClient({ servers: "http://127.0.0.1:1", token: "t" });
+  const global = globalThis as { WebSocket?: typeof WebSocket };
+  const saved = global.WebSocket;
+  delete global.WebSocket;
+  try {
+    assert.throws(
+      () => new Executor(client, { id: "desk", tools: {} }),
+      /ExecutorOptions\.WebSocket.*--experimental-websocket/s,
+    );
+  } finally {
+    if (saved !== undefined) global.WebSocket = saved;
+  }
+});
