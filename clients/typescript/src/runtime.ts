@@ -39,6 +39,13 @@ export interface RuntimeOptions {
   concurrency?: number;
   /** How long one claim waits for a run, in ms (default 20,000; at most 30,000). */
   waitMs?: number;
+  /**
+   * Told of every handler that throws, with its claim (default: a line on
+   * `console.error`). The run is not released: its lease lapses and the
+   * run's `onLost` policy applies (another runtime retries it, or the
+   * server ends it `run.error`).
+   */
+  onError?: (error: unknown, claim: Claim) => void;
 }
 
 /**
@@ -47,8 +54,9 @@ export interface RuntimeOptions {
  * its controls (a stop reaches the handler within about a second through
  * `signal` and `stopRequested()`), and releases a run when its handler
  * returns, with `handledThrough` = the last sessionSequence the handler
- * read or wrote. A handler that throws is not released: its lease lapses
- * and the run's `onLost` policy applies.
+ * read or wrote. A handler that throws is reported (`onError`, or a line
+ * on `console.error`) and not released: its lease lapses and the run's
+ * `onLost` policy applies.
  */
 export class Runtime {
   private stopped = false;
@@ -173,8 +181,22 @@ export class Runtime {
       if (!lost) {
         await this.client.request("POST", `${lease}/release`, { body: { handledThrough } });
       }
-    } catch {
+    } catch (error) {
       // Not released: the lease lapses and the run's onLost policy applies.
+      // Said, never swallowed.
+      const report =
+        this.options.onError ??
+        ((e: unknown, c: Claim) =>
+          console.error(
+            `narad runtime: the handler of run ${c.runId} (session ${c.sessionId}) failed; its lease is ` +
+              `left to lapse and the run's onLost policy applies:`,
+            e,
+          ));
+      try {
+        report(error, claim);
+      } catch (hook) {
+        console.error("narad runtime: onError threw", hook);
+      }
     } finally {
       done = true;
       await keeper;

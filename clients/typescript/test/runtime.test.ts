@@ -73,3 +73,52 @@ test("a runtime claims a queued run, answers, finishes and releases it; a stop r
     await running;
   }
 });
+
+test("a handler that throws is reported to onError, or logged, never swallowed", async () => {
+  const narad = new NaradClient({ servers: url, token });
+  const queue = `q-${Date.now()}-${Math.random().toString(36).slice(2)}`;
+  const reported: [unknown, string][] = [];
+  const runtime = new Runtime(narad, {
+    queue,
+    waitMs: 1000,
+    handler: async () => {
+      throw new Error("the model provider is down");
+    },
+    onError: (error, claim) => reported.push([error, claim.runId]),
+  });
+  const running = runtime.run();
+  try {
+    const session = await narad.createSession({});
+    await narad.command("start-run", { sessionId: session.sessionId, runId: "fails", runtime: { queue } });
+    await until("the failure reported", async () => (reported.length > 0 ? true : undefined));
+    assert.equal(reported[0]![1], "fails");
+    assert.match(String(reported[0]![0]), /the model provider is down/);
+  } finally {
+    runtime.stop();
+    await running;
+  }
+
+  // Without a hook: a line on console.error naming the run.
+  const logged: unknown[][] = [];
+  const original = console.error;
+  console.error = (...args: unknown[]) => void logged.push(args);
+  const quiet = new Runtime(narad, {
+    queue: `${queue}-2`,
+    waitMs: 1000,
+    handler: async () => {
+      throw new Error("boom");
+    },
+  });
+  const serving = quiet.run();
+  try {
+    const session = await narad.createSession({});
+    await narad.command("start-run", { sessionId: session.sessionId, runId: "logged", runtime: { queue: `${queue}-2` } });
+    await until("the failure logged", async () => (logged.length > 0 ? true : undefined));
+  } finally {
+    console.error = original;
+    quiet.stop();
+    await serving;
+  }
+  assert.match(String(logged[0]![0]), /run logged .*failed/);
+  assert.match(String(logged[0]![1]), /boom/);
+});
