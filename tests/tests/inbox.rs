@@ -1,6 +1,7 @@
 //! The approvals inbox (`GET /v1/interrupts`): every open interrupt of the
-//! tenant, the longest waiting first, paged; resolved ones leave it; a token
-//! limited to sessions sees only theirs; another tenant sees none.
+//! tenant (or of one session), the longest waiting first, paged; resolved
+//! ones leave it; a token limited to sessions sees only theirs; another
+//! tenant sees none.
 
 use narad_server::auth::Role;
 use narad_tests::*;
@@ -83,6 +84,17 @@ async fn the_inbox_lists_open_interrupts_oldest_first() {
         .get("/v1/interrupts", &token("other", &[Role::Reader]))
         .await;
     assert!(ids(other.expect(200)).is_empty());
+
+    // One session's: its open interrupts alone (none once resolved); a
+    // token limited to other sessions is refused that filter.
+    let one = s.get("/v1/interrupts?sessionId=s-c", &t).await;
+    assert_eq!(ids(one.expect(200)), ["i-3"]);
+    let resolved = s.get("/v1/interrupts?sessionId=s-b", &t).await;
+    assert!(ids(resolved.expect(200)).is_empty());
+    let elsewhere = s
+        .get("/v1/interrupts?sessionId=s-a", &hs256(&limited))
+        .await;
+    assert_eq!((elsewhere.status, elsewhere.code()), (403, "NRD-0102"));
 
     // Bad paging is a client error naming the parameter.
     let bad = s.get("/v1/interrupts?after=nonsense", &t).await;

@@ -401,9 +401,15 @@ async def test_approve_waits_for_the_resolution_and_answers_the_decision(client:
         assert requested["message"] == "Delete the logs?" and requested["title"] == "Delete"
         await asyncio.sleep(0.5)
         assert decisions == []  # still waiting
+        # A person finds it among the session's open interrupts.
+        waiting = [i async for i in client.open_interrupts(session_id=session)]
+        assert [(i.session_id, i.interrupt_id) for i in waiting] == [
+            (session, requested["interruptId"])
+        ]
         await client.resolve_interrupt(session, requested["interruptId"], "deny")
         events = await wait_history(client, session, has("run.finished", runId=run))
     assert decisions == ["deny"]
+    assert [i async for i in client.open_interrupts(session_id=session)] == []
     tail = types(events)[types(events).index("interrupt.resolved") :]
     assert tail[:2] == ["interrupt.resolved", "run.resumed"]
     assert of_type(events, "run.resumed")[0]["waitId"] == requested["waitId"]

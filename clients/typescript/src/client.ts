@@ -191,10 +191,6 @@ export class NaradClient {
   }
 
   /**
-   * The tenant's open interrupts (requested, not yet resolved) across its
-   * sessions, the longest waiting first: an approvals inbox, page by page.
-   */
-  /**
    * Uploads bytes as a blob of a session: answers its reference (`uri`,
    * `narad://blobs/{blobId}`, for `attachment.added` / `artifact.added`),
    * size and SHA-256. With `attachmentId`, the server also adds it to the
@@ -242,7 +238,12 @@ export class NaradClient {
     return (this.serversInTurn()[0] as string) + ticket.url;
   }
 
-  async *openInterrupts(query: { limit?: number } = {}): AsyncGenerator<OpenInterrupt> {
+  /**
+   * The open interrupts (requested, not yet resolved), the longest waiting
+   * first, page by page: the tenant's (an approvals inbox), or one
+   * session's with `sessionId`.
+   */
+  async *openInterrupts(query: { limit?: number; sessionId?: string } = {}): AsyncGenerator<OpenInterrupt> {
     let after: string | undefined;
     do {
       const page: InterruptPage = await this.request("GET", "/v1/interrupts", {

@@ -218,3 +218,36 @@ test("a blob goes up and comes back, whole and in part, and a person attaches on
     (e: unknown) => e instanceof NaradError && e.code === "NRD-0209",
   );
 });
+
+test("open interrupts, the tenant's or one session's, until resolved", async () => {
+  const narad = new NaradClient({ servers: url, token });
+  const sessions: string[] = [];
+  for (const n of [1, 2]) {
+    const { sessionId } = await narad.createSession({});
+    sessions.push(sessionId);
+    const runId = `run-${n}`;
+    await narad.command("start-run", { sessionId, runId });
+    const run = { protocolVersion: "narad/v1" as const, rootRunId: runId, runId };
+    await narad.appendEvents(sessionId, [
+      { ...run, type: "interrupt.requested", eventId: `${sessionId}-i`, interruptId: `${sessionId}-ask`, waitId: `${sessionId}-w`, kind: "approval", actions: ["approve", "deny"] },
+      { ...run, type: "run.paused", eventId: `${sessionId}-p`, waitId: `${sessionId}-w`, interruptId: `${sessionId}-ask`, reason: "narad.approval", resumeMode: "command" },
+    ]);
+  }
+  const [first, second] = sessions as [string, string];
+  const ids = async (query: { sessionId?: string }) => {
+    const found: string[] = [];
+    for await (const i of narad.openInterrupts(query)) found.push(i.interruptId);
+    return found;
+  };
+  assert.deepEqual(await ids({ sessionId: first }), [`${first}-ask`]);
+  const all = await ids({});
+  assert.ok(all.includes(`${first}-ask`) && all.includes(`${second}-ask`), JSON.stringify(all));
+  // Expired by the backend (a person's decision needs the approver role).
+  const run = { protocolVersion: "narad/v1" as const, rootRunId: "run-1", runId: "run-1" };
+  await narad.appendEvents(first, [
+    { ...run, type: "interrupt.resolved", eventId: `${first}-r`, interruptId: `${first}-ask`, waitId: `${first}-w`, decision: "expired" },
+    { ...run, type: "run.resumed", eventId: `${first}-u`, waitId: `${first}-w` },
+  ]);
+  assert.deepEqual(await ids({ sessionId: first }), []);
+  assert.deepEqual(await ids({ sessionId: second }), [`${second}-ask`]);
+});

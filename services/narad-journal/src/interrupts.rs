@@ -66,6 +66,7 @@ impl Journal {
     pub async fn open_interrupts(
         &self,
         tenant: &TenantId,
+        session: Option<&str>,
         after: Option<&InterruptCursor>,
         limit: u32,
     ) -> Result<Vec<(OpenInterrupt, InterruptCursor)>, JournalError> {
@@ -81,6 +82,7 @@ impl Journal {
                      join events ev on ev.tenant_id = e.tenant_id and ev.session_id = e.session_id \
                        and ev.type = 'interrupt.requested' and ev.body ->> 'interruptId' = e.id \
                      where e.tenant_id = $1 and e.kind = 'interrupt' and e.state ->> 'decision' is null \
+                       and ($6::text is null or e.session_id = $6) \
                        and ($2::bigint is null or \
                          ((extract(epoch from ev.recorded_at) * 1000000)::bigint, ev.session_id, ev.session_sequence) \
                            > ($2, $4, $3)) \
@@ -96,6 +98,7 @@ impl Journal {
                         &after.map(|a| a.session_sequence),
                         &after.map(|a| a.session_id.as_str()),
                         &i64::from(limit),
+                        &session,
                     ],
                 )
                 .await?;

@@ -12,7 +12,14 @@ from urllib.parse import quote
 import httpx
 
 from .errors import NaradError, error_of
-from .models import Appended, SessionPage, SessionRecord, StreamTicket
+from .models import (
+    Appended,
+    InterruptPage,
+    OpenInterrupt,
+    SessionPage,
+    SessionRecord,
+    StreamTicket,
+)
 
 Event = dict[str, Any]
 """An event as it travels: a JSON object (``type``, ``eventId``, sequences, fields)."""
@@ -307,6 +314,25 @@ class Client:
                 more = page.next_session_sequence is not None
                 cursor = page.next_session_sequence or cursor
             if not more or not page.events:
+                return
+
+    async def open_interrupts(
+        self, *, session_id: str | None = None, limit: int | None = None
+    ) -> AsyncIterator[OpenInterrupt]:
+        """The open interrupts (requested, not yet resolved), the longest waiting
+        first, page by page: the tenant's, or one session's with ``session_id``."""
+        after: str | None = None
+        while True:
+            got = await self.request(
+                "GET",
+                "/v1/interrupts",
+                params={"sessionId": session_id, "limit": limit, "after": after},
+            )
+            page = InterruptPage.model_validate(got)
+            for interrupt in page.interrupts:
+                yield interrupt
+            after = page.next_after
+            if after is None:
                 return
 
     # --- commands ----------------------------------------------------------

@@ -617,8 +617,8 @@ export interface paths {
         };
         /**
          * Lists the tenant's open interrupts (requested, not yet resolved) across
-         *     its sessions, the longest waiting first: an approvals inbox. A token
-         *     limited to sessions sees only theirs.
+         *     its sessions, or one session's (`sessionId`), the longest waiting first:
+         *     an approvals inbox. A token limited to sessions sees only theirs.
          */
         get: operations["listOpenInterrupts"];
         put?: never;
@@ -8922,6 +8922,8 @@ export interface operations {
                 after?: string & unknown;
                 /** @description The page size (default 100) */
                 limit?: number;
+                /** @description Only this session's open interrupts */
+                sessionId?: string;
             };
             header?: never;
             path?: never;
@@ -8956,7 +8958,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description NRD-0102: the credential's role lacks the permission */
+            /** @description NRD-0102: no `reader` role, or `sessionId` names a session the token is not limited to */
             403: {
                 headers: {
                     [name: string]: unknown;

@@ -28,16 +28,18 @@ pub struct InterruptPage {
 }
 
 /// Lists the tenant's open interrupts (requested, not yet resolved) across
-/// its sessions, the longest waiting first: an approvals inbox. A token
-/// limited to sessions sees only theirs.
+/// its sessions, or one session's (`sessionId`), the longest waiting first:
+/// an approvals inbox. A token limited to sessions sees only theirs.
 #[utoipa::path(get, path = "/v1/interrupts", operation_id = "listOpenInterrupts", tag = "sessions",
     params(
         ("after" = Option<String>, Query, pattern = r"^[0-9]{1,18}\.[0-9]{1,18}\..+$", description = "The `nextAfter` of the previous page (opaque)"),
         ("limit" = Option<u32>, Query, minimum = 1, maximum = 500, description = "The page size (default 100)"),
+        ("sessionId" = Option<String>, Query, min_length = 1, max_length = 256, description = "Only this session's open interrupts"),
     ),
     responses(
         (status = 200, description = "A page of open interrupts", body = InterruptPage),
         (status = 400, description = "NRD-0008: `after` is not a cursor this route gave out, or `limit` is out of range"),
+        (status = 403, description = "NRD-0102: no `reader` role, or `sessionId` names a session the token is not limited to"),
     ),
     security(("bearer" = [])))]
 pub async fn open(
@@ -48,7 +50,11 @@ pub async fn open(
     principal.require(Permission::Read)?;
     let after = query.text("after");
     let limit = page_limit(query.number("limit")?, INTERRUPT_PAGE)?;
+    let session = query.text("sessionId");
     query.finish()?;
+    if let Some(session) = &session {
+        principal.require_session(session)?;
+    }
     let after = match after.as_deref() {
         None => None,
         Some(text) => Some(InterruptCursor::parse(text).ok_or_else(|| {
@@ -61,7 +67,12 @@ pub async fn open(
     };
     let mut page = state
         .journal
-        .open_interrupts(&principal.tenant, after.as_ref(), limit + 1)
+        .open_interrupts(
+            &principal.tenant,
+            session.as_deref(),
+            after.as_ref(),
+            limit + 1,
+        )
         .await?;
     let next_after = if page.len() > limit as usize {
         page.truncate(limit as usize);
