@@ -95,6 +95,13 @@ async fn the_inbox_lists_open_interrupts_oldest_first() {
         .get("/v1/interrupts?sessionId=s-a", &hs256(&limited))
         .await;
     assert_eq!((elsewhere.status, elsewhere.code()), (403, "NRD-0102"));
+    let empty = s.get("/v1/interrupts?sessionId=", &t).await;
+    assert_eq!((empty.status, empty.code()), (400, "NRD-0008"));
+    assert!(
+        empty.body["fields"].get("sessionId").is_some(),
+        "{}",
+        empty.body
+    );
 
     // Bad paging is a client error naming the parameter.
     let bad = s.get("/v1/interrupts?after=nonsense", &t).await;
