@@ -69,6 +69,19 @@ async fn rows_left(db: &tokio_postgres::Client, tenant: &str, session: &str) -> 
     left
 }
 
+/// The sessions `tenant` holds in the database (row-level security aside).
+async fn sessions_held(s: &Server, tenant: &str) -> i64 {
+    admin_db(s)
+        .await
+        .query_one(
+            "select count(*) from sessions where tenant_id = $1",
+            &[&tenant],
+        )
+        .await
+        .unwrap()
+        .get(0)
+}
+
 /// The sessions a retention preview lists, sorted.
 fn due(preview: &Value) -> Vec<&str> {
     let mut due: Vec<&str> = preview["due"]
@@ -264,16 +277,7 @@ async fn a_tenant_is_erased_in_batches_and_resumes_after_a_crash() {
     let status = s.get("/v1/admin/tenants/acme/erasure", &operator).await;
     // 40 by the crashed process, the other 91 by the sweeper.
     assert_eq!(status.expect(200)["sessionsErased"], 131);
-    let left: i64 = admin_db(&s)
-        .await
-        .query_one(
-            "select count(*) from sessions where tenant_id = 'acme'",
-            &[],
-        )
-        .await
-        .unwrap()
-        .get(0);
-    assert_eq!(left, 0);
+    assert_eq!(sessions_held(&s, "acme").await, 0);
     // Its credentials are refused from then on.
     let listed = s.get("/v1/sessions", &acme).await;
     assert_eq!((listed.status, listed.code()), (410, "NRD-0210"));
@@ -398,16 +402,11 @@ async fn an_organisation_being_erased_writes_nothing_more() {
             == "erased"
     })
     .await;
-    let db = admin_db(&s).await;
-    let left: i64 = db
-        .query_one(
-            "select count(*) from sessions where tenant_id = 'acme'",
-            &[],
-        )
-        .await
-        .unwrap()
-        .get(0);
-    assert_eq!(left, 0, "sessions of acme outlived its erasure");
+    assert_eq!(
+        sessions_held(&s, "acme").await,
+        0,
+        "sessions of acme outlived its erasure"
+    );
     // And it stays closed: erased is not reopened.
     let after = other
         .post("/v1/sessions", &acme, &json!({"sessionId": "after"}))
