@@ -339,6 +339,15 @@ pub fn percent_decode(raw: &[u8]) -> Vec<u8> {
     out
 }
 
+/// A parameter (path, query or header) read as its type: the type's own
+/// refusal becomes 400 `NRD-0008` naming the parameter.
+pub fn parameter<T, E: std::fmt::Display>(name: &str, parsed: Result<T, E>) -> Result<T, ApiError> {
+    parsed.map_err(|e| {
+        ApiError::new(ErrorCode::InvalidParameter, format!("{name}: {e}"))
+            .with_field(name, e.to_string())
+    })
+}
+
 fn invalid(name: &str, problem: &str) -> ApiError {
     ApiError::new(
         ErrorCode::InvalidParameter,

@@ -14,10 +14,9 @@ use std::collections::HashSet;
 use std::sync::{Arc, RwLock, Weak};
 use std::time::Duration;
 
-use narad_journal::{Journal, TenantId};
-use narad_protocol::ErrorCode;
+use narad_journal::{Journal, JournalError, TenantId};
 
-use crate::error::{ApiError, ApiResult};
+use crate::error::ApiResult;
 
 /// How often a replica reads the list again: another replica's erasure
 /// request closes an organisation here within this.
@@ -74,12 +73,6 @@ impl ClosedTenants {
         if closed.is_empty() || !closed.contains(tenant.as_str()) {
             return Ok(());
         }
-        Err(ApiError::new(
-            ErrorCode::OrganisationErased,
-            format!(
-                "organisation {tenant} is being erased, or was: its credentials are refused and \
-                 nothing more is written for it"
-            ),
-        ))
+        Err(JournalError::TenantClosed(tenant.to_string()).into())
     }
 }

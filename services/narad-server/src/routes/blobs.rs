@@ -209,15 +209,14 @@ async fn store_upload(
         None => None,
         Some(id) => {
             principal.require(Permission::Command)?;
-            narad_protocol::primitives::AttachmentId::new(id.clone()).map_err(|e| {
-                ApiError::new(ErrorCode::InvalidParameter, format!("attachmentId: {e}"))
-                    .with_field("attachmentId", e)
-            })?;
-            let session = narad_protocol::primitives::SessionId::new(session_id.to_owned())
-                .map_err(|e| {
-                    ApiError::new(ErrorCode::InvalidParameter, format!("sessionId: {e}"))
-                        .with_field("sessionId", e)
-                })?;
+            crate::body::parameter(
+                "attachmentId",
+                narad_protocol::primitives::AttachmentId::new(id.clone()),
+            )?;
+            let session = crate::body::parameter(
+                "sessionId",
+                narad_protocol::primitives::SessionId::new(session_id.to_owned()),
+            )?;
             Some(principal.caller().authorize(&session)?)
         }
     };

@@ -56,10 +56,7 @@ pub async fn append(
                 .to_owned(),
         ),
     };
-    let session = SessionId::new(session_id).map_err(|e| {
-        ApiError::new(ErrorCode::InvalidParameter, format!("sessionId: {e}"))
-            .with_field("sessionId", e)
-    })?;
+    let session = crate::body::parameter("sessionId", SessionId::new(session_id))?;
     let (events, expected_session_sequence) = batch(body).inspect_err(|_| {
         crate::metrics::append_refused(ErrorCode::InvalidObject);
     })?;

@@ -53,13 +53,10 @@ pub async fn open(
     let session = query.text("sessionId");
     query.finish()?;
     if let Some(session) = &session {
-        narad_protocol::primitives::SessionId::new(session.clone()).map_err(|e| {
-            ApiError::new(
-                narad_protocol::ErrorCode::InvalidParameter,
-                format!("query parameter sessionId: {e}"),
-            )
-            .with_field("sessionId", e)
-        })?;
+        crate::body::parameter(
+            "sessionId",
+            narad_protocol::primitives::SessionId::new(session.clone()),
+        )?;
         principal.require_session(session)?;
     }
     let after = match after.as_deref() {
