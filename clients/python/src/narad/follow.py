@@ -25,6 +25,7 @@ import asyncio
 import json
 from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any, Literal
 from urllib.parse import quote
 
@@ -33,6 +34,14 @@ import httpx
 from .client import Client, Event
 from .errors import NaradError, error_of
 from .sse import SseParser
+from .typed import (
+    AnyEvent,
+    AnyHydrateRecord,
+    AnyWatchEvent,
+    parse_event,
+    parse_hydrate,
+    parse_watch,
+)
 
 FrameKind = Literal["capabilities", "authority", "watch", "hydrate", "replay-gap", "session-erased"]
 
@@ -52,6 +61,26 @@ class Frame:
     data: dict[str, Any]
     id: str | None = None
     from_history: bool = field(default=False)
+
+    @cached_property
+    def event(self) -> AnyEvent | None:
+        """An ``authority`` frame's event as its typed model (``None`` for other kinds).
+
+        ``event.type`` narrows it: ``if event.type == "message.text.delta":
+        event.delta``. Raises pydantic's ``ValidationError`` for an event
+        this package's models do not know; :attr:`data` has it as JSON.
+        """
+        return parse_event(self.data) if self.kind == "authority" else None
+
+    @cached_property
+    def watch(self) -> AnyWatchEvent | None:
+        """A ``watch`` frame's event as its typed model (``None`` for other kinds)."""
+        return parse_watch(self.data) if self.kind == "watch" else None
+
+    @cached_property
+    def hydrate(self) -> AnyHydrateRecord | None:
+        """A ``hydrate`` frame's record as its typed model (``None`` for other kinds)."""
+        return parse_hydrate(self.data) if self.kind == "hydrate" else None
 
 
 class _FillInterrupted(Exception):

@@ -5,9 +5,9 @@
 from __future__ import annotations
 
 from enum import Enum
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, RootModel, conint, constr
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, RootModel, constr
 
 from . import defs
 from .control.client import tool
@@ -53,6 +53,10 @@ from .watch import run as run_1
 from .watch import session, workflow, workspace
 
 
+class EventId(RootModel[str]):
+    root: str = Field(..., pattern='^[^\\u0000]*$')
+
+
 class Blob(BaseModel):
     """
     A stored blob, as the API answers it.
@@ -61,41 +65,41 @@ class Blob(BaseModel):
     model_config = ConfigDict(
         extra='allow',
     )
-    attachment_id: constr(pattern=r'^[^\u0000]*$') | None = Field(None, alias='attachmentId')
+    attachment_id: str | None = Field(default=None, alias='attachmentId', pattern='^[^\\u0000]*$')
     """
     With `?attachmentId=`: the attachment added to the session (its
     `attachment.added` appended; the server's `attachment.ready`
     follows).
     """
-    blob_id: constr(pattern=r'^[^\u0000]*$') = Field(..., alias='blobId')
+    blob_id: str = Field(..., alias='blobId', pattern='^[^\\u0000]*$')
     """
     The blob's id.
     """
-    media_type: constr(pattern=r'^[^\u0000]*$') = Field(..., alias='mediaType')
+    media_type: str = Field(..., alias='mediaType', pattern='^[^\\u0000]*$')
     """
     The media type it was declared with (never sniffed).
     """
-    name: constr(pattern=r'^[^\u0000]*$')
+    name: str = Field(..., pattern='^[^\\u0000]*$')
     """
     The file name it was uploaded with.
     """
-    session_id: constr(pattern=r'^[^\u0000]*$') = Field(..., alias='sessionId')
+    session_id: str = Field(..., alias='sessionId', pattern='^[^\\u0000]*$')
     """
     The session it belongs to (and is erased with).
     """
-    sha256: constr(pattern=r'^[^\u0000]*$')
+    sha256: str = Field(..., pattern='^[^\\u0000]*$')
     """
     SHA-256 of its bytes, hex (also its `ETag`).
     """
-    size_bytes: conint(ge=0) = Field(..., alias='sizeBytes')
+    size_bytes: int = Field(..., alias='sizeBytes', ge=0)
     """
     Its size in bytes.
     """
-    uri: constr(pattern=r'^[^\u0000]*$')
+    uri: str = Field(..., pattern='^[^\\u0000]*$')
     """
     What events name it by: `narad://blobs/{blobId}`.
     """
-    url: constr(pattern=r'^[^\u0000]*$')
+    url: str = Field(..., pattern='^[^\\u0000]*$')
     """
     Where it is downloaded: `/v1/blobs/{blobId}`.
     """
@@ -103,7 +107,7 @@ class Blob(BaseModel):
 
 class Code(Enum):
     """
-    The catalog: NRD-0001 (500): Internal error; NRD-0002 (400): Malformed JSON; NRD-0003 (400): Invalid object; NRD-0004 (400): Unsupported protocol version; NRD-0005 (400): Unknown wire type; NRD-0006 (413): Payload too large; NRD-0007 (404): Not found; NRD-0008 (400): Invalid parameter; NRD-0009 (405): Method not allowed; NRD-0010 (416): Range not satisfiable; NRD-0011 (409): Upload offset mismatch; NRD-0101 (401): Authentication required; NRD-0102 (403): Forbidden; NRD-0201 (409): Protocol rule violated; NRD-0202 (409): Event id conflict; NRD-0203 (409): Session sequence mismatch; NRD-0204 (409): Session busy; NRD-0205 (409): Interrupt already resolved; NRD-0206 (409): Session exists; NRD-0207 (409): Extension exists; NRD-0208 (410): Session erased; NRD-0209 (409): Blob reference not held; NRD-0210 (410): Organisation erased; NRD-0301 (400): Cursor conflict; NRD-0302 (409): Cursor ahead of the store; NRD-0303 (409): Cursor unknown; NRD-0401 (409): Lease not current; NRD-0402 (403): Execution token invalid; NRD-0403 (410): Execution token expired; NRD-0404 (409): Finish conflicts; NRD-0501 (409): Runtime lease not current; NRD-0502 (409): Runtime lease required; NRD-0601 (429): Event rate limit reached; NRD-0602 (429): Command rate limit reached; NRD-0603 (429): Open stream limit reached; NRD-0604 (429): Attached executor limit reached; NRD-0605 (429): Session limit reached; NRD-0606 (429): Stored bytes limit reached; NRD-0901 (503): Database unavailable; NRD-0902 (503): Blob store unavailable.
+    The catalog: NRD-0001 (500): Internal error; NRD-0002 (400): Malformed JSON; NRD-0003 (400): Invalid object; NRD-0004 (400): Unsupported protocol version; NRD-0005 (400): Unknown wire type; NRD-0006 (413): Payload too large; NRD-0007 (404): Not found; NRD-0008 (400): Invalid parameter; NRD-0009 (405): Method not allowed; NRD-0010 (416): Range not satisfiable; NRD-0011 (409): Upload offset mismatch; NRD-0101 (401): Authentication required; NRD-0102 (403): Forbidden; NRD-0201 (409): Protocol rule violated; NRD-0202 (409): Event id conflict; NRD-0203 (409): Session sequence mismatch; NRD-0204 (409): Session busy; NRD-0205 (409): Interrupt already resolved; NRD-0206 (409): Session exists; NRD-0207 (409): Extension exists; NRD-0208 (410): Session erased; NRD-0209 (409): Blob reference not held; NRD-0210 (410): Organisation erased; NRD-0211 (422): Idempotency key reused; NRD-0212 (409): Request with this key in flight; NRD-0301 (400): Cursor conflict; NRD-0302 (409): Cursor ahead of the store; NRD-0303 (409): Cursor unknown; NRD-0401 (409): Lease not current; NRD-0402 (403): Execution token invalid; NRD-0403 (410): Execution token expired; NRD-0404 (409): Finish conflicts; NRD-0501 (409): Runtime lease not current; NRD-0502 (409): Runtime lease required; NRD-0601 (429): Event rate limit reached; NRD-0602 (429): Command rate limit reached; NRD-0603 (429): Open stream limit reached; NRD-0604 (429): Attached executor limit reached; NRD-0605 (429): Session limit reached; NRD-0606 (429): Stored bytes limit reached; NRD-0901 (503): Database unavailable; NRD-0902 (503): Blob store unavailable.
     """
 
     nrd_0001 = 'NRD-0001'
@@ -129,6 +133,8 @@ class Code(Enum):
     nrd_0208 = 'NRD-0208'
     nrd_0209 = 'NRD-0209'
     nrd_0210 = 'NRD-0210'
+    nrd_0211 = 'NRD-0211'
+    nrd_0212 = 'NRD-0212'
     nrd_0301 = 'NRD-0301'
     nrd_0302 = 'NRD-0302'
     nrd_0303 = 'NRD-0303'
@@ -156,11 +162,11 @@ class ExtensionName(BaseModel):
     model_config = ConfigDict(
         extra='forbid',
     )
-    name: constr(pattern=r'^[A-Za-z0-9._-]+$', min_length=1, max_length=64)
+    name: str = Field(..., max_length=64, min_length=1, pattern='^[A-Za-z0-9._-]+$')
     """
     Its name: 1 to 64 of `A-Z a-z 0-9 . _ -`.
     """
-    publisher: constr(pattern=r'^[A-Za-z0-9._-]+$', min_length=1, max_length=64)
+    publisher: str = Field(..., max_length=64, min_length=1, pattern='^[A-Za-z0-9._-]+$')
     """
     Who publishes it: 1 to 64 of `A-Z a-z 0-9 . _ -`.
     """
@@ -189,8 +195,15 @@ class HealthStatus(Enum):
     ok = 'ok'
 
 
-class HoldsU0000(RootModel[constr(pattern=r'\u0000') | list[Any] | dict[str, Any]]):
-    root: constr(pattern=r'\u0000') | list[Any] | dict[str, Any]
+class HoldsU00001(RootModel[str]):
+    root: str = Field(..., pattern='\\u0000')
+    """
+    A JSON value holding U+0000 in a string or an object key, at any depth: what narad refuses (Postgres cannot store it). Free-form values are `not` this.
+    """
+
+
+class HoldsU0000(RootModel[HoldsU00001 | list[Any] | dict[str, Any]]):
+    root: HoldsU00001 | list[Any] | dict[str, Any]
     """
     A JSON value holding U+0000 in a string or an object key, at any depth: what narad refuses (Postgres cannot store it). Free-form values are `not` this.
     """
@@ -206,51 +219,59 @@ class LimitOverrides(BaseModel):
     model_config = ConfigDict(
         extra='forbid',
     )
-    attached_executors: conint(ge=1, le=1000000000) | None = Field(None, alias='attachedExecutors')
+    attached_executors: int | None = Field(
+        default=None, alias='attachedExecutors', ge=1, le=1000000000
+    )
     """
     Client executors holding live leases at once.
     """
-    blob_max_bytes: conint(ge=1, le=1125899906842624) | None = Field(None, alias='blobMaxBytes')
+    blob_max_bytes: int | None = Field(
+        default=None, alias='blobMaxBytes', ge=1, le=1125899906842624
+    )
     """
     The largest blob one upload may hold, in bytes.
     """
-    commands_burst: conint(ge=1, le=1000000000) | None = Field(None, alias='commandsBurst')
+    commands_burst: int | None = Field(default=None, alias='commandsBurst', ge=1, le=1000000000)
     """
     Commands sent at once above the rate (unset: twice the rate).
     """
-    commands_per_second: conint(ge=1, le=1000000000) | None = Field(None, alias='commandsPerSecond')
+    commands_per_second: int | None = Field(
+        default=None, alias='commandsPerSecond', ge=1, le=1000000000
+    )
     """
     Commands per second, over every replica.
     """
-    events_burst: conint(ge=1, le=1000000000) | None = Field(None, alias='eventsBurst')
+    events_burst: int | None = Field(default=None, alias='eventsBurst', ge=1, le=1000000000)
     """
     Events appended at once above the rate (unset: twice the rate).
     """
-    events_per_second: conint(ge=1, le=1000000000) | None = Field(None, alias='eventsPerSecond')
+    events_per_second: int | None = Field(
+        default=None, alias='eventsPerSecond', ge=1, le=1000000000
+    )
     """
     Appended events per second, over every replica.
     """
-    interrupt_default_expiry_seconds: conint(ge=1, le=315360000) | None = Field(
-        None, alias='interruptDefaultExpirySeconds'
+    interrupt_default_expiry_seconds: int | None = Field(
+        default=None, alias='interruptDefaultExpirySeconds', ge=1, le=315360000
     )
     """
     How long an interrupt that names no `expiresAt` may wait for a
     decision, in seconds.
     """
-    open_streams: conint(ge=1, le=1000000000) | None = Field(None, alias='openStreams')
+    open_streams: int | None = Field(default=None, alias='openStreams', ge=1, le=1000000000)
     """
     Session and tenant streams open at once.
     """
-    retention_days: conint(ge=1, le=36500) | None = Field(None, alias='retentionDays')
+    retention_days: int | None = Field(default=None, alias='retentionDays', ge=1, le=36500)
     """
     Days after which sessions archived, or idle, for that long are
     erased by the retention sweeper.
     """
-    sessions: conint(ge=1, le=1000000000) | None = None
+    sessions: int | None = Field(default=None, ge=1, le=1000000000)
     """
     Sessions held (archived ones count until erased).
     """
-    stored_bytes: conint(ge=1, le=1125899906842624) | None = Field(None, alias='storedBytes')
+    stored_bytes: int | None = Field(default=None, alias='storedBytes', ge=1, le=1125899906842624)
     """
     The bytes an organisation's blobs may hold together.
     """
@@ -266,7 +287,7 @@ class OpenApiDocument(BaseModel):
     )
     components: dict[constr(pattern=r'^[^\u0000]*$'), Any]
     info: dict[constr(pattern=r'^[^\u0000]*$'), Any]
-    openapi: constr(pattern=r'^3\.1\.\d+$')
+    openapi: str = Field(..., pattern='^3\\.1\\.\\d+$')
     paths: dict[constr(pattern=r'^[^\u0000]*$'), Any]
 
 
@@ -278,27 +299,27 @@ class QueueStanding(BaseModel):
     model_config = ConfigDict(
         extra='allow',
     )
-    claimed: conint(ge=0)
+    claimed: int = Field(..., ge=0)
     """
     Runs a runtime holds.
     """
-    closing: conint(ge=0)
+    closing: int = Field(..., ge=0)
     """
     Runs being closed by the server (a lost runtime, a stop).
     """
-    idle: conint(ge=0)
+    idle: int = Field(..., ge=0)
     """
     Runs given back, waiting for something new (a resolution, a tool result).
     """
-    oldest_ready_at: AwareDatetime | None = Field(None, alias='oldestReadyAt')
+    oldest_ready_at: AwareDatetime | None = Field(default=None, alias='oldestReadyAt')
     """
     When the longest-waiting ready run became ready (RFC 3339).
     """
-    queue: constr(pattern=r'^[^\u0000]*$')
+    queue: str = Field(..., pattern='^[^\\u0000]*$')
     """
     The queue.
     """
-    ready: conint(ge=0)
+    ready: int = Field(..., ge=0)
     """
     Runs ready for a runtime to claim.
     """
@@ -331,15 +352,15 @@ class RetentionCandidate(BaseModel):
     model_config = ConfigDict(
         extra='allow',
     )
-    archived_at: constr(pattern=r'^[^\u0000]*$') | None = Field(None, alias='archivedAt')
+    archived_at: str | None = Field(default=None, alias='archivedAt', pattern='^[^\\u0000]*$')
     """
     When it was archived, if it was.
     """
-    last_activity_at: constr(pattern=r'^[^\u0000]*$') = Field(..., alias='lastActivityAt')
+    last_activity_at: str = Field(..., alias='lastActivityAt', pattern='^[^\\u0000]*$')
     """
     Its last event, or its creation.
     """
-    session_id: constr(pattern=r'^[^\u0000]*$') = Field(..., alias='sessionId')
+    session_id: str = Field(..., alias='sessionId', pattern='^[^\\u0000]*$')
     """
     The session.
     """
@@ -358,15 +379,15 @@ class RetentionPreview(BaseModel):
     The sessions a retention of `previewDays` would erase now (at most
     500): with the policy in effect, what its next pass erases.
     """
-    org: constr(pattern=r'^[^\u0000]*$')
+    org: str = Field(..., pattern='^[^\\u0000]*$')
     """
     The organisation.
     """
-    preview_days: conint(ge=0) | None = Field(None, alias='previewDays')
+    preview_days: int | None = Field(default=None, alias='previewDays', ge=0)
     """
     The retention `due` was listed for: `?days=`, or the one in effect.
     """
-    retention_days: conint(ge=0) | None = Field(None, alias='retentionDays')
+    retention_days: int | None = Field(default=None, alias='retentionDays', ge=0)
     """
     Its retention in effect (`null`: sessions are kept until erased by
     hand).
@@ -381,27 +402,27 @@ class TenantErasureStatus(BaseModel):
     model_config = ConfigDict(
         extra='allow',
     )
-    finished_at: constr(pattern=r'^[^\u0000]*$') | None = Field(None, alias='finishedAt')
+    finished_at: str | None = Field(default=None, alias='finishedAt', pattern='^[^\\u0000]*$')
     """
     When it finished.
     """
-    org: constr(pattern=r'^[^\u0000]*$')
+    org: str = Field(..., pattern='^[^\\u0000]*$')
     """
     The organisation.
     """
-    requested_at: constr(pattern=r'^[^\u0000]*$') = Field(..., alias='requestedAt')
+    requested_at: str = Field(..., alias='requestedAt', pattern='^[^\\u0000]*$')
     """
     When the erasure was asked for.
     """
-    requested_by: constr(pattern=r'^[^\u0000]*$') = Field(..., alias='requestedBy')
+    requested_by: str = Field(..., alias='requestedBy', pattern='^[^\\u0000]*$')
     """
     The operator admin who asked.
     """
-    sessions_erased: conint(ge=0) = Field(..., alias='sessionsErased')
+    sessions_erased: int = Field(..., alias='sessionsErased', ge=0)
     """
     Sessions erased so far.
     """
-    state: constr(pattern=r'^[^\u0000]*$')
+    state: str = Field(..., pattern='^[^\\u0000]*$')
     """
     `erasing` or `erased`.
     """
@@ -423,7 +444,7 @@ class TenantLimits(BaseModel):
     """
     What holds for the organisation: the defaults with its overrides.
     """
-    org: constr(pattern=r'^[^\u0000]*$')
+    org: str = Field(..., pattern='^[^\\u0000]*$')
     """
     The organisation.
     """
@@ -431,11 +452,11 @@ class TenantLimits(BaseModel):
     """
     The organisation's own overrides, by name (`null`: lifted).
     """
-    updated_at: constr(pattern=r'^[^\u0000]*$') | None = Field(None, alias='updatedAt')
+    updated_at: str | None = Field(default=None, alias='updatedAt', pattern='^[^\\u0000]*$')
     """
     When the overrides were last set.
     """
-    updated_by: constr(pattern=r'^[^\u0000]*$') | None = Field(None, alias='updatedBy')
+    updated_by: str | None = Field(default=None, alias='updatedBy', pattern='^[^\\u0000]*$')
     """
     Who set them last.
     """
@@ -460,9 +481,7 @@ class TicketRequest3(BaseModel):
     model_config = ConfigDict(
         extra='forbid',
     )
-    blob_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
-        ..., alias='blobId'
-    )
+    blob_id: str = Field(..., alias='blobId', max_length=256, min_length=1, pattern='^[^\\u0000]*$')
     stream: Literal['blob']
 
 
@@ -474,35 +493,35 @@ class Upload(BaseModel):
     model_config = ConfigDict(
         extra='allow',
     )
-    blob_id: constr(pattern=r'^[^\u0000]*$') = Field(..., alias='blobId')
+    blob_id: str = Field(..., alias='blobId', pattern='^[^\\u0000]*$')
     """
     The blob's id.
     """
-    media_type: constr(pattern=r'^[^\u0000]*$') = Field(..., alias='mediaType')
+    media_type: str = Field(..., alias='mediaType', pattern='^[^\\u0000]*$')
     """
     The declared media type.
     """
-    name: constr(pattern=r'^[^\u0000]*$')
+    name: str = Field(..., pattern='^[^\\u0000]*$')
     """
     The file name.
     """
-    session_id: constr(pattern=r'^[^\u0000]*$') = Field(..., alias='sessionId')
+    session_id: str = Field(..., alias='sessionId', pattern='^[^\\u0000]*$')
     """
     The session it belongs to.
     """
-    upload_length: conint(ge=0) = Field(..., alias='uploadLength')
+    upload_length: int = Field(..., alias='uploadLength', ge=0)
     """
     The length the upload announced.
     """
-    upload_offset: conint(ge=0) = Field(..., alias='uploadOffset')
+    upload_offset: int = Field(..., alias='uploadOffset', ge=0)
     """
     Bytes stored so far: where the next `PATCH` resumes.
     """
-    uri: constr(pattern=r'^[^\u0000]*$')
+    uri: str = Field(..., pattern='^[^\\u0000]*$')
     """
     Its reference, once complete: `narad://blobs/{blobId}`.
     """
-    url: constr(pattern=r'^[^\u0000]*$')
+    url: str = Field(..., pattern='^[^\\u0000]*$')
     """
     Where the rest is sent (`PATCH`) and where the blob is read once
     complete.
@@ -518,9 +537,7 @@ class ActiveExecution1(BaseModel):
         extra='forbid',
     )
     kind: Literal['run']
-    run_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
-        ..., alias='runId'
-    )
+    run_id: str = Field(..., alias='runId', max_length=256, min_length=1, pattern='^[^\\u0000]*$')
     """
     An opaque identifier: 1 to 256 characters.
     """
@@ -535,8 +552,8 @@ class ActiveExecution2(BaseModel):
         extra='forbid',
     )
     kind: Literal['workflow']
-    workflow_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
-        ..., alias='workflowId'
+    workflow_id: str = Field(
+        ..., alias='workflowId', max_length=256, min_length=1, pattern='^[^\\u0000]*$'
     )
     """
     An opaque identifier: 1 to 256 characters.
@@ -551,22 +568,22 @@ class AppendedEvent(BaseModel):
     model_config = ConfigDict(
         extra='allow',
     )
-    event_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
-        ..., alias='eventId'
+    event_id: str = Field(
+        ..., alias='eventId', max_length=256, min_length=1, pattern='^[^\\u0000]*$'
     )
     """
     An opaque identifier: 1 to 256 characters.
     """
-    sequence: conint(ge=1, le=9007199254740991) | None = None
+    sequence: int | None = Field(default=None, ge=1, le=9007199254740991)
     """
     An authority sequence: contiguous from 1 in its domain, at most 2^53 - 1.
     """
-    session_sequence: conint(ge=1, le=9007199254740991) = Field(..., alias='sessionSequence')
+    session_sequence: int = Field(..., alias='sessionSequence', ge=1, le=9007199254740991)
     """
     An authority sequence: contiguous from 1 in its domain, at most 2^53 - 1.
     """
-    workflow_sequence: conint(ge=1, le=9007199254740991) | None = Field(
-        None, alias='workflowSequence'
+    workflow_sequence: int | None = Field(
+        default=None, alias='workflowSequence', ge=1, le=9007199254740991
     )
     """
     An authority sequence: contiguous from 1 in its domain, at most 2^53 - 1.
@@ -581,7 +598,7 @@ class AuditEntry(BaseModel):
     model_config = ConfigDict(
         extra='allow',
     )
-    action: constr(pattern=r'^[^\u0000]*$')
+    action: str = Field(..., pattern='^[^\\u0000]*$')
     """
     The command or admin action.
     """
@@ -593,27 +610,33 @@ class AuditEntry(BaseModel):
     """
     An RFC 3339 date-time. Informational: never used to order authority.
     """
-    code: constr(pattern=r'^[^\u0000]*$') | None = None
+    code: str | None = Field(default=None, pattern='^[^\\u0000]*$')
     """
     The `NRD-` code of a refusal.
     """
-    event_ids: list[constr(pattern=r'^[^\u0000]*$')] = Field(..., alias='eventIds')
+    event_ids: list[EventId] = Field(..., alias='eventIds')
     """
-    The eventIds it appended, in order.
+    The eventIds it appended, in order (for a replay: the ones the
+    first request appended).
     """
     position: int
     """
     Its place in the tenant's log (the `after` of the next page).
     """
-    request_id: constr(pattern=r'^[^\u0000]*$') | None = Field(None, alias='requestId')
+    replayed: bool
+    """
+    Whether the answer was a replay of the first answer to its
+    `Idempotency-Key`: the action was not done again.
+    """
+    request_id: str | None = Field(default=None, alias='requestId', pattern='^[^\\u0000]*$')
     """
     The request's `x-request-id`.
     """
-    session_id: constr(pattern=r'^[^\u0000]*$') | None = Field(None, alias='sessionId')
+    session_id: str | None = Field(default=None, alias='sessionId', pattern='^[^\\u0000]*$')
     """
     The session it acted on, when one.
     """
-    status: conint(ge=0)
+    status: int = Field(..., ge=0)
     """
     The HTTP status it was answered with.
     """
@@ -631,7 +654,7 @@ class AuditPage(BaseModel):
     """
     Recorded actions, oldest first.
     """
-    next_after: constr(pattern=r'^[^\u0000]*$') | None = Field(None, alias='nextAfter')
+    next_after: str | None = Field(default=None, alias='nextAfter', pattern='^[^\\u0000]*$')
     """
     The `after` of the next page, when more remain.
     """
@@ -645,17 +668,17 @@ class ClaimRequest(BaseModel):
     model_config = ConfigDict(
         extra='forbid',
     )
-    queue: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) | None = None
+    queue: str | None = Field(default=None, max_length=256, min_length=1, pattern='^[^\\u0000]*$')
     """
     An opaque identifier: 1 to 256 characters.
     """
-    runtime_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) | None = Field(
-        None, alias='runtimeId'
+    runtime_id: str | None = Field(
+        default=None, alias='runtimeId', max_length=256, min_length=1, pattern='^[^\\u0000]*$'
     )
     """
     An opaque identifier: 1 to 256 characters.
     """
-    wait_ms: conint(ge=0, le=30000) | None = Field(None, alias='waitMs')
+    wait_ms: int | None = Field(default=None, alias='waitMs', ge=0, le=30000)
     """
     How long to wait for a run, in milliseconds (default 0).
     """
@@ -669,7 +692,7 @@ class ClaimStanding(BaseModel):
     model_config = ConfigDict(
         extra='allow',
     )
-    attempt: conint(ge=0)
+    attempt: int = Field(..., ge=0)
     """
     Which holder this is: 1 for the first, more after lost runtimes.
     """
@@ -681,22 +704,20 @@ class ClaimStanding(BaseModel):
     """
     An RFC 3339 date-time. Informational: never used to order authority.
     """
-    queue: constr(pattern=r'^[^\u0000]*$')
+    queue: str = Field(..., pattern='^[^\\u0000]*$')
     """
     Its queue.
     """
-    run_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
-        ..., alias='runId'
-    )
+    run_id: str = Field(..., alias='runId', max_length=256, min_length=1, pattern='^[^\\u0000]*$')
     """
     An opaque identifier: 1 to 256 characters.
     """
-    runtime_id: constr(pattern=r'^[^\u0000]*$') | None = Field(None, alias='runtimeId')
+    runtime_id: str | None = Field(default=None, alias='runtimeId', pattern='^[^\\u0000]*$')
     """
     The runtime that holds it, when it named itself.
     """
-    session_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
-        ..., alias='sessionId'
+    session_id: str = Field(
+        ..., alias='sessionId', max_length=256, min_length=1, pattern='^[^\\u0000]*$'
     )
     """
     An opaque identifier: 1 to 256 characters.
@@ -715,11 +736,11 @@ class Document(BaseModel):
     model_config = ConfigDict(
         extra='allow',
     )
-    revision: conint(ge=0, le=9007199254740991)
+    revision: int = Field(..., ge=0, le=9007199254740991)
     """
     A non-negative integer, at most 2^53 - 1.
     """
-    scope: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256)
+    scope: str = Field(..., max_length=256, min_length=1, pattern='^[^\\u0000]*$')
     """
     An opaque identifier: 1 to 256 characters.
     """
@@ -736,7 +757,7 @@ class Error(Error_1):
 
     code: Code
     """
-    The catalog: NRD-0001 (500): Internal error; NRD-0002 (400): Malformed JSON; NRD-0003 (400): Invalid object; NRD-0004 (400): Unsupported protocol version; NRD-0005 (400): Unknown wire type; NRD-0006 (413): Payload too large; NRD-0007 (404): Not found; NRD-0008 (400): Invalid parameter; NRD-0009 (405): Method not allowed; NRD-0010 (416): Range not satisfiable; NRD-0011 (409): Upload offset mismatch; NRD-0101 (401): Authentication required; NRD-0102 (403): Forbidden; NRD-0201 (409): Protocol rule violated; NRD-0202 (409): Event id conflict; NRD-0203 (409): Session sequence mismatch; NRD-0204 (409): Session busy; NRD-0205 (409): Interrupt already resolved; NRD-0206 (409): Session exists; NRD-0207 (409): Extension exists; NRD-0208 (410): Session erased; NRD-0209 (409): Blob reference not held; NRD-0210 (410): Organisation erased; NRD-0301 (400): Cursor conflict; NRD-0302 (409): Cursor ahead of the store; NRD-0303 (409): Cursor unknown; NRD-0401 (409): Lease not current; NRD-0402 (403): Execution token invalid; NRD-0403 (410): Execution token expired; NRD-0404 (409): Finish conflicts; NRD-0501 (409): Runtime lease not current; NRD-0502 (409): Runtime lease required; NRD-0601 (429): Event rate limit reached; NRD-0602 (429): Command rate limit reached; NRD-0603 (429): Open stream limit reached; NRD-0604 (429): Attached executor limit reached; NRD-0605 (429): Session limit reached; NRD-0606 (429): Stored bytes limit reached; NRD-0901 (503): Database unavailable; NRD-0902 (503): Blob store unavailable.
+    The catalog: NRD-0001 (500): Internal error; NRD-0002 (400): Malformed JSON; NRD-0003 (400): Invalid object; NRD-0004 (400): Unsupported protocol version; NRD-0005 (400): Unknown wire type; NRD-0006 (413): Payload too large; NRD-0007 (404): Not found; NRD-0008 (400): Invalid parameter; NRD-0009 (405): Method not allowed; NRD-0010 (416): Range not satisfiable; NRD-0011 (409): Upload offset mismatch; NRD-0101 (401): Authentication required; NRD-0102 (403): Forbidden; NRD-0201 (409): Protocol rule violated; NRD-0202 (409): Event id conflict; NRD-0203 (409): Session sequence mismatch; NRD-0204 (409): Session busy; NRD-0205 (409): Interrupt already resolved; NRD-0206 (409): Session exists; NRD-0207 (409): Extension exists; NRD-0208 (410): Session erased; NRD-0209 (409): Blob reference not held; NRD-0210 (410): Organisation erased; NRD-0211 (422): Idempotency key reused; NRD-0212 (409): Request with this key in flight; NRD-0301 (400): Cursor conflict; NRD-0302 (409): Cursor ahead of the store; NRD-0303 (409): Cursor unknown; NRD-0401 (409): Lease not current; NRD-0402 (403): Execution token invalid; NRD-0403 (410): Execution token expired; NRD-0404 (409): Finish conflicts; NRD-0501 (409): Runtime lease not current; NRD-0502 (409): Runtime lease required; NRD-0601 (429): Event rate limit reached; NRD-0602 (429): Command rate limit reached; NRD-0603 (429): Open stream limit reached; NRD-0604 (429): Attached executor limit reached; NRD-0605 (429): Session limit reached; NRD-0606 (429): Stored bytes limit reached; NRD-0901 (503): Database unavailable; NRD-0902 (503): Blob store unavailable.
     """
 
 
@@ -752,8 +773,8 @@ class ExecutorStanding(BaseModel):
     """
     An RFC 3339 date-time. Informational: never used to order authority.
     """
-    client_executor_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = (
-        Field(..., alias='clientExecutorId')
+    client_executor_id: str = Field(
+        ..., alias='clientExecutorId', max_length=256, min_length=1, pattern='^[^\\u0000]*$'
     )
     """
     An opaque identifier: 1 to 256 characters.
@@ -762,8 +783,8 @@ class ExecutorStanding(BaseModel):
     """
     An RFC 3339 date-time. Informational: never used to order authority.
     """
-    lease_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
-        ..., alias='leaseId'
+    lease_id: str = Field(
+        ..., alias='leaseId', max_length=256, min_length=1, pattern='^[^\\u0000]*$'
     )
     """
     An opaque identifier: 1 to 256 characters.
@@ -772,11 +793,11 @@ class ExecutorStanding(BaseModel):
     """
     Whether the lease is live now.
     """
-    running_calls: conint(ge=0) = Field(..., alias='runningCalls')
+    running_calls: int = Field(..., alias='runningCalls', ge=0)
     """
     Client calls delivered to it (a token issued) and not closed.
     """
-    waiting_calls: conint(ge=0) = Field(..., alias='waitingCalls')
+    waiting_calls: int = Field(..., alias='waitingCalls', ge=0)
     """
     Client calls bound to it and not closed: waiting for delivery.
     """
@@ -794,7 +815,7 @@ class ExtensionRecord(BaseModel):
     """
     An RFC 3339 date-time. Informational: never used to order authority.
     """
-    created_by: constr(pattern=r'^[^\u0000]*$') = Field(..., alias='createdBy')
+    created_by: str = Field(..., alias='createdBy', pattern='^[^\\u0000]*$')
     """
     The subject that registered it.
     """
@@ -802,11 +823,11 @@ class ExtensionRecord(BaseModel):
     """
     Whether its signed calls are accepted.
     """
-    name: constr(pattern=r'^[^\u0000]*$')
+    name: str = Field(..., pattern='^[^\\u0000]*$')
     """
     Its name.
     """
-    publisher: constr(pattern=r'^[^\u0000]*$')
+    publisher: str = Field(..., pattern='^[^\\u0000]*$')
     """
     Who publishes it.
     """
@@ -817,7 +838,7 @@ class ExtensionRegistration(ExtensionRecord):
     A new registration, with its signing secret (shown this once).
     """
 
-    secret: constr(pattern=r'^[^\u0000]*$')
+    secret: str = Field(..., pattern='^[^\\u0000]*$')
     """
     The signing secret, hex: keep it, it is never shown again.
     """
@@ -835,24 +856,24 @@ class FinishAccepted(BaseModel):
     """
     The same finish had been accepted before: nothing new was appended.
     """
-    event_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
-        ..., alias='eventId'
+    event_id: str = Field(
+        ..., alias='eventId', max_length=256, min_length=1, pattern='^[^\\u0000]*$'
     )
     """
     An opaque identifier: 1 to 256 characters.
     """
-    session_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
-        ..., alias='sessionId'
+    session_id: str = Field(
+        ..., alias='sessionId', max_length=256, min_length=1, pattern='^[^\\u0000]*$'
     )
     """
     An opaque identifier: 1 to 256 characters.
     """
-    session_sequence: conint(ge=1, le=9007199254740991) = Field(..., alias='sessionSequence')
+    session_sequence: int = Field(..., alias='sessionSequence', ge=1, le=9007199254740991)
     """
     An authority sequence: contiguous from 1 in its domain, at most 2^53 - 1.
     """
-    tool_call_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
-        ..., alias='toolCallId'
+    tool_call_id: str = Field(
+        ..., alias='toolCallId', max_length=256, min_length=1, pattern='^[^\\u0000]*$'
     )
     """
     An opaque identifier: 1 to 256 characters.
@@ -892,8 +913,8 @@ class LeaseRenewal(BaseModel):
     """
     An RFC 3339 date-time. Informational: never used to order authority.
     """
-    lease_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
-        ..., alias='leaseId'
+    lease_id: str = Field(
+        ..., alias='leaseId', max_length=256, min_length=1, pattern='^[^\\u0000]*$'
     )
     """
     An opaque identifier: 1 to 256 characters.
@@ -916,14 +937,12 @@ class LeaseStanding(BaseModel):
     """
     An RFC 3339 date-time. Informational: never used to order authority.
     """
-    run_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
-        ..., alias='runId'
-    )
+    run_id: str = Field(..., alias='runId', max_length=256, min_length=1, pattern='^[^\\u0000]*$')
     """
     An opaque identifier: 1 to 256 characters.
     """
-    session_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
-        ..., alias='sessionId'
+    session_id: str = Field(
+        ..., alias='sessionId', max_length=256, min_length=1, pattern='^[^\\u0000]*$'
     )
     """
     An opaque identifier: 1 to 256 characters.
@@ -942,8 +961,8 @@ class OpenInterrupt(BaseModel):
     model_config = ConfigDict(
         extra='allow',
     )
-    interrupt_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
-        ..., alias='interruptId'
+    interrupt_id: str = Field(
+        ..., alias='interruptId', max_length=256, min_length=1, pattern='^[^\\u0000]*$'
     )
     """
     An opaque identifier: 1 to 256 characters.
@@ -953,13 +972,13 @@ class OpenInterrupt(BaseModel):
     """
     An RFC 3339 date-time. Informational: never used to order authority.
     """
-    session_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
-        ..., alias='sessionId'
+    session_id: str = Field(
+        ..., alias='sessionId', max_length=256, min_length=1, pattern='^[^\\u0000]*$'
     )
     """
     An opaque identifier: 1 to 256 characters.
     """
-    session_title: constr(pattern=r'^[^\u0000]*$') | None = Field(None, alias='sessionTitle')
+    session_title: str | None = Field(default=None, alias='sessionTitle', pattern='^[^\\u0000]*$')
     """
     The session's title, when it has one.
     """
@@ -995,20 +1014,18 @@ class QueuedStart(BaseModel):
     model_config = ConfigDict(
         extra='allow',
     )
-    on_conflict: constr(pattern=r'^(interrupt|enqueue)$') = Field(..., alias='onConflict')
+    on_conflict: str = Field(..., alias='onConflict', pattern='^(interrupt|enqueue)$')
     """
     `interrupt` starts go first, then `enqueue` ones, each in order.
     """
     proposal: run.Started
-    queue_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
-        ..., alias='queueId'
+    queue_id: str = Field(
+        ..., alias='queueId', max_length=256, min_length=1, pattern='^[^\\u0000]*$'
     )
     """
     An opaque identifier: 1 to 256 characters.
     """
-    run_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
-        ..., alias='runId'
-    )
+    run_id: str = Field(..., alias='runId', max_length=256, min_length=1, pattern='^[^\\u0000]*$')
     """
     An opaque identifier: 1 to 256 characters.
     """
@@ -1036,7 +1053,7 @@ class Readiness(BaseModel):
     model_config = ConfigDict(
         extra='allow',
     )
-    reason: constr(pattern=r'^[^\u0000]*$') | None = None
+    reason: str | None = Field(default=None, pattern='^[^\\u0000]*$')
     """
     Why the server is not ready.
     """
@@ -1069,7 +1086,9 @@ class ReleaseRequest(BaseModel):
     model_config = ConfigDict(
         extra='forbid',
     )
-    handled_through: conint(ge=0, le=9007199254740991) | None = Field(None, alias='handledThrough')
+    handled_through: int | None = Field(
+        default=None, alias='handledThrough', ge=0, le=9007199254740991
+    )
     """
     A non-negative integer, at most 2^53 - 1.
     """
@@ -1083,19 +1102,17 @@ class ReplayGap(BaseModel):
     model_config = ConfigDict(
         extra='allow',
     )
-    forgotten_through: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) | None = Field(
-        ..., alias='forgottenThrough'
-    )
+    forgotten_through: defs.Id | None = Field(..., alias='forgottenThrough')
     """
     The last eventId retention forgot, when known.
     """
-    message: constr(pattern=r'^[^\u0000]*$')
+    message: str = Field(..., pattern='^[^\\u0000]*$')
     protocol_version: Literal['narad/v1'] = Field(..., alias='protocolVersion')
     """
     The protocol version; narad/v1 is the only one.
     """
-    session_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) | None = Field(
-        None, alias='sessionId'
+    session_id: str | None = Field(
+        default=None, alias='sessionId', max_length=256, min_length=1, pattern='^[^\\u0000]*$'
     )
     """
     An opaque identifier: 1 to 256 characters.
@@ -1115,8 +1132,8 @@ class RuntimeLease(BaseModel):
     """
     An RFC 3339 date-time. Informational: never used to order authority.
     """
-    lease_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
-        ..., alias='leaseId'
+    lease_id: str = Field(
+        ..., alias='leaseId', max_length=256, min_length=1, pattern='^[^\\u0000]*$'
     )
     """
     An opaque identifier: 1 to 256 characters.
@@ -1132,14 +1149,14 @@ class SessionDocuments(BaseModel):
     model_config = ConfigDict(
         extra='allow',
     )
-    covers_through_session_sequence: conint(ge=0, le=9007199254740991) = Field(
-        ..., alias='coversThroughSessionSequence'
+    covers_through_session_sequence: int = Field(
+        ..., alias='coversThroughSessionSequence', ge=0, le=9007199254740991
     )
     """
     A non-negative integer, at most 2^53 - 1.
     """
-    session_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
-        ..., alias='sessionId'
+    session_id: str = Field(
+        ..., alias='sessionId', max_length=256, min_length=1, pattern='^[^\\u0000]*$'
     )
     """
     An opaque identifier: 1 to 256 characters.
@@ -1162,12 +1179,12 @@ class SessionErased(BaseModel):
     model_config = ConfigDict(
         extra='allow',
     )
-    events_erased: conint(ge=0) = Field(..., alias='eventsErased')
+    events_erased: int = Field(..., alias='eventsErased', ge=0)
     """
     How many events were erased with it.
     """
-    session_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
-        ..., alias='sessionId'
+    session_id: str = Field(
+        ..., alias='sessionId', max_length=256, min_length=1, pattern='^[^\\u0000]*$'
     )
     """
     An opaque identifier: 1 to 256 characters.
@@ -1182,15 +1199,15 @@ class SessionErasedNotice(Watch):
     model_config = ConfigDict(
         extra='allow',
     )
-    session_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
-        ..., alias='sessionId'
+    session_id: str = Field(
+        ..., alias='sessionId', max_length=256, min_length=1, pattern='^[^\\u0000]*$'
     )
     """
     An opaque identifier: 1 to 256 characters.
     """
-    type: Literal['session.erased']
-    workspace_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
-        ..., alias='workspaceId'
+    type: Literal['session.erased'] = Field(..., pattern='^[^\\u0000]*$')
+    workspace_id: str = Field(
+        ..., alias='workspaceId', max_length=256, min_length=1, pattern='^[^\\u0000]*$'
     )
     """
     An opaque identifier: 1 to 256 characters.
@@ -1206,12 +1223,12 @@ class SessionRecord(BaseModel):
         extra='allow',
     )
     active_execution: ActiveExecution1 | ActiveExecution2 | None = Field(
-        None, alias='activeExecution'
+        default=None, alias='activeExecution'
     )
     """
     A session's active top-level execution (§3.1): an independent run or a workflow.
     """
-    archived_at: AwareDatetime | None = Field(None, alias='archivedAt')
+    archived_at: AwareDatetime | None = Field(default=None, alias='archivedAt')
     """
     An RFC 3339 date-time. Informational: never used to order authority.
     """
@@ -1220,17 +1237,17 @@ class SessionRecord(BaseModel):
     An RFC 3339 date-time. Informational: never used to order authority.
     """
     metadata: dict[constr(pattern=r'^[^\u0000]*$'), Any] | None = None
-    session_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
-        ..., alias='sessionId'
+    session_id: str = Field(
+        ..., alias='sessionId', max_length=256, min_length=1, pattern='^[^\\u0000]*$'
     )
     """
     An opaque identifier: 1 to 256 characters.
     """
-    session_sequence: conint(ge=0, le=9007199254740991) = Field(..., alias='sessionSequence')
+    session_sequence: int = Field(..., alias='sessionSequence', ge=0, le=9007199254740991)
     """
     A non-negative integer, at most 2^53 - 1.
     """
-    title: constr(pattern=r'^[^\u0000]*$') | None = None
+    title: str | None = Field(default=None, pattern='^[^\\u0000]*$')
     """
     Its title.
     """
@@ -1244,18 +1261,19 @@ class SessionStreamFrame1(BaseModel):
     model_config = ConfigDict(
         extra='allow',
     )
-    data: constr(pattern=r'^[^\u0000]*$') = Field(
+    data: str = Field(
         ...,
         json_schema_extra={
             'contentMediaType': 'application/json',
             'contentSchema': {'$ref': '#/components/schemas/control.capabilities'},
         },
+        pattern='^[^\\u0000]*$',
     )
     """
     The frame's `data:` lines: one JSON document.
     """
     event: Literal['capabilities']
-    id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) | None = None
+    id: str | None = Field(default=None, max_length=256, min_length=1, pattern='^[^\\u0000]*$')
     """
     Not sent with this frame: an SSE parser reports the last id it saw, which this frame does not move.
     """
@@ -1269,18 +1287,19 @@ class SessionStreamFrame2(BaseModel):
     model_config = ConfigDict(
         extra='allow',
     )
-    data: constr(pattern=r'^[^\u0000]*$') = Field(
+    data: str = Field(
         ...,
         json_schema_extra={
             'contentMediaType': 'application/json',
             'contentSchema': {'$ref': '#/components/schemas/AuthorityEvent'},
         },
+        pattern='^[^\\u0000]*$',
     )
     """
     The frame's `data:` lines: one JSON document.
     """
     event: Literal['message']
-    id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256)
+    id: str = Field(..., max_length=256, min_length=1, pattern='^[^\\u0000]*$')
     """
     The event's eventId: resume after it with Last-Event-ID.
     """
@@ -1294,18 +1313,19 @@ class SessionStreamFrame3(BaseModel):
     model_config = ConfigDict(
         extra='allow',
     )
-    data: constr(pattern=r'^[^\u0000]*$') = Field(
+    data: str = Field(
         ...,
         json_schema_extra={
             'contentMediaType': 'application/json',
             'contentSchema': {'$ref': '#/components/schemas/WatchEvent'},
         },
+        pattern='^[^\\u0000]*$',
     )
     """
     The frame's `data:` lines: one JSON document.
     """
     event: Literal['message']
-    id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256)
+    id: str = Field(..., max_length=256, min_length=1, pattern='^[^\\u0000]*$')
     """
     The watch event's eventId: resume after it with Last-Event-ID.
     """
@@ -1319,18 +1339,19 @@ class SessionStreamFrame4(BaseModel):
     model_config = ConfigDict(
         extra='allow',
     )
-    data: constr(pattern=r'^[^\u0000]*$') = Field(
+    data: str = Field(
         ...,
         json_schema_extra={
             'contentMediaType': 'application/json',
             'contentSchema': {'$ref': '#/components/schemas/HydrateRecord'},
         },
+        pattern='^[^\\u0000]*$',
     )
     """
     The frame's `data:` lines: one JSON document.
     """
     event: Literal['hydrate']
-    id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) | None = None
+    id: str | None = Field(default=None, max_length=256, min_length=1, pattern='^[^\\u0000]*$')
     """
     Not sent with this frame: an SSE parser reports the last id it saw, which this frame does not move.
     """
@@ -1344,18 +1365,19 @@ class SessionStreamFrame5(BaseModel):
     model_config = ConfigDict(
         extra='allow',
     )
-    data: constr(pattern=r'^[^\u0000]*$') = Field(
+    data: str = Field(
         ...,
         json_schema_extra={
             'contentMediaType': 'application/json',
             'contentSchema': {'$ref': '#/components/schemas/SessionErasedNotice'},
         },
+        pattern='^[^\\u0000]*$',
     )
     """
     The frame's `data:` lines: one JSON document.
     """
     event: Literal['session-erased']
-    id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256)
+    id: str = Field(..., max_length=256, min_length=1, pattern='^[^\\u0000]*$')
     """
     The notice's eventId: resume after it with Last-Event-ID.
     """
@@ -1388,12 +1410,12 @@ class StreamTicket(BaseModel):
     """
     An RFC 3339 date-time. Informational: never used to order authority.
     """
-    ticket: constr(pattern=r'^[^\u0000]*$')
+    ticket: str = Field(..., pattern='^[^\\u0000]*$')
     """
     The ticket: pass it as `?ticket=` on the stream's URL. Keep it out
     of logs; it opens the stream for anyone until it expires.
     """
-    url: constr(pattern=r'^[^\u0000]*$')
+    url: str = Field(..., pattern='^[^\\u0000]*$')
     """
     The stream's path with the ticket, relative to the server's URL
     (add `&profiles=…` or `&lastEventId=…` as needed).
@@ -1408,18 +1430,19 @@ class TenantStreamFrame1(BaseModel):
     model_config = ConfigDict(
         extra='allow',
     )
-    data: constr(pattern=r'^[^\u0000]*$') = Field(
+    data: str = Field(
         ...,
         json_schema_extra={
             'contentMediaType': 'application/json',
             'contentSchema': {'$ref': '#/components/schemas/control.capabilities'},
         },
+        pattern='^[^\\u0000]*$',
     )
     """
     The frame's `data:` lines: one JSON document.
     """
     event: Literal['capabilities']
-    id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) | None = None
+    id: str | None = Field(default=None, max_length=256, min_length=1, pattern='^[^\\u0000]*$')
     """
     Not sent with this frame: an SSE parser reports the last id it saw, which this frame does not move.
     """
@@ -1433,18 +1456,19 @@ class TenantStreamFrame2(BaseModel):
     model_config = ConfigDict(
         extra='allow',
     )
-    data: constr(pattern=r'^[^\u0000]*$') = Field(
+    data: str = Field(
         ...,
         json_schema_extra={
             'contentMediaType': 'application/json',
             'contentSchema': {'$ref': '#/components/schemas/ReplayGap'},
         },
+        pattern='^[^\\u0000]*$',
     )
     """
     The frame's `data:` lines: one JSON document.
     """
     event: Literal['replay-gap']
-    id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) | None = None
+    id: str | None = Field(default=None, max_length=256, min_length=1, pattern='^[^\\u0000]*$')
     """
     Not sent with this frame: an SSE parser reports the last id it saw, which this frame does not move.
     """
@@ -1458,18 +1482,19 @@ class TenantStreamFrame3(BaseModel):
     model_config = ConfigDict(
         extra='allow',
     )
-    data: constr(pattern=r'^[^\u0000]*$') = Field(
+    data: str = Field(
         ...,
         json_schema_extra={
             'contentMediaType': 'application/json',
             'contentSchema': {'$ref': '#/components/schemas/AuthorityEvent'},
         },
+        pattern='^[^\\u0000]*$',
     )
     """
     The frame's `data:` lines: one JSON document.
     """
     event: Literal['message']
-    id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256)
+    id: str = Field(..., max_length=256, min_length=1, pattern='^[^\\u0000]*$')
     """
     The event's eventId: resume after it with Last-Event-ID.
     """
@@ -1483,18 +1508,19 @@ class TenantStreamFrame4(BaseModel):
     model_config = ConfigDict(
         extra='allow',
     )
-    data: constr(pattern=r'^[^\u0000]*$') = Field(
+    data: str = Field(
         ...,
         json_schema_extra={
             'contentMediaType': 'application/json',
             'contentSchema': {'$ref': '#/components/schemas/WatchEvent'},
         },
+        pattern='^[^\\u0000]*$',
     )
     """
     The frame's `data:` lines: one JSON document.
     """
     event: Literal['message']
-    id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256)
+    id: str = Field(..., max_length=256, min_length=1, pattern='^[^\\u0000]*$')
     """
     The watch event's eventId: resume after it with Last-Event-ID.
     """
@@ -1508,18 +1534,19 @@ class TenantStreamFrame5(BaseModel):
     model_config = ConfigDict(
         extra='allow',
     )
-    data: constr(pattern=r'^[^\u0000]*$') = Field(
+    data: str = Field(
         ...,
         json_schema_extra={
             'contentMediaType': 'application/json',
             'contentSchema': {'$ref': '#/components/schemas/SessionErasedNotice'},
         },
+        pattern='^[^\\u0000]*$',
     )
     """
     The frame's `data:` lines: one JSON document.
     """
     event: Literal['session-erased']
-    id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256)
+    id: str = Field(..., max_length=256, min_length=1, pattern='^[^\\u0000]*$')
     """
     The notice's eventId: resume after it with Last-Event-ID.
     """
@@ -1548,8 +1575,8 @@ class TicketRequest1(BaseModel):
     model_config = ConfigDict(
         extra='forbid',
     )
-    session_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
-        ..., alias='sessionId'
+    session_id: str = Field(
+        ..., alias='sessionId', max_length=256, min_length=1, pattern='^[^\\u0000]*$'
     )
     """
     An opaque identifier: 1 to 256 characters.
@@ -1599,7 +1626,9 @@ class Appended(BaseModel):
     model_config = ConfigDict(
         extra='allow',
     )
-    dequeued: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) | None = None
+    dequeued: str | None = Field(
+        default=None, max_length=256, min_length=1, pattern='^[^\\u0000]*$'
+    )
     """
     An opaque identifier: 1 to 256 characters.
     """
@@ -1614,119 +1643,6 @@ class Appended(BaseModel):
     """
 
 
-class AuthorityEvent(
-    RootModel[
-        artifact.Added
-        | artifact.Failed
-        | artifact.Ready
-        | attachment.Added
-        | attachment.Failed
-        | attachment.Ready
-        | attachment.Removed
-        | interrupt.Requested
-        | interrupt.Resolved
-        | message_1.Redacted
-        | text.Completed
-        | text.Delta
-        | text.Started
-        | user.Recorded
-        | node_1.Custom
-        | node_1.Raw
-        | progress.Recorded
-        | reasoning.Completed
-        | reasoning.Delta
-        | reasoning.Started
-        | run_2.Cancelled
-        | run_2.Custom
-        | run_2.Error
-        | run_2.Finished
-        | run_2.Paused
-        | run_2.Raw
-        | run_2.Resumed
-        | run_2.Started
-        | stop.Requested
-        | session_1.Custom
-        | session_1.Raw
-        | state_1.Compacted
-        | state_1.Delta
-        | state_1.Snapshot
-        | call.Finished
-        | call.Started
-        | state_2.Delta
-        | state_2.Snapshot
-        | view.Closed
-        | view.Opened
-        | view.Updated
-        | workflow_1.Cancelled
-        | workflow_1.Custom
-        | edge.Taken
-        | workflow_1.Error
-        | workflow_1.Finished
-        | workflow_1.Paused
-        | workflow_1.Raw
-        | workflow_1.Resumed
-        | workflow_1.Started
-        | step.Started
-    ]
-):
-    root: (
-        artifact.Added
-        | artifact.Failed
-        | artifact.Ready
-        | attachment.Added
-        | attachment.Failed
-        | attachment.Ready
-        | attachment.Removed
-        | interrupt.Requested
-        | interrupt.Resolved
-        | message_1.Redacted
-        | text.Completed
-        | text.Delta
-        | text.Started
-        | user.Recorded
-        | node_1.Custom
-        | node_1.Raw
-        | progress.Recorded
-        | reasoning.Completed
-        | reasoning.Delta
-        | reasoning.Started
-        | run_2.Cancelled
-        | run_2.Custom
-        | run_2.Error
-        | run_2.Finished
-        | run_2.Paused
-        | run_2.Raw
-        | run_2.Resumed
-        | run_2.Started
-        | stop.Requested
-        | session_1.Custom
-        | session_1.Raw
-        | state_1.Compacted
-        | state_1.Delta
-        | state_1.Snapshot
-        | call.Finished
-        | call.Started
-        | state_2.Delta
-        | state_2.Snapshot
-        | view.Closed
-        | view.Opened
-        | view.Updated
-        | workflow_1.Cancelled
-        | workflow_1.Custom
-        | edge.Taken
-        | workflow_1.Error
-        | workflow_1.Finished
-        | workflow_1.Paused
-        | workflow_1.Raw
-        | workflow_1.Resumed
-        | workflow_1.Started
-        | step.Started
-    ) = Field(..., discriminator='type')
-    """
-    An authority event of the journal (§5), any type of schema/events/.
-    """
-
-
 class Claim(BaseModel):
     """
     A run handed to a runtime.
@@ -1735,11 +1651,11 @@ class Claim(BaseModel):
     model_config = ConfigDict(
         extra='allow',
     )
-    attempt: conint(ge=0)
+    attempt: int = Field(..., ge=0)
     """
     This holder's number, from 1; above 1 after lost holders.
     """
-    cursor: conint(ge=0, le=9007199254740991)
+    cursor: int = Field(..., ge=0, le=9007199254740991)
     """
     A non-negative integer, at most 2^53 - 1.
     """
@@ -1747,28 +1663,26 @@ class Claim(BaseModel):
     """
     The lease: present it on every append (`Narad-Runtime-Lease`).
     """
-    max_attempts: conint(ge=0) = Field(..., alias='maxAttempts')
+    max_attempts: int = Field(..., alias='maxAttempts', ge=0)
     """
     The most holders.
     """
     on_lost: defs.OnLost = Field(..., alias='onLost')
-    queue: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256)
+    queue: str = Field(..., max_length=256, min_length=1, pattern='^[^\\u0000]*$')
     """
     An opaque identifier: 1 to 256 characters.
     """
-    reason: constr(pattern=r'^[^\u0000]*$')
+    reason: str = Field(..., pattern='^[^\\u0000]*$')
     """
     Why it is ready: `started`, `event` (its journal moved while no
     runtime held it), `retry` (its previous holder was lost).
     """
-    run_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
-        ..., alias='runId'
-    )
+    run_id: str = Field(..., alias='runId', max_length=256, min_length=1, pattern='^[^\\u0000]*$')
     """
     An opaque identifier: 1 to 256 characters.
     """
-    session_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
-        ..., alias='sessionId'
+    session_id: str = Field(
+        ..., alias='sessionId', max_length=256, min_length=1, pattern='^[^\\u0000]*$'
     )
     """
     An opaque identifier: 1 to 256 characters.
@@ -1791,8 +1705,8 @@ class CommandAnswer(BaseModel):
     """
     The events it appended, with their sequences.
     """
-    session_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
-        ..., alias='sessionId'
+    session_id: str = Field(
+        ..., alias='sessionId', max_length=256, min_length=1, pattern='^[^\\u0000]*$'
     )
     """
     An opaque identifier: 1 to 256 characters.
@@ -1832,19 +1746,24 @@ class HistoryPage(BaseModel):
     model_config = ConfigDict(
         extra='allow',
     )
-    events: list[AuthorityEvent]
-    next_sequence: conint(ge=0, le=9007199254740991) | None = Field(None, alias='nextSequence')
+    events: list[
+        Annotated[
+            artifact.Added | artifact.Failed | artifact.Ready | attachment.Added | attachment.Failed | attachment.Ready | attachment.Removed | interrupt.Requested | interrupt.Resolved | message_1.Redacted | text.Completed | text.Delta | text.Started | user.Recorded | node_1.Custom | node_1.Raw | progress.Recorded | reasoning.Completed | reasoning.Delta | reasoning.Started | run_2.Cancelled | run_2.Custom | run_2.Error | run_2.Finished | run_2.Paused | run_2.Raw | run_2.Resumed | run_2.Started | stop.Requested | session_1.Custom | session_1.Raw | state_1.Compacted | state_1.Delta | state_1.Snapshot | call.Finished | call.Started | state_2.Delta | state_2.Snapshot | view.Closed | view.Opened | view.Updated | workflow_1.Cancelled | workflow_1.Custom | edge.Taken | workflow_1.Error | workflow_1.Finished | workflow_1.Paused | workflow_1.Raw | workflow_1.Resumed | workflow_1.Started | step.Started,
+            Field(discriminator='type'),
+        ]
+    ]
+    next_sequence: int | None = Field(default=None, alias='nextSequence', ge=0, le=9007199254740991)
     """
     A non-negative integer, at most 2^53 - 1.
     """
-    next_session_sequence: conint(ge=0, le=9007199254740991) | None = Field(
-        None, alias='nextSessionSequence'
+    next_session_sequence: int | None = Field(
+        default=None, alias='nextSessionSequence', ge=0, le=9007199254740991
     )
     """
     A non-negative integer, at most 2^53 - 1.
     """
-    next_workflow_sequence: conint(ge=0, le=9007199254740991) | None = Field(
-        None, alias='nextWorkflowSequence'
+    next_workflow_sequence: int | None = Field(
+        default=None, alias='nextWorkflowSequence', ge=0, le=9007199254740991
     )
     """
     A non-negative integer, at most 2^53 - 1.
@@ -1856,8 +1775,8 @@ class HttpToolFinish(Finish):
     `client.tool.finish` as sent over HTTP: it names the lease its execution token was delivered under (on the socket, the socket's lease is implied).
     """
 
-    lease_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
-        ..., alias='leaseId'
+    lease_id: str = Field(
+        ..., alias='leaseId', max_length=256, min_length=1, pattern='^[^\\u0000]*$'
     )
     """
     An opaque identifier: 1 to 256 characters.
@@ -1876,122 +1795,9 @@ class InterruptPage(BaseModel):
     """
     Open interrupts, the longest waiting first.
     """
-    next_after: constr(pattern=r'^[^\u0000]*$') | None = Field(None, alias='nextAfter')
+    next_after: str | None = Field(default=None, alias='nextAfter', pattern='^[^\\u0000]*$')
     """
     The `after` of the next page, when more remain.
-    """
-
-
-class ProposedEvent(
-    RootModel[
-        artifact_1.Added
-        | artifact_1.Failed
-        | artifact_1.Ready
-        | attachment_1.Added
-        | attachment_1.Failed
-        | attachment_1.Ready
-        | attachment_1.Removed
-        | interrupt_1.Requested
-        | interrupt_1.Resolved
-        | message_2.Redacted
-        | text_1.Completed
-        | text_1.Delta
-        | text_1.Started
-        | user_1.Recorded
-        | node_2.Custom
-        | node_2.Raw
-        | progress_1.Recorded
-        | reasoning_1.Completed
-        | reasoning_1.Delta
-        | reasoning_1.Started
-        | run.Cancelled
-        | run.Custom
-        | run.Error
-        | run.Finished
-        | run.Paused
-        | run.Raw
-        | run.Resumed
-        | run.Started
-        | stop_1.Requested
-        | session_2.Custom
-        | session_2.Raw
-        | state_3.Compacted
-        | state_3.Delta
-        | state_3.Snapshot
-        | call_1.Finished
-        | call_1.Started
-        | state_4.Delta
-        | state_4.Snapshot
-        | view_1.Closed
-        | view_1.Opened
-        | view_1.Updated
-        | workflow_2.Cancelled
-        | workflow_2.Custom
-        | edge_1.Taken
-        | workflow_2.Error
-        | workflow_2.Finished
-        | workflow_2.Paused
-        | workflow_2.Raw
-        | workflow_2.Resumed
-        | workflow_2.Started
-        | step_1.Started
-    ]
-):
-    root: (
-        artifact_1.Added
-        | artifact_1.Failed
-        | artifact_1.Ready
-        | attachment_1.Added
-        | attachment_1.Failed
-        | attachment_1.Ready
-        | attachment_1.Removed
-        | interrupt_1.Requested
-        | interrupt_1.Resolved
-        | message_2.Redacted
-        | text_1.Completed
-        | text_1.Delta
-        | text_1.Started
-        | user_1.Recorded
-        | node_2.Custom
-        | node_2.Raw
-        | progress_1.Recorded
-        | reasoning_1.Completed
-        | reasoning_1.Delta
-        | reasoning_1.Started
-        | run.Cancelled
-        | run.Custom
-        | run.Error
-        | run.Finished
-        | run.Paused
-        | run.Raw
-        | run.Resumed
-        | run.Started
-        | stop_1.Requested
-        | session_2.Custom
-        | session_2.Raw
-        | state_3.Compacted
-        | state_3.Delta
-        | state_3.Snapshot
-        | call_1.Finished
-        | call_1.Started
-        | state_4.Delta
-        | state_4.Snapshot
-        | view_1.Closed
-        | view_1.Opened
-        | view_1.Updated
-        | workflow_2.Cancelled
-        | workflow_2.Custom
-        | edge_1.Taken
-        | workflow_2.Error
-        | workflow_2.Finished
-        | workflow_2.Paused
-        | workflow_2.Raw
-        | workflow_2.Resumed
-        | workflow_2.Started
-        | step_1.Started
-    ) = Field(..., discriminator='type')
-    """
-    A proposed authority event: any type of schema/events/ without `sessionSequence`, `sequence` and `workflowSequence`, which the journal assigns; `sessionId` (the path's) and `timestamp` (now) are filled in when absent. Its eventId makes a retry of the same body idempotent.
     """
 
 
@@ -2004,19 +1810,17 @@ class RunStart(BaseModel):
         extra='allow',
     )
     appended: Appended | None = None
-    queue_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) | None = Field(
-        None, alias='queueId'
+    queue_id: str | None = Field(
+        default=None, alias='queueId', max_length=256, min_length=1, pattern='^[^\\u0000]*$'
     )
     """
     An opaque identifier: 1 to 256 characters.
     """
-    run_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
-        ..., alias='runId'
-    )
+    run_id: str = Field(..., alias='runId', max_length=256, min_length=1, pattern='^[^\\u0000]*$')
     """
     An opaque identifier: 1 to 256 characters.
     """
-    stop_requested: Appended | None = Field(None, alias='stopRequested')
+    stop_requested: Appended | None = Field(default=None, alias='stopRequested')
 
 
 class RunStartAnswer(RunStart):
@@ -2024,8 +1828,8 @@ class RunStartAnswer(RunStart):
     The answer of `start-run`.
     """
 
-    session_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
-        ..., alias='sessionId'
+    session_id: str = Field(
+        ..., alias='sessionId', max_length=256, min_length=1, pattern='^[^\\u0000]*$'
     )
     """
     An opaque identifier: 1 to 256 characters.
@@ -2040,8 +1844,8 @@ class SessionPage(BaseModel):
     model_config = ConfigDict(
         extra='allow',
     )
-    next_after: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) | None = Field(
-        None, alias='nextAfter'
+    next_after: str | None = Field(
+        default=None, alias='nextAfter', max_length=256, min_length=1, pattern='^[^\\u0000]*$'
     )
     """
     An opaque identifier: 1 to 256 characters.
@@ -2064,14 +1868,14 @@ class UserMessageAnswer(BaseModel):
     """
     The `message.user.recorded` appended.
     """
-    message_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
-        ..., alias='messageId'
+    message_id: str = Field(
+        ..., alias='messageId', max_length=256, min_length=1, pattern='^[^\\u0000]*$'
     )
     """
     An opaque identifier: 1 to 256 characters.
     """
-    session_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
-        ..., alias='sessionId'
+    session_id: str = Field(
+        ..., alias='sessionId', max_length=256, min_length=1, pattern='^[^\\u0000]*$'
     )
     """
     An opaque identifier: 1 to 256 characters.
@@ -2087,13 +1891,13 @@ class WorkflowCancel(BaseModel):
         extra='allow',
     )
     cancelled: Appended | None = None
-    session_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
-        ..., alias='sessionId'
+    session_id: str = Field(
+        ..., alias='sessionId', max_length=256, min_length=1, pattern='^[^\\u0000]*$'
     )
     """
     An opaque identifier: 1 to 256 characters.
     """
-    stop_requested: Appended | None = Field(None, alias='stopRequested')
+    stop_requested: Appended | None = Field(default=None, alias='stopRequested')
 
 
 class WorkflowStartAnswer(BaseModel):
@@ -2108,14 +1912,14 @@ class WorkflowStartAnswer(BaseModel):
     """
     The `workflow.started` appended.
     """
-    session_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
-        ..., alias='sessionId'
+    session_id: str = Field(
+        ..., alias='sessionId', max_length=256, min_length=1, pattern='^[^\\u0000]*$'
     )
     """
     An opaque identifier: 1 to 256 characters.
     """
-    workflow_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
-        ..., alias='workflowId'
+    workflow_id: str = Field(
+        ..., alias='workflowId', max_length=256, min_length=1, pattern='^[^\\u0000]*$'
     )
     """
     An opaque identifier: 1 to 256 characters.
@@ -2130,9 +1934,11 @@ class AppendRequest(BaseModel):
     model_config = ConfigDict(
         extra='forbid',
     )
-    events: list[ProposedEvent] = Field(..., max_length=1000, min_length=1)
-    expected_session_sequence: conint(ge=0, le=9007199254740991) | None = Field(
-        None, alias='expectedSessionSequence'
+    events: list[Annotated[artifact_1.Added | artifact_1.Failed | artifact_1.Ready | attachment_1.Added | attachment_1.Failed | attachment_1.Ready | attachment_1.Removed | interrupt_1.Requested | interrupt_1.Resolved | message_2.Redacted | text_1.Completed | text_1.Delta | text_1.Started | user_1.Recorded | node_2.Custom | node_2.Raw | progress_1.Recorded | reasoning_1.Completed | reasoning_1.Delta | reasoning_1.Started | run.Cancelled | run.Custom | run.Error | run.Finished | run.Paused | run.Raw | run.Resumed | run.Started | stop_1.Requested | session_2.Custom | session_2.Raw | state_3.Compacted | state_3.Delta | state_3.Snapshot | call_1.Finished | call_1.Started | state_4.Delta | state_4.Snapshot | view_1.Closed | view_1.Opened | view_1.Updated | workflow_2.Cancelled | workflow_2.Custom | edge_1.Taken | workflow_2.Error | workflow_2.Finished | workflow_2.Paused | workflow_2.Raw | workflow_2.Resumed | workflow_2.Started | step_1.Started, Field(discriminator='type')]] = (
+        Field(..., max_length=1000, min_length=1)
+    )
+    expected_session_sequence: int | None = Field(
+        default=None, alias='expectedSessionSequence', ge=0, le=9007199254740991
     )
     """
     Append only if the session's sequence is this one (NRD-0203 otherwise).

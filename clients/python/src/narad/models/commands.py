@@ -7,7 +7,7 @@ from __future__ import annotations
 from enum import Enum
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, RootModel, conint, constr
+from pydantic import BaseModel, ConfigDict, Field, RootModel, constr
 
 from . import defs
 
@@ -26,8 +26,8 @@ class ArchiveSession(BaseModel):
     model_config = ConfigDict(
         extra='forbid',
     )
-    session_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
-        ..., alias='sessionId'
+    session_id: str = Field(
+        ..., alias='sessionId', max_length=256, min_length=1, pattern='^[^\\u0000]*$'
     )
     """
     An opaque identifier: 1 to 256 characters.
@@ -42,15 +42,15 @@ class CancelWorkflow(BaseModel):
     model_config = ConfigDict(
         extra='forbid',
     )
-    reason: constr(pattern=r'^[^\u0000]*$') | None = None
-    session_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) | None = Field(
-        None, alias='sessionId'
+    reason: str | None = Field(default=None, pattern='^[^\\u0000]*$')
+    session_id: str | None = Field(
+        default=None, alias='sessionId', max_length=256, min_length=1, pattern='^[^\\u0000]*$'
     )
     """
     The workflow's session. Needed only when the workflowId is used in several sessions; when given, the workflow is looked up in this session alone.
     """
-    workflow_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
-        ..., alias='workflowId'
+    workflow_id: str = Field(
+        ..., alias='workflowId', max_length=256, min_length=1, pattern='^[^\\u0000]*$'
     )
     """
     An opaque identifier: 1 to 256 characters.
@@ -66,13 +66,13 @@ class CreateSession(BaseModel):
         extra='forbid',
     )
     metadata: dict[constr(pattern=r'^[^\u0000]*$'), Any] | None = None
-    session_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) | None = Field(
-        None, alias='sessionId'
+    session_id: str | None = Field(
+        default=None, alias='sessionId', max_length=256, min_length=1, pattern='^[^\\u0000]*$'
     )
     """
     An opaque identifier: 1 to 256 characters.
     """
-    title: constr(pattern=r'^[^\u0000]*$') | None = None
+    title: str | None = Field(default=None, pattern='^[^\\u0000]*$')
 
 
 class RecordUserMessage(BaseModel):
@@ -83,31 +83,29 @@ class RecordUserMessage(BaseModel):
     model_config = ConfigDict(
         extra='forbid',
     )
-    attachment_ids: list[constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256)] | None = (
-        Field(None, alias='attachmentIds')
-    )
+    attachment_ids: list[defs.Id] | None = Field(default=None, alias='attachmentIds')
     content: Any
-    message_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) | None = Field(
-        None, alias='messageId'
+    message_id: str | None = Field(
+        default=None, alias='messageId', max_length=256, min_length=1, pattern='^[^\\u0000]*$'
     )
     """
     An opaque identifier: 1 to 256 characters.
     """
     message_scope: defs.MessageScope = Field(..., alias='messageScope')
-    run_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) | None = Field(
-        None, alias='runId'
+    run_id: str | None = Field(
+        default=None, alias='runId', max_length=256, min_length=1, pattern='^[^\\u0000]*$'
     )
     """
     An opaque identifier: 1 to 256 characters.
     """
-    session_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
-        ..., alias='sessionId'
+    session_id: str = Field(
+        ..., alias='sessionId', max_length=256, min_length=1, pattern='^[^\\u0000]*$'
     )
     """
     An opaque identifier: 1 to 256 characters.
     """
-    workflow_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) | None = Field(
-        None, alias='workflowId'
+    workflow_id: str | None = Field(
+        default=None, alias='workflowId', max_length=256, min_length=1, pattern='^[^\\u0000]*$'
     )
     """
     An opaque identifier: 1 to 256 characters.
@@ -122,18 +120,18 @@ class RedactMessage(BaseModel):
     model_config = ConfigDict(
         extra='forbid',
     )
-    display_replacement: constr(pattern=r'^[^\u0000]*$') | None = Field(
-        ..., alias='displayReplacement'
+    display_replacement: str | None = Field(
+        ..., alias='displayReplacement', pattern='^[^\\u0000]*$'
     )
-    message_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
-        ..., alias='messageId'
+    message_id: str = Field(
+        ..., alias='messageId', max_length=256, min_length=1, pattern='^[^\\u0000]*$'
     )
     """
     An opaque identifier: 1 to 256 characters.
     """
-    reason: constr(pattern=r'^[^\u0000]*$', min_length=1)
-    session_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
-        ..., alias='sessionId'
+    reason: str = Field(..., min_length=1, pattern='^[^\\u0000]*$')
+    session_id: str = Field(
+        ..., alias='sessionId', max_length=256, min_length=1, pattern='^[^\\u0000]*$'
     )
     """
     An opaque identifier: 1 to 256 characters.
@@ -148,9 +146,9 @@ class Runtime(BaseModel):
     model_config = ConfigDict(
         extra='forbid',
     )
-    max_attempts: conint(ge=1, le=100) | None = Field(None, alias='maxAttempts')
-    on_lost: defs.OnLost | None = Field(None, alias='onLost')
-    queue: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) | None = None
+    max_attempts: int | None = Field(default=None, alias='maxAttempts', ge=1, le=100)
+    on_lost: defs.OnLost | None = Field(default=None, alias='onLost')
+    queue: str | None = Field(default=None, max_length=256, min_length=1, pattern='^[^\\u0000]*$')
     """
     An opaque identifier: 1 to 256 characters.
     """
@@ -164,22 +162,26 @@ class StartRun(BaseModel):
     model_config = ConfigDict(
         extra='forbid',
     )
-    client_executor_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) | None = (
-        Field(None, alias='clientExecutorId')
+    client_executor_id: str | None = Field(
+        default=None,
+        alias='clientExecutorId',
+        max_length=256,
+        min_length=1,
+        pattern='^[^\\u0000]*$',
     )
     """
     An opaque identifier: 1 to 256 characters.
     """
     input: Any | None = None
-    on_conflict: OnConflict | None = Field(None, alias='onConflict')
-    parent_run_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) | None = Field(
-        None, alias='parentRunId'
+    on_conflict: OnConflict | None = Field(default=None, alias='onConflict')
+    parent_run_id: str | None = Field(
+        default=None, alias='parentRunId', max_length=256, min_length=1, pattern='^[^\\u0000]*$'
     )
     """
     An opaque identifier: 1 to 256 characters.
     """
-    run_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) | None = Field(
-        None, alias='runId'
+    run_id: str | None = Field(
+        default=None, alias='runId', max_length=256, min_length=1, pattern='^[^\\u0000]*$'
     )
     """
     An opaque identifier: 1 to 256 characters.
@@ -188,14 +190,14 @@ class StartRun(BaseModel):
     """
     Hand the run to agent runtimes. queue: the queue they claim from (default 'default'); onLost: what happens when the holding runtime's lease lapses (retry: hand it to another runtime, up to maxAttempts claims; fail: close it with run.error code runtime_lost); absent fields take the server's defaults.
     """
-    session_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
-        ..., alias='sessionId'
+    session_id: str = Field(
+        ..., alias='sessionId', max_length=256, min_length=1, pattern='^[^\\u0000]*$'
     )
     """
     An opaque identifier: 1 to 256 characters.
     """
-    workflow_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) | None = Field(
-        None, alias='workflowId'
+    workflow_id: str | None = Field(
+        default=None, alias='workflowId', max_length=256, min_length=1, pattern='^[^\\u0000]*$'
     )
     """
     An opaque identifier: 1 to 256 characters.
@@ -210,21 +212,25 @@ class StartWorkflow(BaseModel):
     model_config = ConfigDict(
         extra='forbid',
     )
-    default_client_executor_id: (
-        constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) | None
-    ) = Field(None, alias='defaultClientExecutorId')
-    """
-    An opaque identifier: 1 to 256 characters.
-    """
-    input: Any | None = None
-    session_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
-        ..., alias='sessionId'
+    default_client_executor_id: str | None = Field(
+        default=None,
+        alias='defaultClientExecutorId',
+        max_length=256,
+        min_length=1,
+        pattern='^[^\\u0000]*$',
     )
     """
     An opaque identifier: 1 to 256 characters.
     """
-    workflow_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) | None = Field(
-        None, alias='workflowId'
+    input: Any | None = None
+    session_id: str = Field(
+        ..., alias='sessionId', max_length=256, min_length=1, pattern='^[^\\u0000]*$'
+    )
+    """
+    An opaque identifier: 1 to 256 characters.
+    """
+    workflow_id: str | None = Field(
+        default=None, alias='workflowId', max_length=256, min_length=1, pattern='^[^\\u0000]*$'
     )
     """
     An opaque identifier: 1 to 256 characters.
@@ -239,15 +245,13 @@ class StopRun(BaseModel):
     model_config = ConfigDict(
         extra='forbid',
     )
-    reason: constr(pattern=r'^[^\u0000]*$') | None = None
-    run_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
-        ..., alias='runId'
-    )
+    reason: str | None = Field(default=None, pattern='^[^\\u0000]*$')
+    run_id: str = Field(..., alias='runId', max_length=256, min_length=1, pattern='^[^\\u0000]*$')
     """
     An opaque identifier: 1 to 256 characters.
     """
-    session_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) | None = Field(
-        None, alias='sessionId'
+    session_id: str | None = Field(
+        default=None, alias='sessionId', max_length=256, min_length=1, pattern='^[^\\u0000]*$'
     )
     """
     The run's session. Needed only when the runId is used in several sessions; when given, the run is looked up in this session alone.
@@ -263,13 +267,13 @@ class UpdateSession(BaseModel):
         extra='forbid',
     )
     metadata: dict[constr(pattern=r'^[^\u0000]*$'), Any] | None = None
-    session_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
-        ..., alias='sessionId'
+    session_id: str = Field(
+        ..., alias='sessionId', max_length=256, min_length=1, pattern='^[^\\u0000]*$'
     )
     """
     An opaque identifier: 1 to 256 characters.
     """
-    title: constr(pattern=r'^[^\u0000]*$')
+    title: str = Field(..., pattern='^[^\\u0000]*$')
 
 
 class UpdateSessionModel(BaseModel):
@@ -281,13 +285,13 @@ class UpdateSessionModel(BaseModel):
         extra='forbid',
     )
     metadata: dict[constr(pattern=r'^[^\u0000]*$'), Any]
-    session_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
-        ..., alias='sessionId'
+    session_id: str = Field(
+        ..., alias='sessionId', max_length=256, min_length=1, pattern='^[^\\u0000]*$'
     )
     """
     An opaque identifier: 1 to 256 characters.
     """
-    title: constr(pattern=r'^[^\u0000]*$') | None = None
+    title: str | None = Field(default=None, pattern='^[^\\u0000]*$')
 
 
 class UpdateSessionModel1(RootModel[UpdateSession | UpdateSessionModel]):
@@ -309,17 +313,17 @@ class ResolveInterrupt(BaseModel):
     model_config = ConfigDict(
         extra='forbid',
     )
-    decision: constr(pattern=r'^[^\u0000]*$', min_length=1)
-    interrupt_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
-        ..., alias='interruptId'
+    decision: str = Field(..., min_length=1, pattern='^[^\\u0000]*$')
+    interrupt_id: str = Field(
+        ..., alias='interruptId', max_length=256, min_length=1, pattern='^[^\\u0000]*$'
     )
     """
     An opaque identifier: 1 to 256 characters.
     """
     members: list[defs.MemberDecision] | None = None
-    reason: constr(pattern=r'^[^\u0000]*$') | None = None
-    session_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) | None = Field(
-        None, alias='sessionId'
+    reason: str | None = Field(default=None, pattern='^[^\\u0000]*$')
+    session_id: str | None = Field(
+        default=None, alias='sessionId', max_length=256, min_length=1, pattern='^[^\\u0000]*$'
     )
     """
     The interrupt's session. Needed only when the interruptId is used in several sessions; when given, the interrupt is looked up in this session alone.

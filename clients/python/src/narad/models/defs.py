@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from enum import Enum
 
-from pydantic import BaseModel, ConfigDict, Field, RootModel, constr
+from pydantic import BaseModel, ConfigDict, Field, RootModel
 
 
 class Kind(Enum):
@@ -23,6 +23,13 @@ class Executor(Enum):
     client = 'client'
 
 
+class Id(RootModel[str]):
+    root: str = Field(..., max_length=256, min_length=1, pattern='^[^\\u0000]*$')
+    """
+    An opaque identifier: 1 to 256 characters.
+    """
+
+
 class InterruptScope(Enum):
     run = 'run'
     workflow = 'workflow'
@@ -32,7 +39,7 @@ class JsonPointer(RootModel[str]):
     model_config = ConfigDict(
         regex_engine="python-re",
     )
-    root: constr(pattern=r'(?=^[^\u0000]*$)(?=^(/([^~/]|~[01])*)*$)')
+    root: str = Field(..., pattern='(?=^[^\\u0000]*$)(?=^(/([^~/]|~[01])*)*$)')
     """
     An RFC 6901 JSON pointer.
     """
@@ -42,6 +49,10 @@ class MessageScope(Enum):
     session = 'session'
     workflow = 'workflow'
     run = 'run'
+
+
+class NonEmptyString(RootModel[str]):
+    root: str = Field(..., min_length=1, pattern='^[^\\u0000]*$')
 
 
 class OnLost(Enum):
@@ -81,6 +92,10 @@ class ResumeMode(Enum):
     command = 'command'
 
 
+class Usage(RootModel[float]):
+    root: float = Field(..., ge=0.0)
+
+
 class Actor(BaseModel):
     """
     Protected actor provenance (§7.7): who caused an event a command built. Stamped by the server from the caller's credential; a backend's proposal never carries it.
@@ -89,7 +104,7 @@ class Actor(BaseModel):
     model_config = ConfigDict(
         extra='allow',
     )
-    extension: constr(pattern=r'^[^\u0000]*$', min_length=1) | None = None
+    extension: str | None = Field(default=None, min_length=1, pattern='^[^\\u0000]*$')
     """
     publisher/name of the extension.
     """
@@ -97,20 +112,20 @@ class Actor(BaseModel):
     """
     user: a bearer token's subject; extension: a registered extension's signed call.
     """
-    sub: constr(pattern=r'^[^\u0000]*$', min_length=1)
+    sub: str = Field(..., min_length=1, pattern='^[^\\u0000]*$')
 
 
 class MemberDecision(BaseModel):
     model_config = ConfigDict(
         extra='allow',
     )
-    decision: constr(pattern=r'^[^\u0000]*$', min_length=1)
-    request_id: constr(pattern=r'^[^\u0000]*$', min_length=1) = Field(..., alias='requestId')
-    tool_call_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) | None = Field(
-        None, alias='toolCallId'
+    decision: str = Field(..., min_length=1, pattern='^[^\\u0000]*$')
+    request_id: str = Field(..., alias='requestId', min_length=1, pattern='^[^\\u0000]*$')
+    tool_call_id: str | None = Field(
+        default=None, alias='toolCallId', max_length=256, min_length=1, pattern='^[^\\u0000]*$'
     )
     """
     An opaque identifier: 1 to 256 characters.
     """
-    tool_name: constr(pattern=r'^[^\u0000]*$') | None = Field(None, alias='toolName')
-    tool_type: constr(pattern=r'^[^\u0000]*$') | None = Field(None, alias='toolType')
+    tool_name: str | None = Field(default=None, alias='toolName', pattern='^[^\\u0000]*$')
+    tool_type: str | None = Field(default=None, alias='toolType', pattern='^[^\\u0000]*$')

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, constr
+from pydantic import BaseModel, Field
 
 
 class Error(BaseModel):
@@ -14,7 +14,7 @@ class Error(BaseModel):
     The error envelope of every API answer that is not a success.
     """
 
-    code: constr(pattern=r'^NRD-[0-9]{4}$')
+    code: str = Field(..., pattern='^NRD-[0-9]{4}$')
     """
     From the catalog in docs/errors.md.
     """

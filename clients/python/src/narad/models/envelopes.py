@@ -7,7 +7,7 @@ from __future__ import annotations
 from enum import Enum
 from typing import Any, Literal
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, conint, constr
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 
 
 class Authority(BaseModel):
@@ -18,8 +18,8 @@ class Authority(BaseModel):
     model_config = ConfigDict(
         extra='allow',
     )
-    event_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
-        ..., alias='eventId'
+    event_id: str = Field(
+        ..., alias='eventId', max_length=256, min_length=1, pattern='^[^\\u0000]*$'
     )
     """
     An opaque identifier: 1 to 256 characters.
@@ -28,29 +28,29 @@ class Authority(BaseModel):
     """
     The protocol version; narad/v1 is the only one.
     """
-    root_run_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) | None = Field(
-        None, alias='rootRunId'
+    root_run_id: str | None = Field(
+        default=None, alias='rootRunId', max_length=256, min_length=1, pattern='^[^\\u0000]*$'
     )
     """
     An opaque identifier: 1 to 256 characters.
     """
-    run_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) | None = Field(
-        None, alias='runId'
+    run_id: str | None = Field(
+        default=None, alias='runId', max_length=256, min_length=1, pattern='^[^\\u0000]*$'
     )
     """
     An opaque identifier: 1 to 256 characters.
     """
-    sequence: conint(ge=1, le=9007199254740991) | None = None
+    sequence: int | None = Field(default=None, ge=1, le=9007199254740991)
     """
     An authority sequence: contiguous from 1 in its domain, at most 2^53 - 1.
     """
-    session_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
-        ..., alias='sessionId'
+    session_id: str = Field(
+        ..., alias='sessionId', max_length=256, min_length=1, pattern='^[^\\u0000]*$'
     )
     """
     An opaque identifier: 1 to 256 characters.
     """
-    session_sequence: conint(ge=1, le=9007199254740991) = Field(..., alias='sessionSequence')
+    session_sequence: int = Field(..., alias='sessionSequence', ge=1, le=9007199254740991)
     """
     An authority sequence: contiguous from 1 in its domain, at most 2^53 - 1.
     """
@@ -58,15 +58,15 @@ class Authority(BaseModel):
     """
     An RFC 3339 date-time. Informational: never used to order authority.
     """
-    type: constr(pattern=r'^[^\u0000]*$')
-    workflow_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) | None = Field(
-        None, alias='workflowId'
+    type: str = Field(..., pattern='^[^\\u0000]*$')
+    workflow_id: str | None = Field(
+        default=None, alias='workflowId', max_length=256, min_length=1, pattern='^[^\\u0000]*$'
     )
     """
     An opaque identifier: 1 to 256 characters.
     """
-    workflow_sequence: conint(ge=1, le=9007199254740991) | None = Field(
-        None, alias='workflowSequence'
+    workflow_sequence: int | None = Field(
+        default=None, alias='workflowSequence', ge=1, le=9007199254740991
     )
     """
     An authority sequence: contiguous from 1 in its domain, at most 2^53 - 1.
@@ -88,7 +88,7 @@ class Control(BaseModel):
     """
     sequence: Any | None = None
     session_sequence: Any | None = Field(None, alias='sessionSequence')
-    type: constr(pattern=r'^[^\u0000]*$')
+    type: str = Field(..., pattern='^[^\\u0000]*$')
     workflow_sequence: Any | None = Field(None, alias='workflowSequence')
 
 
@@ -128,7 +128,7 @@ class Hydrate(BaseModel):
     """
     An RFC 3339 date-time. Informational: never used to order authority.
     """
-    type: constr(pattern=r'^[^\u0000]*$')
+    type: str = Field(..., pattern='^[^\\u0000]*$')
     workflow_sequence: Any | None = Field(None, alias='workflowSequence')
 
 
@@ -140,19 +140,17 @@ class RunTree(BaseModel):
     model_config = ConfigDict(
         extra='allow',
     )
-    root_run_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
-        ..., alias='rootRunId'
+    root_run_id: str = Field(
+        ..., alias='rootRunId', max_length=256, min_length=1, pattern='^[^\\u0000]*$'
     )
     """
     An opaque identifier: 1 to 256 characters.
     """
-    run_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
-        ..., alias='runId'
-    )
+    run_id: str = Field(..., alias='runId', max_length=256, min_length=1, pattern='^[^\\u0000]*$')
     """
     An opaque identifier: 1 to 256 characters.
     """
-    sequence: conint(ge=1, le=9007199254740991)
+    sequence: int = Field(..., ge=1, le=9007199254740991)
     """
     An authority sequence: contiguous from 1 in its domain, at most 2^53 - 1.
     """
@@ -182,8 +180,8 @@ class Watch(BaseModel):
         extra='allow',
     )
     cursor: Cursor | None = None
-    event_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
-        ..., alias='eventId'
+    event_id: str = Field(
+        ..., alias='eventId', max_length=256, min_length=1, pattern='^[^\\u0000]*$'
     )
     """
     An opaque identifier: 1 to 256 characters.
@@ -192,7 +190,7 @@ class Watch(BaseModel):
     """
     The protocol version; narad/v1 is the only one.
     """
-    revision: conint(ge=0, le=9007199254740991)
+    revision: int = Field(..., ge=0, le=9007199254740991)
     """
     A non-negative integer, at most 2^53 - 1.
     """
@@ -202,7 +200,7 @@ class Watch(BaseModel):
     """
     An RFC 3339 date-time. Informational: never used to order authority.
     """
-    type: constr(pattern=r'^[^\u0000]*$')
+    type: str = Field(..., pattern='^[^\\u0000]*$')
     workflow_sequence: Any | None = Field(None, alias='workflowSequence')
 
 
@@ -217,13 +215,13 @@ class Workflow(BaseModel):
     root_run_id: Any | None = Field(None, alias='rootRunId')
     run_id: Any | None = Field(None, alias='runId')
     sequence: Any | None = None
-    workflow_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
-        ..., alias='workflowId'
+    workflow_id: str = Field(
+        ..., alias='workflowId', max_length=256, min_length=1, pattern='^[^\\u0000]*$'
     )
     """
     An opaque identifier: 1 to 256 characters.
     """
-    workflow_sequence: conint(ge=1, le=9007199254740991) = Field(..., alias='workflowSequence')
+    workflow_sequence: int = Field(..., alias='workflowSequence', ge=1, le=9007199254740991)
     """
     An authority sequence: contiguous from 1 in its domain, at most 2^53 - 1.
     """

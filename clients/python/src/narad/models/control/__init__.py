@@ -7,8 +7,9 @@ from __future__ import annotations
 from enum import Enum
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, conint, constr
+from pydantic import BaseModel, ConfigDict, Field
 
+from .. import defs
 from ..envelopes import Control
 
 
@@ -28,11 +29,11 @@ class Heartbeat(BaseModel):
     model_config = ConfigDict(
         extra='allow',
     )
-    interval_ms: conint(ge=0, le=9007199254740991) = Field(..., alias='intervalMs')
+    interval_ms: int = Field(..., alias='intervalMs', ge=0, le=9007199254740991)
     """
     A non-negative integer, at most 2^53 - 1.
     """
-    lease_ttl_ms: conint(ge=0, le=9007199254740991) = Field(..., alias='leaseTtlMs')
+    lease_ttl_ms: int = Field(..., alias='leaseTtlMs', ge=0, le=9007199254740991)
     """
     A non-negative integer, at most 2^53 - 1.
     """
@@ -42,11 +43,11 @@ class History(BaseModel):
     model_config = ConfigDict(
         extra='allow',
     )
-    default_page_size: conint(ge=0, le=9007199254740991) = Field(..., alias='defaultPageSize')
+    default_page_size: int = Field(..., alias='defaultPageSize', ge=0, le=9007199254740991)
     """
     A non-negative integer, at most 2^53 - 1.
     """
-    max_page_size: conint(ge=0, le=9007199254740991) = Field(..., alias='maxPageSize')
+    max_page_size: int = Field(..., alias='maxPageSize', ge=0, le=9007199254740991)
     """
     A non-negative integer, at most 2^53 - 1.
     """
@@ -60,22 +61,20 @@ class Capabilities(Control):
     model_config = ConfigDict(
         extra='allow',
     )
-    active_execution: ActiveExecution | None = Field(None, alias='activeExecution')
-    active_profiles: list[constr(pattern=r'^[^\u0000]*$', min_length=1)] = Field(
-        ..., alias='activeProfiles'
-    )
-    current_session_sequence: conint(ge=0, le=9007199254740991) | None = Field(
-        None, alias='currentSessionSequence'
+    active_execution: ActiveExecution | None = Field(default=None, alias='activeExecution')
+    active_profiles: list[defs.NonEmptyString] = Field(..., alias='activeProfiles')
+    current_session_sequence: int | None = Field(
+        default=None, alias='currentSessionSequence', ge=0, le=9007199254740991
     )
     """
     A non-negative integer, at most 2^53 - 1.
     """
     heartbeat: Heartbeat
     history: History
-    session_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) | None = Field(
-        None, alias='sessionId'
+    session_id: str | None = Field(
+        default=None, alias='sessionId', max_length=256, min_length=1, pattern='^[^\\u0000]*$'
     )
     """
     An opaque identifier: 1 to 256 characters.
     """
-    type: Literal['capabilities']
+    type: Literal['capabilities'] = Field(..., pattern='^[^\\u0000]*$')

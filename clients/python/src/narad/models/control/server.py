@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import AwareDatetime, ConfigDict, Field, constr
+from pydantic import AwareDatetime, ConfigDict, Field
 
 from ..envelopes import Control
 
@@ -19,18 +19,22 @@ class Heartbeat(Control):
     model_config = ConfigDict(
         extra='allow',
     )
-    client_executor_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) | None = (
-        Field(None, alias='clientExecutorId')
+    client_executor_id: str | None = Field(
+        default=None,
+        alias='clientExecutorId',
+        max_length=256,
+        min_length=1,
+        pattern='^[^\\u0000]*$',
     )
     """
     An opaque identifier: 1 to 256 characters.
     """
-    lease_expires_at: AwareDatetime | None = Field(None, alias='leaseExpiresAt')
+    lease_expires_at: AwareDatetime | None = Field(default=None, alias='leaseExpiresAt')
     """
     An RFC 3339 date-time. Informational: never used to order authority.
     """
-    lease_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) | None = Field(
-        None, alias='leaseId'
+    lease_id: str | None = Field(
+        default=None, alias='leaseId', max_length=256, min_length=1, pattern='^[^\\u0000]*$'
     )
     """
     An opaque identifier: 1 to 256 characters.
@@ -39,4 +43,4 @@ class Heartbeat(Control):
     """
     An RFC 3339 date-time. Informational: never used to order authority.
     """
-    type: Literal['server.heartbeat']
+    type: Literal['server.heartbeat'] = Field(..., pattern='^[^\\u0000]*$')

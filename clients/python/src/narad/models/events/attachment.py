@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import ConfigDict, Field, conint, constr
+from pydantic import ConfigDict, Field
 
 from ..envelopes import Authority
 
@@ -19,21 +19,21 @@ class Added(Authority):
     model_config = ConfigDict(
         extra='allow',
     )
-    attachment_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
-        ..., alias='attachmentId'
+    attachment_id: str = Field(
+        ..., alias='attachmentId', max_length=256, min_length=1, pattern='^[^\\u0000]*$'
     )
     """
     An opaque identifier: 1 to 256 characters.
     """
-    media_type: constr(pattern=r'^[^\u0000]*$', min_length=1) = Field(..., alias='mediaType')
-    name: constr(pattern=r'^[^\u0000]*$', min_length=1)
-    sha256: constr(pattern=r'^[^\u0000]*$') | None = None
-    size_bytes: conint(ge=0, le=9007199254740991) | None = Field(None, alias='sizeBytes')
+    media_type: str = Field(..., alias='mediaType', min_length=1, pattern='^[^\\u0000]*$')
+    name: str = Field(..., min_length=1, pattern='^[^\\u0000]*$')
+    sha256: str | None = Field(default=None, pattern='^[^\\u0000]*$')
+    size_bytes: int | None = Field(default=None, alias='sizeBytes', ge=0, le=9007199254740991)
     """
     A non-negative integer, at most 2^53 - 1.
     """
     type: Literal['attachment.added']
-    uri: constr(pattern=r'^[^\u0000]*$', min_length=1) | None = None
+    uri: str | None = Field(default=None, min_length=1, pattern='^[^\\u0000]*$')
     """
     An authorised reference to bytes held elsewhere. A data: URI would embed the bytes and is refused (§9.5).
     """
@@ -47,14 +47,14 @@ class Failed(Authority):
     model_config = ConfigDict(
         extra='allow',
     )
-    attachment_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
-        ..., alias='attachmentId'
+    attachment_id: str = Field(
+        ..., alias='attachmentId', max_length=256, min_length=1, pattern='^[^\\u0000]*$'
     )
     """
     An opaque identifier: 1 to 256 characters.
     """
-    code: constr(pattern=r'^[^\u0000]*$', min_length=1)
-    message: constr(pattern=r'^[^\u0000]*$') | None = None
+    code: str = Field(..., min_length=1, pattern='^[^\\u0000]*$')
+    message: str | None = Field(default=None, pattern='^[^\\u0000]*$')
     type: Literal['attachment.failed']
 
 
@@ -66,14 +66,14 @@ class Ready(Authority):
     model_config = ConfigDict(
         extra='allow',
     )
-    attachment_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
-        ..., alias='attachmentId'
+    attachment_id: str = Field(
+        ..., alias='attachmentId', max_length=256, min_length=1, pattern='^[^\\u0000]*$'
     )
     """
     An opaque identifier: 1 to 256 characters.
     """
     type: Literal['attachment.ready']
-    uri: constr(pattern=r'^[^\u0000]*$', min_length=1) | None = None
+    uri: str | None = Field(default=None, min_length=1, pattern='^[^\\u0000]*$')
     """
     An authorised reference to bytes held elsewhere. A data: URI would embed the bytes and is refused (§9.5).
     """
@@ -87,11 +87,11 @@ class Removed(Authority):
     model_config = ConfigDict(
         extra='allow',
     )
-    attachment_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
-        ..., alias='attachmentId'
+    attachment_id: str = Field(
+        ..., alias='attachmentId', max_length=256, min_length=1, pattern='^[^\\u0000]*$'
     )
     """
     An opaque identifier: 1 to 256 characters.
     """
-    reason: constr(pattern=r'^[^\u0000]*$') | None = None
+    reason: str | None = Field(default=None, pattern='^[^\\u0000]*$')
     type: Literal['attachment.removed']

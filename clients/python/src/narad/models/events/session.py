@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, conint, constr
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 
 
 class Custom(BaseModel):
@@ -17,14 +17,17 @@ class Custom(BaseModel):
     model_config = ConfigDict(
         extra='allow',
     )
-    name: constr(pattern=r'^[^.\u0000-\u0020\u007f-\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]+(\.[^.\u0000-\u0020\u007f-\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]+)+$')
+    name: str = Field(
+        ...,
+        pattern='^[^.\\u0000-\\u0020\\u007f-\\u00a0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000]+(\\.[^.\\u0000-\\u0020\\u007f-\\u00a0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000]+)+$',
+    )
     """
     Two or more dot-separated segments, none empty, with no white space (Unicode White_Space) and no control characters (Cc), e.g. acme.audit. The pattern spells the excluded characters out so that every regular-expression dialect reads it alike.
     """
     type: Literal['session.custom']
     value: Any
-    event_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
-        ..., alias='eventId'
+    event_id: str = Field(
+        ..., alias='eventId', max_length=256, min_length=1, pattern='^[^\\u0000]*$'
     )
     """
     An opaque identifier: 1 to 256 characters.
@@ -36,13 +39,13 @@ class Custom(BaseModel):
     root_run_id: Any | None = Field(None, alias='rootRunId')
     run_id: Any | None = Field(None, alias='runId')
     sequence: Any | None = None
-    session_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
-        ..., alias='sessionId'
+    session_id: str = Field(
+        ..., alias='sessionId', max_length=256, min_length=1, pattern='^[^\\u0000]*$'
     )
     """
     An opaque identifier: 1 to 256 characters.
     """
-    session_sequence: conint(ge=1, le=9007199254740991) = Field(..., alias='sessionSequence')
+    session_sequence: int = Field(..., alias='sessionSequence', ge=1, le=9007199254740991)
     """
     An authority sequence: contiguous from 1 in its domain, at most 2^53 - 1.
     """
@@ -62,11 +65,11 @@ class Raw(BaseModel):
     model_config = ConfigDict(
         extra='allow',
     )
-    content_type: constr(pattern=r'^[^\u0000]*$', min_length=1) = Field(..., alias='contentType')
-    payload: constr(pattern=r'^[^\u0000]*$')
+    content_type: str = Field(..., alias='contentType', min_length=1, pattern='^[^\\u0000]*$')
+    payload: str = Field(..., pattern='^[^\\u0000]*$')
     type: Literal['session.raw']
-    event_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
-        ..., alias='eventId'
+    event_id: str = Field(
+        ..., alias='eventId', max_length=256, min_length=1, pattern='^[^\\u0000]*$'
     )
     """
     An opaque identifier: 1 to 256 characters.
@@ -78,13 +81,13 @@ class Raw(BaseModel):
     root_run_id: Any | None = Field(None, alias='rootRunId')
     run_id: Any | None = Field(None, alias='runId')
     sequence: Any | None = None
-    session_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
-        ..., alias='sessionId'
+    session_id: str = Field(
+        ..., alias='sessionId', max_length=256, min_length=1, pattern='^[^\\u0000]*$'
     )
     """
     An opaque identifier: 1 to 256 characters.
     """
-    session_sequence: conint(ge=1, le=9007199254740991) = Field(..., alias='sessionSequence')
+    session_sequence: int = Field(..., alias='sessionSequence', ge=1, le=9007199254740991)
     """
     An authority sequence: contiguous from 1 in its domain, at most 2^53 - 1.
     """

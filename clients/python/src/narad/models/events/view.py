@@ -7,7 +7,7 @@ from __future__ import annotations
 from enum import Enum
 from typing import Any, Literal
 
-from pydantic import ConfigDict, Field, constr
+from pydantic import ConfigDict, Field
 
 from ..envelopes import Authority
 
@@ -20,11 +20,9 @@ class Closed(Authority):
     model_config = ConfigDict(
         extra='allow',
     )
-    reason: constr(pattern=r'^[^\u0000]*$') | None = None
+    reason: str | None = Field(default=None, pattern='^[^\\u0000]*$')
     type: Literal['view.closed']
-    view_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
-        ..., alias='viewId'
-    )
+    view_id: str = Field(..., alias='viewId', max_length=256, min_length=1, pattern='^[^\\u0000]*$')
     """
     An opaque identifier: 1 to 256 characters.
     """
@@ -40,10 +38,8 @@ class Opened(Authority):
     )
     state: Any | None = None
     type: Literal['view.opened']
-    view: constr(pattern=r'^[^\u0000]*$', min_length=1) | None = None
-    view_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
-        ..., alias='viewId'
-    )
+    view: str | None = Field(default=None, min_length=1, pattern='^[^\\u0000]*$')
+    view_id: str = Field(..., alias='viewId', max_length=256, min_length=1, pattern='^[^\\u0000]*$')
     """
     An opaque identifier: 1 to 256 characters.
     """
@@ -64,9 +60,7 @@ class Updated(Authority):
     )
     operation: Operation
     type: Literal['view.updated']
-    view_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
-        ..., alias='viewId'
-    )
+    view_id: str = Field(..., alias='viewId', max_length=256, min_length=1, pattern='^[^\\u0000]*$')
     """
     An opaque identifier: 1 to 256 characters.
     """

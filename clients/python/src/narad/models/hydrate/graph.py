@@ -7,7 +7,7 @@ from __future__ import annotations
 from enum import Enum
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, conint, constr
+from pydantic import BaseModel, ConfigDict, Field
 
 from .. import defs
 from ..envelopes import Hydrate
@@ -26,24 +26,24 @@ class Delta(Hydrate):
     model_config = ConfigDict(
         extra='allow',
     )
-    base_revision: conint(ge=0, le=9007199254740991) = Field(..., alias='baseRevision')
+    base_revision: int = Field(..., alias='baseRevision', ge=0, le=9007199254740991)
     """
     A non-negative integer, at most 2^53 - 1.
     """
-    graph_schema_version: constr(pattern=r'^[^\u0000]*$', min_length=1) = Field(
-        ..., alias='graphSchemaVersion'
+    graph_schema_version: str = Field(
+        ..., alias='graphSchemaVersion', min_length=1, pattern='^[^\\u0000]*$'
     )
     patch: list[defs.PatchItem]
     """
     An RFC 6902 JSON Patch.
     """
-    revision: conint(ge=0, le=9007199254740991)
+    revision: int = Field(..., ge=0, le=9007199254740991)
     """
     A non-negative integer, at most 2^53 - 1.
     """
     scope: Scope
-    session_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
-        ..., alias='sessionId'
+    session_id: str = Field(
+        ..., alias='sessionId', max_length=256, min_length=1, pattern='^[^\\u0000]*$'
     )
     """
     An opaque identifier: 1 to 256 characters.
@@ -55,18 +55,18 @@ class Edge(BaseModel):
     model_config = ConfigDict(
         extra='allow',
     )
-    from_: constr(pattern=r'^[^\u0000]*$', min_length=1) = Field(..., alias='from')
-    id: constr(pattern=r'^[^\u0000]*$', min_length=1)
-    kind: constr(pattern=r'^[^\u0000]*$', min_length=1)
-    to: constr(pattern=r'^[^\u0000]*$', min_length=1)
+    from_: str = Field(..., alias='from', min_length=1, pattern='^[^\\u0000]*$')
+    id: str = Field(..., min_length=1, pattern='^[^\\u0000]*$')
+    kind: str = Field(..., min_length=1, pattern='^[^\\u0000]*$')
+    to: str = Field(..., min_length=1, pattern='^[^\\u0000]*$')
 
 
 class Node(BaseModel):
     model_config = ConfigDict(
         extra='allow',
     )
-    id: constr(pattern=r'^[^\u0000]*$', min_length=1)
-    kind: constr(pattern=r'^[^\u0000]*$', min_length=1)
+    id: str = Field(..., min_length=1, pattern='^[^\\u0000]*$')
+    kind: str = Field(..., min_length=1, pattern='^[^\\u0000]*$')
 
 
 class Snapshot(Hydrate):
@@ -78,18 +78,18 @@ class Snapshot(Hydrate):
         extra='allow',
     )
     edges: list[Edge]
-    graph_schema_version: constr(pattern=r'^[^\u0000]*$', min_length=1) = Field(
-        ..., alias='graphSchemaVersion'
+    graph_schema_version: str = Field(
+        ..., alias='graphSchemaVersion', min_length=1, pattern='^[^\\u0000]*$'
     )
     nodes: list[Node]
-    revision: conint(ge=0, le=9007199254740991)
+    revision: int = Field(..., ge=0, le=9007199254740991)
     """
     A non-negative integer, at most 2^53 - 1.
     """
-    root_node_id: constr(pattern=r'^[^\u0000]*$', min_length=1) = Field(..., alias='rootNodeId')
+    root_node_id: str = Field(..., alias='rootNodeId', min_length=1, pattern='^[^\\u0000]*$')
     scope: Scope
-    session_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
-        ..., alias='sessionId'
+    session_id: str = Field(
+        ..., alias='sessionId', max_length=256, min_length=1, pattern='^[^\\u0000]*$'
     )
     """
     An opaque identifier: 1 to 256 characters.

@@ -7,7 +7,7 @@ from __future__ import annotations
 from enum import Enum
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, conint, constr
+from pydantic import BaseModel, ConfigDict, Field
 
 from .. import defs
 from ..envelopes import Hydrate
@@ -18,23 +18,23 @@ class ReasoningItem(BaseModel):
         extra='allow',
     )
     completed: bool
-    reasoning_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
-        ..., alias='reasoningId'
+    reasoning_id: str = Field(
+        ..., alias='reasoningId', max_length=256, min_length=1, pattern='^[^\\u0000]*$'
     )
     """
     An opaque identifier: 1 to 256 characters.
     """
-    text: constr(pattern=r'^[^\u0000]*$')
+    text: str = Field(..., pattern='^[^\\u0000]*$')
 
 
 class Redaction(BaseModel):
     model_config = ConfigDict(
         extra='allow',
     )
-    display_replacement: constr(pattern=r'^[^\u0000]*$') | None = Field(
-        ..., alias='displayReplacement'
+    display_replacement: str | None = Field(
+        ..., alias='displayReplacement', pattern='^[^\\u0000]*$'
     )
-    reason: constr(pattern=r'^[^\u0000]*$', min_length=1)
+    reason: str = Field(..., min_length=1, pattern='^[^\\u0000]*$')
 
 
 class Role(Enum):
@@ -47,13 +47,11 @@ class Message(BaseModel):
     model_config = ConfigDict(
         extra='allow',
     )
-    attachment_ids: list[constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256)] | None = (
-        Field(None, alias='attachmentIds')
-    )
+    attachment_ids: list[defs.Id] | None = Field(default=None, alias='attachmentIds')
     completed: bool
     content: Any
-    message_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
-        ..., alias='messageId'
+    message_id: str = Field(
+        ..., alias='messageId', max_length=256, min_length=1, pattern='^[^\\u0000]*$'
     )
     """
     An opaque identifier: 1 to 256 characters.
@@ -62,20 +60,20 @@ class Message(BaseModel):
     reasoning: list[ReasoningItem] | None = None
     redaction: Redaction | None = None
     role: Role
-    root_run_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) | None = Field(
-        None, alias='rootRunId'
+    root_run_id: str | None = Field(
+        default=None, alias='rootRunId', max_length=256, min_length=1, pattern='^[^\\u0000]*$'
     )
     """
     An opaque identifier: 1 to 256 characters.
     """
-    run_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) | None = Field(
-        None, alias='runId'
+    run_id: str | None = Field(
+        default=None, alias='runId', max_length=256, min_length=1, pattern='^[^\\u0000]*$'
     )
     """
     An opaque identifier: 1 to 256 characters.
     """
-    workflow_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) | None = Field(
-        None, alias='workflowId'
+    workflow_id: str | None = Field(
+        default=None, alias='workflowId', max_length=256, min_length=1, pattern='^[^\\u0000]*$'
     )
     """
     An opaque identifier: 1 to 256 characters.
@@ -90,21 +88,21 @@ class Snapshot(Hydrate):
     model_config = ConfigDict(
         extra='allow',
     )
-    covers_through_session_sequence: conint(ge=0, le=9007199254740991) = Field(
-        ..., alias='coversThroughSessionSequence'
+    covers_through_session_sequence: int = Field(
+        ..., alias='coversThroughSessionSequence', ge=0, le=9007199254740991
     )
     """
     A non-negative integer, at most 2^53 - 1.
     """
     messages: list[Message]
-    session_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
-        ..., alias='sessionId'
+    session_id: str = Field(
+        ..., alias='sessionId', max_length=256, min_length=1, pattern='^[^\\u0000]*$'
     )
     """
     An opaque identifier: 1 to 256 characters.
     """
-    snapshot_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
-        ..., alias='snapshotId'
+    snapshot_id: str = Field(
+        ..., alias='snapshotId', max_length=256, min_length=1, pattern='^[^\\u0000]*$'
     )
     """
     An opaque identifier: 1 to 256 characters.

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import AwareDatetime, ConfigDict, Field, constr
+from pydantic import AwareDatetime, ConfigDict, Field
 
 from .. import defs
 from .envelopes import Authority
@@ -20,27 +20,25 @@ class Requested(Authority):
     model_config = ConfigDict(
         extra='allow',
     )
-    actions: list[constr(pattern=r'^[^\u0000]*$', min_length=1)] = Field(..., min_length=1)
+    actions: list[defs.NonEmptyString] = Field(..., min_length=1)
     blocking: bool | None = None
-    expires_at: AwareDatetime | None = Field(None, alias='expiresAt')
+    expires_at: AwareDatetime | None = Field(default=None, alias='expiresAt')
     """
     An RFC 3339 date-time. Informational: never used to order authority.
     """
     input: Any | None = None
-    interrupt_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
-        ..., alias='interruptId'
+    interrupt_id: str = Field(
+        ..., alias='interruptId', max_length=256, min_length=1, pattern='^[^\\u0000]*$'
     )
     """
     An opaque identifier: 1 to 256 characters.
     """
-    kind: constr(pattern=r'^[^\u0000]*$', min_length=1)
-    message: constr(pattern=r'^[^\u0000]*$') | None = None
+    kind: str = Field(..., min_length=1, pattern='^[^\\u0000]*$')
+    message: str | None = Field(default=None, pattern='^[^\\u0000]*$')
     scope: defs.InterruptScope | None = None
-    title: constr(pattern=r'^[^\u0000]*$') | None = None
+    title: str | None = Field(default=None, pattern='^[^\\u0000]*$')
     type: Literal['interrupt.requested']
-    wait_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
-        ..., alias='waitId'
-    )
+    wait_id: str = Field(..., alias='waitId', max_length=256, min_length=1, pattern='^[^\\u0000]*$')
     """
     An opaque identifier: 1 to 256 characters.
     """
@@ -55,20 +53,18 @@ class Resolved(Authority):
         extra='allow',
     )
     actor: defs.Actor | None = None
-    decision: constr(pattern=r'^[^\u0000]*$', min_length=1)
-    interrupt_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
-        ..., alias='interruptId'
+    decision: str = Field(..., min_length=1, pattern='^[^\\u0000]*$')
+    interrupt_id: str = Field(
+        ..., alias='interruptId', max_length=256, min_length=1, pattern='^[^\\u0000]*$'
     )
     """
     An opaque identifier: 1 to 256 characters.
     """
     members: list[defs.MemberDecision] | None = None
-    reason: constr(pattern=r'^[^\u0000]*$') | None = None
+    reason: str | None = Field(default=None, pattern='^[^\\u0000]*$')
     scope: defs.InterruptScope | None = None
     type: Literal['interrupt.resolved']
-    wait_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
-        ..., alias='waitId'
-    )
+    wait_id: str = Field(..., alias='waitId', max_length=256, min_length=1, pattern='^[^\\u0000]*$')
     """
     An opaque identifier: 1 to 256 characters.
     """

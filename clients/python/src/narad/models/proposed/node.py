@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import ConfigDict, Field, constr
+from pydantic import ConfigDict, Field
 
 from .envelopes import Authority
 
@@ -19,13 +19,14 @@ class Custom(Authority):
     model_config = ConfigDict(
         extra='allow',
     )
-    name: constr(pattern=r'^[^.\u0000-\u0020\u007f-\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]+(\.[^.\u0000-\u0020\u007f-\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]+)+$')
+    name: str = Field(
+        ...,
+        pattern='^[^.\\u0000-\\u0020\\u007f-\\u00a0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000]+(\\.[^.\\u0000-\\u0020\\u007f-\\u00a0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000]+)+$',
+    )
     """
     Two or more dot-separated segments, none empty, with no white space (Unicode White_Space) and no control characters (Cc), e.g. acme.audit. The pattern spells the excluded characters out so that every regular-expression dialect reads it alike.
     """
-    node_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
-        ..., alias='nodeId'
-    )
+    node_id: str = Field(..., alias='nodeId', max_length=256, min_length=1, pattern='^[^\\u0000]*$')
     """
     An opaque identifier: 1 to 256 characters.
     """
@@ -41,12 +42,10 @@ class Raw(Authority):
     model_config = ConfigDict(
         extra='allow',
     )
-    content_type: constr(pattern=r'^[^\u0000]*$', min_length=1) = Field(..., alias='contentType')
-    node_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
-        ..., alias='nodeId'
-    )
+    content_type: str = Field(..., alias='contentType', min_length=1, pattern='^[^\\u0000]*$')
+    node_id: str = Field(..., alias='nodeId', max_length=256, min_length=1, pattern='^[^\\u0000]*$')
     """
     An opaque identifier: 1 to 256 characters.
     """
-    payload: constr(pattern=r'^[^\u0000]*$')
+    payload: str = Field(..., pattern='^[^\\u0000]*$')
     type: Literal['node.raw']

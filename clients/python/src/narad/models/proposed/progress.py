@@ -7,7 +7,7 @@ from __future__ import annotations
 from enum import Enum
 from typing import Literal
 
-from pydantic import ConfigDict, Field, constr
+from pydantic import ConfigDict, Field
 
 from .envelopes import Authority, RunTree
 
@@ -33,12 +33,12 @@ class Recorded(Authority, RunTree):
     model_config = ConfigDict(
         extra='allow',
     )
-    category: constr(pattern=r'^[^\u0000]*$', min_length=1)
-    detail: constr(pattern=r'^[^\u0000]*$') | None = None
-    label: constr(pattern=r'^[^\u0000]*$', min_length=1)
+    category: str = Field(..., min_length=1, pattern='^[^\\u0000]*$')
+    detail: str | None = Field(default=None, pattern='^[^\\u0000]*$')
+    label: str = Field(..., min_length=1, pattern='^[^\\u0000]*$')
     privacy: Privacy
-    progress_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
-        ..., alias='progressId'
+    progress_id: str = Field(
+        ..., alias='progressId', max_length=256, min_length=1, pattern='^[^\\u0000]*$'
     )
     """
     An opaque identifier: 1 to 256 characters.

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import ConfigDict, Field, constr
+from pydantic import ConfigDict, Field
 
 from .envelopes import Authority
 
@@ -19,14 +19,14 @@ class Completed(Authority):
     model_config = ConfigDict(
         extra='allow',
     )
-    message_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) | None = Field(
-        None, alias='messageId'
+    message_id: str | None = Field(
+        default=None, alias='messageId', max_length=256, min_length=1, pattern='^[^\\u0000]*$'
     )
     """
     An opaque identifier: 1 to 256 characters.
     """
-    reasoning_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
-        ..., alias='reasoningId'
+    reasoning_id: str = Field(
+        ..., alias='reasoningId', max_length=256, min_length=1, pattern='^[^\\u0000]*$'
     )
     """
     An opaque identifier: 1 to 256 characters.
@@ -42,15 +42,15 @@ class Delta(Authority):
     model_config = ConfigDict(
         extra='allow',
     )
-    delta: constr(pattern=r'^[^\u0000]*$')
-    message_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) | None = Field(
-        None, alias='messageId'
+    delta: str = Field(..., pattern='^[^\\u0000]*$')
+    message_id: str | None = Field(
+        default=None, alias='messageId', max_length=256, min_length=1, pattern='^[^\\u0000]*$'
     )
     """
     An opaque identifier: 1 to 256 characters.
     """
-    reasoning_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
-        ..., alias='reasoningId'
+    reasoning_id: str = Field(
+        ..., alias='reasoningId', max_length=256, min_length=1, pattern='^[^\\u0000]*$'
     )
     """
     An opaque identifier: 1 to 256 characters.
@@ -66,14 +66,14 @@ class Started(Authority):
     model_config = ConfigDict(
         extra='allow',
     )
-    message_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) | None = Field(
-        None, alias='messageId'
+    message_id: str | None = Field(
+        default=None, alias='messageId', max_length=256, min_length=1, pattern='^[^\\u0000]*$'
     )
     """
     An opaque identifier: 1 to 256 characters.
     """
-    reasoning_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
-        ..., alias='reasoningId'
+    reasoning_id: str = Field(
+        ..., alias='reasoningId', max_length=256, min_length=1, pattern='^[^\\u0000]*$'
     )
     """
     An opaque identifier: 1 to 256 characters.

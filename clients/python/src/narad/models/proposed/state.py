@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import ConfigDict, Field, conint, constr
+from pydantic import ConfigDict, Field
 
 from .. import defs
 from .envelopes import Authority
@@ -20,14 +20,14 @@ class Compacted(Authority):
     model_config = ConfigDict(
         extra='allow',
     )
-    covers_through_session_sequence: conint(ge=0, le=9007199254740991) = Field(
-        ..., alias='coversThroughSessionSequence'
+    covers_through_session_sequence: int = Field(
+        ..., alias='coversThroughSessionSequence', ge=0, le=9007199254740991
     )
     """
     A non-negative integer, at most 2^53 - 1.
     """
-    scope: constr(pattern=r'^[^\u0000]*$', min_length=1)
-    snapshot_revision: conint(ge=0, le=9007199254740991) = Field(..., alias='snapshotRevision')
+    scope: str = Field(..., min_length=1, pattern='^[^\\u0000]*$')
+    snapshot_revision: int = Field(..., alias='snapshotRevision', ge=0, le=9007199254740991)
     """
     A non-negative integer, at most 2^53 - 1.
     """
@@ -42,7 +42,7 @@ class Delta(Authority):
     model_config = ConfigDict(
         extra='allow',
     )
-    base_revision: conint(ge=0, le=9007199254740991) = Field(..., alias='baseRevision')
+    base_revision: int = Field(..., alias='baseRevision', ge=0, le=9007199254740991)
     """
     A non-negative integer, at most 2^53 - 1.
     """
@@ -50,11 +50,11 @@ class Delta(Authority):
     """
     An RFC 6902 JSON Patch.
     """
-    revision: conint(ge=0, le=9007199254740991)
+    revision: int = Field(..., ge=0, le=9007199254740991)
     """
     A non-negative integer, at most 2^53 - 1.
     """
-    scope: constr(pattern=r'^[^\u0000]*$', min_length=1)
+    scope: str = Field(..., min_length=1, pattern='^[^\\u0000]*$')
     type: Literal['state.delta']
 
 
@@ -66,10 +66,10 @@ class Snapshot(Authority):
     model_config = ConfigDict(
         extra='allow',
     )
-    revision: conint(ge=0, le=9007199254740991)
+    revision: int = Field(..., ge=0, le=9007199254740991)
     """
     A non-negative integer, at most 2^53 - 1.
     """
-    scope: constr(pattern=r'^[^\u0000]*$', min_length=1)
+    scope: str = Field(..., min_length=1, pattern='^[^\\u0000]*$')
     state: Any
     type: Literal['state.snapshot']

@@ -19,15 +19,15 @@ class Archived(Watch):
     model_config = ConfigDict(
         extra='allow',
     )
-    session_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
-        ..., alias='sessionId'
+    session_id: str = Field(
+        ..., alias='sessionId', max_length=256, min_length=1, pattern='^[^\\u0000]*$'
     )
     """
     An opaque identifier: 1 to 256 characters.
     """
     type: Literal['session.archived']
-    workspace_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
-        ..., alias='workspaceId'
+    workspace_id: str = Field(
+        ..., alias='workspaceId', max_length=256, min_length=1, pattern='^[^\\u0000]*$'
     )
     """
     An opaque identifier: 1 to 256 characters.
@@ -43,16 +43,16 @@ class Created(Watch):
         extra='allow',
     )
     metadata: dict[constr(pattern=r'^[^\u0000]*$'), Any] | None = None
-    session_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
-        ..., alias='sessionId'
+    session_id: str = Field(
+        ..., alias='sessionId', max_length=256, min_length=1, pattern='^[^\\u0000]*$'
     )
     """
     An opaque identifier: 1 to 256 characters.
     """
-    title: constr(pattern=r'^[^\u0000]*$') | None = None
+    title: str | None = Field(default=None, pattern='^[^\\u0000]*$')
     type: Literal['session.created']
-    workspace_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
-        ..., alias='workspaceId'
+    workspace_id: str = Field(
+        ..., alias='workspaceId', max_length=256, min_length=1, pattern='^[^\\u0000]*$'
     )
     """
     An opaque identifier: 1 to 256 characters.
@@ -67,8 +67,8 @@ class Revision(Watch):
     model_config = ConfigDict(
         extra='allow',
     )
-    session_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
-        ..., alias='sessionId'
+    session_id: str = Field(
+        ..., alias='sessionId', max_length=256, min_length=1, pattern='^[^\\u0000]*$'
     )
     """
     An opaque identifier: 1 to 256 characters.
@@ -85,16 +85,16 @@ class Updated(Watch):
         extra='allow',
     )
     metadata: dict[constr(pattern=r'^[^\u0000]*$'), Any] | None = None
-    session_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
-        ..., alias='sessionId'
+    session_id: str = Field(
+        ..., alias='sessionId', max_length=256, min_length=1, pattern='^[^\\u0000]*$'
     )
     """
     An opaque identifier: 1 to 256 characters.
     """
-    title: constr(pattern=r'^[^\u0000]*$') | None = None
+    title: str | None = Field(default=None, pattern='^[^\\u0000]*$')
     type: Literal['session.updated']
-    workspace_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
-        ..., alias='workspaceId'
+    workspace_id: str = Field(
+        ..., alias='workspaceId', max_length=256, min_length=1, pattern='^[^\\u0000]*$'
     )
     """
     An opaque identifier: 1 to 256 characters.

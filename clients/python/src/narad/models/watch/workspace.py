@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import ConfigDict, Field, constr
+from pydantic import ConfigDict, Field
 
 from ..envelopes import Watch
 
@@ -20,8 +20,8 @@ class Revision(Watch):
         extra='allow',
     )
     type: Literal['workspace.revision']
-    workspace_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
-        ..., alias='workspaceId'
+    workspace_id: str = Field(
+        ..., alias='workspaceId', max_length=256, min_length=1, pattern='^[^\\u0000]*$'
     )
     """
     An opaque identifier: 1 to 256 characters.

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import AwareDatetime, ConfigDict, Field, conint, constr
+from pydantic import AwareDatetime, ConfigDict, Field
 
+from ... import defs
 from ...envelopes import Control
 
 
@@ -19,14 +20,14 @@ class Attach(Control):
     model_config = ConfigDict(
         extra='allow',
     )
-    client_executor_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = (
-        Field(..., alias='clientExecutorId')
+    client_executor_id: str = Field(
+        ..., alias='clientExecutorId', max_length=256, min_length=1, pattern='^[^\\u0000]*$'
     )
     """
     An opaque identifier: 1 to 256 characters.
     """
-    profiles: list[constr(pattern=r'^[^\u0000]*$', min_length=1)] | None = None
-    type: Literal['client.attach']
+    profiles: list[defs.NonEmptyString] | None = None
+    type: Literal['client.attach'] = Field(..., pattern='^[^\\u0000]*$')
 
 
 class Attached(Control):
@@ -37,15 +38,13 @@ class Attached(Control):
     model_config = ConfigDict(
         extra='allow',
     )
-    client_executor_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = (
-        Field(..., alias='clientExecutorId')
+    client_executor_id: str = Field(
+        ..., alias='clientExecutorId', max_length=256, min_length=1, pattern='^[^\\u0000]*$'
     )
     """
     An opaque identifier: 1 to 256 characters.
     """
-    heartbeat_interval_ms: conint(ge=0, le=9007199254740991) = Field(
-        ..., alias='heartbeatIntervalMs'
-    )
+    heartbeat_interval_ms: int = Field(..., alias='heartbeatIntervalMs', ge=0, le=9007199254740991)
     """
     A non-negative integer, at most 2^53 - 1.
     """
@@ -53,13 +52,13 @@ class Attached(Control):
     """
     An RFC 3339 date-time. Informational: never used to order authority.
     """
-    lease_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
-        ..., alias='leaseId'
+    lease_id: str = Field(
+        ..., alias='leaseId', max_length=256, min_length=1, pattern='^[^\\u0000]*$'
     )
     """
     An opaque identifier: 1 to 256 characters.
     """
-    type: Literal['client.attached']
+    type: Literal['client.attached'] = Field(..., pattern='^[^\\u0000]*$')
 
 
 class Heartbeat(Control):
@@ -70,16 +69,16 @@ class Heartbeat(Control):
     model_config = ConfigDict(
         extra='allow',
     )
-    client_executor_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = (
-        Field(..., alias='clientExecutorId')
+    client_executor_id: str = Field(
+        ..., alias='clientExecutorId', max_length=256, min_length=1, pattern='^[^\\u0000]*$'
     )
     """
     An opaque identifier: 1 to 256 characters.
     """
-    lease_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
-        ..., alias='leaseId'
+    lease_id: str = Field(
+        ..., alias='leaseId', max_length=256, min_length=1, pattern='^[^\\u0000]*$'
     )
     """
     An opaque identifier: 1 to 256 characters.
     """
-    type: Literal['client.heartbeat']
+    type: Literal['client.heartbeat'] = Field(..., pattern='^[^\\u0000]*$')

@@ -21,14 +21,14 @@ class Execute(Control):
         extra='allow',
     )
     args: dict[constr(pattern=r'^[^\u0000]*$'), Any]
-    client_executor_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = (
-        Field(..., alias='clientExecutorId')
+    client_executor_id: str = Field(
+        ..., alias='clientExecutorId', max_length=256, min_length=1, pattern='^[^\\u0000]*$'
     )
     """
     An opaque identifier: 1 to 256 characters.
     """
-    execution_token: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = (
-        Field(..., alias='executionToken')
+    execution_token: str = Field(
+        ..., alias='executionToken', max_length=256, min_length=1, pattern='^[^\\u0000]*$'
     )
     """
     An opaque identifier: 1 to 256 characters.
@@ -37,20 +37,20 @@ class Execute(Control):
     """
     An RFC 3339 date-time. Informational: never used to order authority.
     """
-    lease_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
-        ..., alias='leaseId'
+    lease_id: str = Field(
+        ..., alias='leaseId', max_length=256, min_length=1, pattern='^[^\\u0000]*$'
     )
     """
     An opaque identifier: 1 to 256 characters.
     """
-    tool_call_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
-        ..., alias='toolCallId'
+    tool_call_id: str = Field(
+        ..., alias='toolCallId', max_length=256, min_length=1, pattern='^[^\\u0000]*$'
     )
     """
     An opaque identifier: 1 to 256 characters.
     """
-    tool_name: constr(pattern=r'^[^\u0000]*$', min_length=1) = Field(..., alias='toolName')
-    type: Literal['client.tool.execute']
+    tool_name: str = Field(..., alias='toolName', min_length=1, pattern='^[^\\u0000]*$')
+    type: Literal['client.tool.execute'] = Field(..., pattern='^[^\\u0000]*$')
 
 
 class Finish(Control):
@@ -61,32 +61,36 @@ class Finish(Control):
     model_config = ConfigDict(
         extra='allow',
     )
-    client_executor_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) | None = (
-        Field(None, alias='clientExecutorId')
+    client_executor_id: str | None = Field(
+        default=None,
+        alias='clientExecutorId',
+        max_length=256,
+        min_length=1,
+        pattern='^[^\\u0000]*$',
     )
     """
     An opaque identifier: 1 to 256 characters.
     """
-    code: constr(pattern=r'^[^\u0000]*$', min_length=1) | None = None
-    execution_token: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = (
-        Field(..., alias='executionToken')
+    code: str | None = Field(default=None, min_length=1, pattern='^[^\\u0000]*$')
+    execution_token: str = Field(
+        ..., alias='executionToken', max_length=256, min_length=1, pattern='^[^\\u0000]*$'
     )
     """
     An opaque identifier: 1 to 256 characters.
     """
-    lease_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) | None = Field(
-        None, alias='leaseId'
+    lease_id: str | None = Field(
+        default=None, alias='leaseId', max_length=256, min_length=1, pattern='^[^\\u0000]*$'
     )
     """
     An opaque identifier: 1 to 256 characters.
     """
-    message: constr(pattern=r'^[^\u0000]*$') | None = None
+    message: str | None = Field(default=None, pattern='^[^\\u0000]*$')
     outcome: defs.Outcome
     response: Any
-    tool_call_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) | None = Field(
-        None, alias='toolCallId'
+    tool_call_id: str | None = Field(
+        default=None, alias='toolCallId', max_length=256, min_length=1, pattern='^[^\\u0000]*$'
     )
     """
     An opaque identifier: 1 to 256 characters.
     """
-    type: Literal['client.tool.finish']
+    type: Literal['client.tool.finish'] = Field(..., pattern='^[^\\u0000]*$')

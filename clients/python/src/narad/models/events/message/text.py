@@ -7,7 +7,7 @@ from __future__ import annotations
 from enum import Enum
 from typing import Literal
 
-from pydantic import ConfigDict, Field, constr
+from pydantic import ConfigDict, Field
 
 from ... import defs
 from ...envelopes import Authority
@@ -21,8 +21,8 @@ class Completed(Authority):
     model_config = ConfigDict(
         extra='allow',
     )
-    message_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
-        ..., alias='messageId'
+    message_id: str = Field(
+        ..., alias='messageId', max_length=256, min_length=1, pattern='^[^\\u0000]*$'
     )
     """
     An opaque identifier: 1 to 256 characters.
@@ -38,9 +38,9 @@ class Delta(Authority):
     model_config = ConfigDict(
         extra='allow',
     )
-    delta: constr(pattern=r'^[^\u0000]*$')
-    message_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
-        ..., alias='messageId'
+    delta: str = Field(..., pattern='^[^\\u0000]*$')
+    message_id: str = Field(
+        ..., alias='messageId', max_length=256, min_length=1, pattern='^[^\\u0000]*$'
     )
     """
     An opaque identifier: 1 to 256 characters.
@@ -61,8 +61,8 @@ class Started(Authority):
     model_config = ConfigDict(
         extra='allow',
     )
-    message_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
-        ..., alias='messageId'
+    message_id: str = Field(
+        ..., alias='messageId', max_length=256, min_length=1, pattern='^[^\\u0000]*$'
     )
     """
     An opaque identifier: 1 to 256 characters.

@@ -20,12 +20,12 @@ class Finished(Authority, RunTree):
     model_config = ConfigDict(
         extra='allow',
     )
-    code: constr(pattern=r'^[^\u0000]*$', min_length=1) | None = None
-    message: constr(pattern=r'^[^\u0000]*$') | None = None
+    code: str | None = Field(default=None, min_length=1, pattern='^[^\\u0000]*$')
+    message: str | None = Field(default=None, pattern='^[^\\u0000]*$')
     outcome: defs.Outcome
     response: Any
-    tool_call_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
-        ..., alias='toolCallId'
+    tool_call_id: str = Field(
+        ..., alias='toolCallId', max_length=256, min_length=1, pattern='^[^\\u0000]*$'
     )
     """
     An opaque identifier: 1 to 256 characters.
@@ -43,11 +43,11 @@ class Started(Authority, RunTree):
     )
     args: dict[constr(pattern=r'^[^\u0000]*$'), Any]
     executor: defs.Executor
-    tool_call_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
-        ..., alias='toolCallId'
+    tool_call_id: str = Field(
+        ..., alias='toolCallId', max_length=256, min_length=1, pattern='^[^\\u0000]*$'
     )
     """
     An opaque identifier: 1 to 256 characters.
     """
-    tool_name: constr(pattern=r'^[^\u0000]*$', min_length=1) = Field(..., alias='toolName')
+    tool_name: str = Field(..., alias='toolName', min_length=1, pattern='^[^\\u0000]*$')
     type: Literal['tool.call.started']

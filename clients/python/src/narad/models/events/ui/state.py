@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import ConfigDict, Field, conint, constr
+from pydantic import ConfigDict, Field
 
 from ... import defs
 from ...envelopes import Authority
@@ -20,7 +20,7 @@ class Delta(Authority):
     model_config = ConfigDict(
         extra='allow',
     )
-    base_revision: conint(ge=0, le=9007199254740991) = Field(..., alias='baseRevision')
+    base_revision: int = Field(..., alias='baseRevision', ge=0, le=9007199254740991)
     """
     A non-negative integer, at most 2^53 - 1.
     """
@@ -28,11 +28,11 @@ class Delta(Authority):
     """
     An RFC 6902 JSON Patch.
     """
-    revision: conint(ge=0, le=9007199254740991)
+    revision: int = Field(..., ge=0, le=9007199254740991)
     """
     A non-negative integer, at most 2^53 - 1.
     """
-    scope: constr(pattern=r'^[^\u0000]*$', min_length=1)
+    scope: str = Field(..., min_length=1, pattern='^[^\\u0000]*$')
     type: Literal['ui.state.delta']
 
 
@@ -44,10 +44,10 @@ class Snapshot(Authority):
     model_config = ConfigDict(
         extra='allow',
     )
-    revision: conint(ge=0, le=9007199254740991)
+    revision: int = Field(..., ge=0, le=9007199254740991)
     """
     A non-negative integer, at most 2^53 - 1.
     """
-    scope: constr(pattern=r'^[^\u0000]*$', min_length=1)
+    scope: str = Field(..., min_length=1, pattern='^[^\\u0000]*$')
     state: Any
     type: Literal['ui.state.snapshot']

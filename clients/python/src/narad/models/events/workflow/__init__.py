@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, confloat, conint, constr
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, constr
 
 from ... import defs
 
@@ -19,15 +19,15 @@ class Cancelled(BaseModel):
     model_config = ConfigDict(
         extra='allow',
     )
-    code: constr(pattern=r'^[^\u0000]*$', min_length=1) | None = None
-    message: constr(pattern=r'^[^\u0000]*$') | None = None
+    code: str | None = Field(default=None, min_length=1, pattern='^[^\\u0000]*$')
+    message: str | None = Field(default=None, pattern='^[^\\u0000]*$')
     type: Literal['workflow.cancelled']
-    usage: dict[constr(pattern=r'^[^\u0000]*$'), confloat(ge=0.0)] | None = None
+    usage: dict[constr(pattern=r'^[^\u0000]*$'), defs.Usage] | None = None
     """
     Token counters and other additive, non-negative figures.
     """
-    event_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
-        ..., alias='eventId'
+    event_id: str = Field(
+        ..., alias='eventId', max_length=256, min_length=1, pattern='^[^\\u0000]*$'
     )
     """
     An opaque identifier: 1 to 256 characters.
@@ -39,13 +39,13 @@ class Cancelled(BaseModel):
     root_run_id: Any | None = Field(None, alias='rootRunId')
     run_id: Any | None = Field(None, alias='runId')
     sequence: Any | None = None
-    session_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
-        ..., alias='sessionId'
+    session_id: str = Field(
+        ..., alias='sessionId', max_length=256, min_length=1, pattern='^[^\\u0000]*$'
     )
     """
     An opaque identifier: 1 to 256 characters.
     """
-    session_sequence: conint(ge=1, le=9007199254740991) = Field(..., alias='sessionSequence')
+    session_sequence: int = Field(..., alias='sessionSequence', ge=1, le=9007199254740991)
     """
     An authority sequence: contiguous from 1 in its domain, at most 2^53 - 1.
     """
@@ -53,13 +53,13 @@ class Cancelled(BaseModel):
     """
     An RFC 3339 date-time. Informational: never used to order authority.
     """
-    workflow_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
-        ..., alias='workflowId'
+    workflow_id: str = Field(
+        ..., alias='workflowId', max_length=256, min_length=1, pattern='^[^\\u0000]*$'
     )
     """
     An opaque identifier: 1 to 256 characters.
     """
-    workflow_sequence: conint(ge=1, le=9007199254740991) = Field(..., alias='workflowSequence')
+    workflow_sequence: int = Field(..., alias='workflowSequence', ge=1, le=9007199254740991)
     """
     An authority sequence: contiguous from 1 in its domain, at most 2^53 - 1.
     """
@@ -73,14 +73,17 @@ class Custom(BaseModel):
     model_config = ConfigDict(
         extra='allow',
     )
-    name: constr(pattern=r'^[^.\u0000-\u0020\u007f-\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]+(\.[^.\u0000-\u0020\u007f-\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]+)+$')
+    name: str = Field(
+        ...,
+        pattern='^[^.\\u0000-\\u0020\\u007f-\\u00a0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000]+(\\.[^.\\u0000-\\u0020\\u007f-\\u00a0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000]+)+$',
+    )
     """
     Two or more dot-separated segments, none empty, with no white space (Unicode White_Space) and no control characters (Cc), e.g. acme.audit. The pattern spells the excluded characters out so that every regular-expression dialect reads it alike.
     """
     type: Literal['workflow.custom']
     value: Any
-    event_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
-        ..., alias='eventId'
+    event_id: str = Field(
+        ..., alias='eventId', max_length=256, min_length=1, pattern='^[^\\u0000]*$'
     )
     """
     An opaque identifier: 1 to 256 characters.
@@ -92,13 +95,13 @@ class Custom(BaseModel):
     root_run_id: Any | None = Field(None, alias='rootRunId')
     run_id: Any | None = Field(None, alias='runId')
     sequence: Any | None = None
-    session_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
-        ..., alias='sessionId'
+    session_id: str = Field(
+        ..., alias='sessionId', max_length=256, min_length=1, pattern='^[^\\u0000]*$'
     )
     """
     An opaque identifier: 1 to 256 characters.
     """
-    session_sequence: conint(ge=1, le=9007199254740991) = Field(..., alias='sessionSequence')
+    session_sequence: int = Field(..., alias='sessionSequence', ge=1, le=9007199254740991)
     """
     An authority sequence: contiguous from 1 in its domain, at most 2^53 - 1.
     """
@@ -106,13 +109,13 @@ class Custom(BaseModel):
     """
     An RFC 3339 date-time. Informational: never used to order authority.
     """
-    workflow_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
-        ..., alias='workflowId'
+    workflow_id: str = Field(
+        ..., alias='workflowId', max_length=256, min_length=1, pattern='^[^\\u0000]*$'
     )
     """
     An opaque identifier: 1 to 256 characters.
     """
-    workflow_sequence: conint(ge=1, le=9007199254740991) = Field(..., alias='workflowSequence')
+    workflow_sequence: int = Field(..., alias='workflowSequence', ge=1, le=9007199254740991)
     """
     An authority sequence: contiguous from 1 in its domain, at most 2^53 - 1.
     """
@@ -126,15 +129,15 @@ class Error(BaseModel):
     model_config = ConfigDict(
         extra='allow',
     )
-    code: constr(pattern=r'^[^\u0000]*$', min_length=1)
-    message: constr(pattern=r'^[^\u0000]*$', min_length=1)
+    code: str = Field(..., min_length=1, pattern='^[^\\u0000]*$')
+    message: str = Field(..., min_length=1, pattern='^[^\\u0000]*$')
     type: Literal['workflow.error']
-    usage: dict[constr(pattern=r'^[^\u0000]*$'), confloat(ge=0.0)] | None = None
+    usage: dict[constr(pattern=r'^[^\u0000]*$'), defs.Usage] | None = None
     """
     Token counters and other additive, non-negative figures.
     """
-    event_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
-        ..., alias='eventId'
+    event_id: str = Field(
+        ..., alias='eventId', max_length=256, min_length=1, pattern='^[^\\u0000]*$'
     )
     """
     An opaque identifier: 1 to 256 characters.
@@ -146,13 +149,13 @@ class Error(BaseModel):
     root_run_id: Any | None = Field(None, alias='rootRunId')
     run_id: Any | None = Field(None, alias='runId')
     sequence: Any | None = None
-    session_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
-        ..., alias='sessionId'
+    session_id: str = Field(
+        ..., alias='sessionId', max_length=256, min_length=1, pattern='^[^\\u0000]*$'
     )
     """
     An opaque identifier: 1 to 256 characters.
     """
-    session_sequence: conint(ge=1, le=9007199254740991) = Field(..., alias='sessionSequence')
+    session_sequence: int = Field(..., alias='sessionSequence', ge=1, le=9007199254740991)
     """
     An authority sequence: contiguous from 1 in its domain, at most 2^53 - 1.
     """
@@ -160,13 +163,13 @@ class Error(BaseModel):
     """
     An RFC 3339 date-time. Informational: never used to order authority.
     """
-    workflow_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
-        ..., alias='workflowId'
+    workflow_id: str = Field(
+        ..., alias='workflowId', max_length=256, min_length=1, pattern='^[^\\u0000]*$'
     )
     """
     An opaque identifier: 1 to 256 characters.
     """
-    workflow_sequence: conint(ge=1, le=9007199254740991) = Field(..., alias='workflowSequence')
+    workflow_sequence: int = Field(..., alias='workflowSequence', ge=1, le=9007199254740991)
     """
     An authority sequence: contiguous from 1 in its domain, at most 2^53 - 1.
     """
@@ -180,16 +183,14 @@ class Finished(BaseModel):
     model_config = ConfigDict(
         extra='allow',
     )
-    artifact_ids: list[constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256)] | None = (
-        Field(None, alias='artifactIds')
-    )
+    artifact_ids: list[defs.Id] | None = Field(default=None, alias='artifactIds')
     type: Literal['workflow.finished']
-    usage: dict[constr(pattern=r'^[^\u0000]*$'), confloat(ge=0.0)] | None = None
+    usage: dict[constr(pattern=r'^[^\u0000]*$'), defs.Usage] | None = None
     """
     Token counters and other additive, non-negative figures.
     """
-    event_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
-        ..., alias='eventId'
+    event_id: str = Field(
+        ..., alias='eventId', max_length=256, min_length=1, pattern='^[^\\u0000]*$'
     )
     """
     An opaque identifier: 1 to 256 characters.
@@ -201,13 +202,13 @@ class Finished(BaseModel):
     root_run_id: Any | None = Field(None, alias='rootRunId')
     run_id: Any | None = Field(None, alias='runId')
     sequence: Any | None = None
-    session_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
-        ..., alias='sessionId'
+    session_id: str = Field(
+        ..., alias='sessionId', max_length=256, min_length=1, pattern='^[^\\u0000]*$'
     )
     """
     An opaque identifier: 1 to 256 characters.
     """
-    session_sequence: conint(ge=1, le=9007199254740991) = Field(..., alias='sessionSequence')
+    session_sequence: int = Field(..., alias='sessionSequence', ge=1, le=9007199254740991)
     """
     An authority sequence: contiguous from 1 in its domain, at most 2^53 - 1.
     """
@@ -215,13 +216,13 @@ class Finished(BaseModel):
     """
     An RFC 3339 date-time. Informational: never used to order authority.
     """
-    workflow_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
-        ..., alias='workflowId'
+    workflow_id: str = Field(
+        ..., alias='workflowId', max_length=256, min_length=1, pattern='^[^\\u0000]*$'
     )
     """
     An opaque identifier: 1 to 256 characters.
     """
-    workflow_sequence: conint(ge=1, le=9007199254740991) = Field(..., alias='workflowSequence')
+    workflow_sequence: int = Field(..., alias='workflowSequence', ge=1, le=9007199254740991)
     """
     An authority sequence: contiguous from 1 in its domain, at most 2^53 - 1.
     """
@@ -235,24 +236,22 @@ class Paused(BaseModel):
     model_config = ConfigDict(
         extra='allow',
     )
-    interrupt_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
-        ..., alias='interruptId'
+    interrupt_id: str = Field(
+        ..., alias='interruptId', max_length=256, min_length=1, pattern='^[^\\u0000]*$'
     )
     """
     An opaque identifier: 1 to 256 characters.
     """
-    message: constr(pattern=r'^[^\u0000]*$') | None = None
-    reason: constr(pattern=r'^[^\u0000]*$', min_length=1) | None = None
-    resume_mode: defs.ResumeMode | None = Field(None, alias='resumeMode')
+    message: str | None = Field(default=None, pattern='^[^\\u0000]*$')
+    reason: str | None = Field(default=None, min_length=1, pattern='^[^\\u0000]*$')
+    resume_mode: defs.ResumeMode | None = Field(default=None, alias='resumeMode')
     type: Literal['workflow.paused']
-    wait_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
-        ..., alias='waitId'
-    )
+    wait_id: str = Field(..., alias='waitId', max_length=256, min_length=1, pattern='^[^\\u0000]*$')
     """
     An opaque identifier: 1 to 256 characters.
     """
-    event_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
-        ..., alias='eventId'
+    event_id: str = Field(
+        ..., alias='eventId', max_length=256, min_length=1, pattern='^[^\\u0000]*$'
     )
     """
     An opaque identifier: 1 to 256 characters.
@@ -264,13 +263,13 @@ class Paused(BaseModel):
     root_run_id: Any | None = Field(None, alias='rootRunId')
     run_id: Any | None = Field(None, alias='runId')
     sequence: Any | None = None
-    session_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
-        ..., alias='sessionId'
+    session_id: str = Field(
+        ..., alias='sessionId', max_length=256, min_length=1, pattern='^[^\\u0000]*$'
     )
     """
     An opaque identifier: 1 to 256 characters.
     """
-    session_sequence: conint(ge=1, le=9007199254740991) = Field(..., alias='sessionSequence')
+    session_sequence: int = Field(..., alias='sessionSequence', ge=1, le=9007199254740991)
     """
     An authority sequence: contiguous from 1 in its domain, at most 2^53 - 1.
     """
@@ -278,13 +277,13 @@ class Paused(BaseModel):
     """
     An RFC 3339 date-time. Informational: never used to order authority.
     """
-    workflow_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
-        ..., alias='workflowId'
+    workflow_id: str = Field(
+        ..., alias='workflowId', max_length=256, min_length=1, pattern='^[^\\u0000]*$'
     )
     """
     An opaque identifier: 1 to 256 characters.
     """
-    workflow_sequence: conint(ge=1, le=9007199254740991) = Field(..., alias='workflowSequence')
+    workflow_sequence: int = Field(..., alias='workflowSequence', ge=1, le=9007199254740991)
     """
     An authority sequence: contiguous from 1 in its domain, at most 2^53 - 1.
     """
@@ -298,11 +297,11 @@ class Raw(BaseModel):
     model_config = ConfigDict(
         extra='allow',
     )
-    content_type: constr(pattern=r'^[^\u0000]*$', min_length=1) = Field(..., alias='contentType')
-    payload: constr(pattern=r'^[^\u0000]*$')
+    content_type: str = Field(..., alias='contentType', min_length=1, pattern='^[^\\u0000]*$')
+    payload: str = Field(..., pattern='^[^\\u0000]*$')
     type: Literal['workflow.raw']
-    event_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
-        ..., alias='eventId'
+    event_id: str = Field(
+        ..., alias='eventId', max_length=256, min_length=1, pattern='^[^\\u0000]*$'
     )
     """
     An opaque identifier: 1 to 256 characters.
@@ -314,13 +313,13 @@ class Raw(BaseModel):
     root_run_id: Any | None = Field(None, alias='rootRunId')
     run_id: Any | None = Field(None, alias='runId')
     sequence: Any | None = None
-    session_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
-        ..., alias='sessionId'
+    session_id: str = Field(
+        ..., alias='sessionId', max_length=256, min_length=1, pattern='^[^\\u0000]*$'
     )
     """
     An opaque identifier: 1 to 256 characters.
     """
-    session_sequence: conint(ge=1, le=9007199254740991) = Field(..., alias='sessionSequence')
+    session_sequence: int = Field(..., alias='sessionSequence', ge=1, le=9007199254740991)
     """
     An authority sequence: contiguous from 1 in its domain, at most 2^53 - 1.
     """
@@ -328,13 +327,13 @@ class Raw(BaseModel):
     """
     An RFC 3339 date-time. Informational: never used to order authority.
     """
-    workflow_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
-        ..., alias='workflowId'
+    workflow_id: str = Field(
+        ..., alias='workflowId', max_length=256, min_length=1, pattern='^[^\\u0000]*$'
     )
     """
     An opaque identifier: 1 to 256 characters.
     """
-    workflow_sequence: conint(ge=1, le=9007199254740991) = Field(..., alias='workflowSequence')
+    workflow_sequence: int = Field(..., alias='workflowSequence', ge=1, le=9007199254740991)
     """
     An authority sequence: contiguous from 1 in its domain, at most 2^53 - 1.
     """
@@ -349,14 +348,12 @@ class Resumed(BaseModel):
         extra='allow',
     )
     type: Literal['workflow.resumed']
-    wait_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
-        ..., alias='waitId'
-    )
+    wait_id: str = Field(..., alias='waitId', max_length=256, min_length=1, pattern='^[^\\u0000]*$')
     """
     An opaque identifier: 1 to 256 characters.
     """
-    event_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
-        ..., alias='eventId'
+    event_id: str = Field(
+        ..., alias='eventId', max_length=256, min_length=1, pattern='^[^\\u0000]*$'
     )
     """
     An opaque identifier: 1 to 256 characters.
@@ -368,13 +365,13 @@ class Resumed(BaseModel):
     root_run_id: Any | None = Field(None, alias='rootRunId')
     run_id: Any | None = Field(None, alias='runId')
     sequence: Any | None = None
-    session_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
-        ..., alias='sessionId'
+    session_id: str = Field(
+        ..., alias='sessionId', max_length=256, min_length=1, pattern='^[^\\u0000]*$'
     )
     """
     An opaque identifier: 1 to 256 characters.
     """
-    session_sequence: conint(ge=1, le=9007199254740991) = Field(..., alias='sessionSequence')
+    session_sequence: int = Field(..., alias='sessionSequence', ge=1, le=9007199254740991)
     """
     An authority sequence: contiguous from 1 in its domain, at most 2^53 - 1.
     """
@@ -382,13 +379,13 @@ class Resumed(BaseModel):
     """
     An RFC 3339 date-time. Informational: never used to order authority.
     """
-    workflow_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
-        ..., alias='workflowId'
+    workflow_id: str = Field(
+        ..., alias='workflowId', max_length=256, min_length=1, pattern='^[^\\u0000]*$'
     )
     """
     An opaque identifier: 1 to 256 characters.
     """
-    workflow_sequence: conint(ge=1, le=9007199254740991) = Field(..., alias='workflowSequence')
+    workflow_sequence: int = Field(..., alias='workflowSequence', ge=1, le=9007199254740991)
     """
     An authority sequence: contiguous from 1 in its domain, at most 2^53 - 1.
     """
@@ -402,16 +399,20 @@ class Started(BaseModel):
     model_config = ConfigDict(
         extra='allow',
     )
-    default_client_executor_id: (
-        constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) | None
-    ) = Field(None, alias='defaultClientExecutorId')
+    default_client_executor_id: str | None = Field(
+        default=None,
+        alias='defaultClientExecutorId',
+        max_length=256,
+        min_length=1,
+        pattern='^[^\\u0000]*$',
+    )
     """
     An opaque identifier: 1 to 256 characters.
     """
     input: Any | None = None
     type: Literal['workflow.started']
-    event_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
-        ..., alias='eventId'
+    event_id: str = Field(
+        ..., alias='eventId', max_length=256, min_length=1, pattern='^[^\\u0000]*$'
     )
     """
     An opaque identifier: 1 to 256 characters.
@@ -423,13 +424,13 @@ class Started(BaseModel):
     root_run_id: Any | None = Field(None, alias='rootRunId')
     run_id: Any | None = Field(None, alias='runId')
     sequence: Any | None = None
-    session_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
-        ..., alias='sessionId'
+    session_id: str = Field(
+        ..., alias='sessionId', max_length=256, min_length=1, pattern='^[^\\u0000]*$'
     )
     """
     An opaque identifier: 1 to 256 characters.
     """
-    session_sequence: conint(ge=1, le=9007199254740991) = Field(..., alias='sessionSequence')
+    session_sequence: int = Field(..., alias='sessionSequence', ge=1, le=9007199254740991)
     """
     An authority sequence: contiguous from 1 in its domain, at most 2^53 - 1.
     """
@@ -437,13 +438,13 @@ class Started(BaseModel):
     """
     An RFC 3339 date-time. Informational: never used to order authority.
     """
-    workflow_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
-        ..., alias='workflowId'
+    workflow_id: str = Field(
+        ..., alias='workflowId', max_length=256, min_length=1, pattern='^[^\\u0000]*$'
     )
     """
     An opaque identifier: 1 to 256 characters.
     """
-    workflow_sequence: conint(ge=1, le=9007199254740991) = Field(..., alias='workflowSequence')
+    workflow_sequence: int = Field(..., alias='workflowSequence', ge=1, le=9007199254740991)
     """
     An authority sequence: contiguous from 1 in its domain, at most 2^53 - 1.
     """

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, conint, constr
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 
 
 class Taken(BaseModel):
@@ -17,23 +17,23 @@ class Taken(BaseModel):
     model_config = ConfigDict(
         extra='allow',
     )
-    case_index: conint(ge=0, le=9007199254740991) | None = Field(None, alias='caseIndex')
+    case_index: int | None = Field(default=None, alias='caseIndex', ge=0, le=9007199254740991)
     """
     A non-negative integer, at most 2^53 - 1.
     """
-    from_: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(..., alias='from')
+    from_: str = Field(..., alias='from', max_length=256, min_length=1, pattern='^[^\\u0000]*$')
     """
     An opaque identifier: 1 to 256 characters.
     """
-    op: constr(pattern=r'^[^\u0000]*$') | None = None
-    pointer: constr(pattern=r'^[^\u0000]*$') | None = None
-    to: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256)
+    op: str | None = Field(default=None, pattern='^[^\\u0000]*$')
+    pointer: str | None = Field(default=None, pattern='^[^\\u0000]*$')
+    to: str = Field(..., max_length=256, min_length=1, pattern='^[^\\u0000]*$')
     """
     An opaque identifier: 1 to 256 characters.
     """
     type: Literal['workflow.edge.taken']
-    event_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
-        ..., alias='eventId'
+    event_id: str = Field(
+        ..., alias='eventId', max_length=256, min_length=1, pattern='^[^\\u0000]*$'
     )
     """
     An opaque identifier: 1 to 256 characters.
@@ -45,13 +45,13 @@ class Taken(BaseModel):
     root_run_id: Any | None = Field(None, alias='rootRunId')
     run_id: Any | None = Field(None, alias='runId')
     sequence: Any | None = None
-    session_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
-        ..., alias='sessionId'
+    session_id: str = Field(
+        ..., alias='sessionId', max_length=256, min_length=1, pattern='^[^\\u0000]*$'
     )
     """
     An opaque identifier: 1 to 256 characters.
     """
-    session_sequence: conint(ge=1, le=9007199254740991) = Field(..., alias='sessionSequence')
+    session_sequence: int = Field(..., alias='sessionSequence', ge=1, le=9007199254740991)
     """
     An authority sequence: contiguous from 1 in its domain, at most 2^53 - 1.
     """
@@ -59,13 +59,13 @@ class Taken(BaseModel):
     """
     An RFC 3339 date-time. Informational: never used to order authority.
     """
-    workflow_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
-        ..., alias='workflowId'
+    workflow_id: str = Field(
+        ..., alias='workflowId', max_length=256, min_length=1, pattern='^[^\\u0000]*$'
     )
     """
     An opaque identifier: 1 to 256 characters.
     """
-    workflow_sequence: conint(ge=1, le=9007199254740991) = Field(..., alias='workflowSequence')
+    workflow_sequence: int = Field(..., alias='workflowSequence', ge=1, le=9007199254740991)
     """
     An authority sequence: contiguous from 1 in its domain, at most 2^53 - 1.
     """

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, conint, constr
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 
 
 class Started(BaseModel):
@@ -17,16 +17,14 @@ class Started(BaseModel):
     model_config = ConfigDict(
         extra='allow',
     )
-    node_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
-        ..., alias='nodeId'
-    )
+    node_id: str = Field(..., alias='nodeId', max_length=256, min_length=1, pattern='^[^\\u0000]*$')
     """
     An opaque identifier: 1 to 256 characters.
     """
-    title: constr(pattern=r'^[^\u0000]*$') | None = None
+    title: str | None = Field(default=None, pattern='^[^\\u0000]*$')
     type: Literal['workflow.step.started']
-    event_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
-        ..., alias='eventId'
+    event_id: str = Field(
+        ..., alias='eventId', max_length=256, min_length=1, pattern='^[^\\u0000]*$'
     )
     """
     An opaque identifier: 1 to 256 characters.
@@ -38,13 +36,13 @@ class Started(BaseModel):
     root_run_id: Any | None = Field(None, alias='rootRunId')
     run_id: Any | None = Field(None, alias='runId')
     sequence: Any | None = None
-    session_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
-        ..., alias='sessionId'
+    session_id: str = Field(
+        ..., alias='sessionId', max_length=256, min_length=1, pattern='^[^\\u0000]*$'
     )
     """
     An opaque identifier: 1 to 256 characters.
     """
-    session_sequence: conint(ge=1, le=9007199254740991) = Field(..., alias='sessionSequence')
+    session_sequence: int = Field(..., alias='sessionSequence', ge=1, le=9007199254740991)
     """
     An authority sequence: contiguous from 1 in its domain, at most 2^53 - 1.
     """
@@ -52,13 +50,13 @@ class Started(BaseModel):
     """
     An RFC 3339 date-time. Informational: never used to order authority.
     """
-    workflow_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
-        ..., alias='workflowId'
+    workflow_id: str = Field(
+        ..., alias='workflowId', max_length=256, min_length=1, pattern='^[^\\u0000]*$'
     )
     """
     An opaque identifier: 1 to 256 characters.
     """
-    workflow_sequence: conint(ge=1, le=9007199254740991) = Field(..., alias='workflowSequence')
+    workflow_sequence: int = Field(..., alias='workflowSequence', ge=1, le=9007199254740991)
     """
     An authority sequence: contiguous from 1 in its domain, at most 2^53 - 1.
     """

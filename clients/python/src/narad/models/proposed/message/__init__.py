@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import ConfigDict, Field, constr
+from pydantic import ConfigDict, Field
 
 from ..envelopes import Authority
 
@@ -19,14 +19,14 @@ class Redacted(Authority):
     model_config = ConfigDict(
         extra='allow',
     )
-    display_replacement: constr(pattern=r'^[^\u0000]*$') | None = Field(
-        ..., alias='displayReplacement'
+    display_replacement: str | None = Field(
+        ..., alias='displayReplacement', pattern='^[^\\u0000]*$'
     )
-    message_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
-        ..., alias='messageId'
+    message_id: str = Field(
+        ..., alias='messageId', max_length=256, min_length=1, pattern='^[^\\u0000]*$'
     )
     """
     An opaque identifier: 1 to 256 characters.
     """
-    reason: constr(pattern=r'^[^\u0000]*$', min_length=1)
+    reason: str = Field(..., min_length=1, pattern='^[^\\u0000]*$')
     type: Literal['message.redacted']

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import ConfigDict, Field, constr
+from pydantic import ConfigDict, Field
 
 from ... import defs
 from ..envelopes import Authority
@@ -21,12 +21,10 @@ class Recorded(Authority):
         extra='allow',
     )
     actor: defs.Actor | None = None
-    attachment_ids: list[constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256)] | None = (
-        Field(None, alias='attachmentIds')
-    )
+    attachment_ids: list[defs.Id] | None = Field(default=None, alias='attachmentIds')
     content: Any
-    message_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
-        ..., alias='messageId'
+    message_id: str = Field(
+        ..., alias='messageId', max_length=256, min_length=1, pattern='^[^\\u0000]*$'
     )
     """
     An opaque identifier: 1 to 256 characters.

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import AwareDatetime, ConfigDict, Field, confloat, constr
+from pydantic import AwareDatetime, ConfigDict, Field, constr
 
 from ... import defs
 from ..envelopes import Authority, RunTree
@@ -20,10 +20,10 @@ class Cancelled(Authority, RunTree):
     model_config = ConfigDict(
         extra='allow',
     )
-    code: constr(pattern=r'^[^\u0000]*$', min_length=1) | None = None
-    message: constr(pattern=r'^[^\u0000]*$') | None = None
+    code: str | None = Field(default=None, min_length=1, pattern='^[^\\u0000]*$')
+    message: str | None = Field(default=None, pattern='^[^\\u0000]*$')
     type: Literal['run.cancelled']
-    usage: dict[constr(pattern=r'^[^\u0000]*$'), confloat(ge=0.0)] | None = None
+    usage: dict[constr(pattern=r'^[^\u0000]*$'), defs.Usage] | None = None
     """
     Token counters and other additive, non-negative figures.
     """
@@ -37,7 +37,10 @@ class Custom(Authority, RunTree):
     model_config = ConfigDict(
         extra='allow',
     )
-    name: constr(pattern=r'^[^.\u0000-\u0020\u007f-\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]+(\.[^.\u0000-\u0020\u007f-\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]+)+$')
+    name: str = Field(
+        ...,
+        pattern='^[^.\\u0000-\\u0020\\u007f-\\u00a0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000]+(\\.[^.\\u0000-\\u0020\\u007f-\\u00a0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000]+)+$',
+    )
     """
     Two or more dot-separated segments, none empty, with no white space (Unicode White_Space) and no control characters (Cc), e.g. acme.audit. The pattern spells the excluded characters out so that every regular-expression dialect reads it alike.
     """
@@ -53,10 +56,10 @@ class Error(Authority, RunTree):
     model_config = ConfigDict(
         extra='allow',
     )
-    code: constr(pattern=r'^[^\u0000]*$', min_length=1)
-    message: constr(pattern=r'^[^\u0000]*$', min_length=1)
+    code: str = Field(..., min_length=1, pattern='^[^\\u0000]*$')
+    message: str = Field(..., min_length=1, pattern='^[^\\u0000]*$')
     type: Literal['run.error']
-    usage: dict[constr(pattern=r'^[^\u0000]*$'), confloat(ge=0.0)] | None = None
+    usage: dict[constr(pattern=r'^[^\u0000]*$'), defs.Usage] | None = None
     """
     Token counters and other additive, non-negative figures.
     """
@@ -70,11 +73,9 @@ class Finished(Authority, RunTree):
     model_config = ConfigDict(
         extra='allow',
     )
-    artifact_ids: list[constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256)] | None = (
-        Field(None, alias='artifactIds')
-    )
+    artifact_ids: list[defs.Id] | None = Field(default=None, alias='artifactIds')
     type: Literal['run.finished']
-    usage: dict[constr(pattern=r'^[^\u0000]*$'), confloat(ge=0.0)] | None = None
+    usage: dict[constr(pattern=r'^[^\u0000]*$'), defs.Usage] | None = None
     """
     Token counters and other additive, non-negative figures.
     """
@@ -88,23 +89,21 @@ class Paused(Authority, RunTree):
     model_config = ConfigDict(
         extra='allow',
     )
-    interrupt_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) | None = Field(
-        None, alias='interruptId'
+    interrupt_id: str | None = Field(
+        default=None, alias='interruptId', max_length=256, min_length=1, pattern='^[^\\u0000]*$'
     )
     """
     An opaque identifier: 1 to 256 characters.
     """
-    message: constr(pattern=r'^[^\u0000]*$') | None = None
-    reason: constr(pattern=r'^[^\u0000]*$', min_length=1)
+    message: str | None = Field(default=None, pattern='^[^\\u0000]*$')
+    reason: str = Field(..., min_length=1, pattern='^[^\\u0000]*$')
     resume_mode: defs.ResumeMode = Field(..., alias='resumeMode')
-    retry_at: AwareDatetime | None = Field(None, alias='retryAt')
+    retry_at: AwareDatetime | None = Field(default=None, alias='retryAt')
     """
     An RFC 3339 date-time. Informational: never used to order authority.
     """
     type: Literal['run.paused']
-    wait_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
-        ..., alias='waitId'
-    )
+    wait_id: str = Field(..., alias='waitId', max_length=256, min_length=1, pattern='^[^\\u0000]*$')
     """
     An opaque identifier: 1 to 256 characters.
     """
@@ -118,8 +117,8 @@ class Raw(Authority, RunTree):
     model_config = ConfigDict(
         extra='allow',
     )
-    content_type: constr(pattern=r'^[^\u0000]*$', min_length=1) = Field(..., alias='contentType')
-    payload: constr(pattern=r'^[^\u0000]*$')
+    content_type: str = Field(..., alias='contentType', min_length=1, pattern='^[^\\u0000]*$')
+    payload: str = Field(..., pattern='^[^\\u0000]*$')
     type: Literal['run.raw']
 
 
@@ -132,9 +131,7 @@ class Resumed(Authority, RunTree):
         extra='allow',
     )
     type: Literal['run.resumed']
-    wait_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
-        ..., alias='waitId'
-    )
+    wait_id: str = Field(..., alias='waitId', max_length=256, min_length=1, pattern='^[^\\u0000]*$')
     """
     An opaque identifier: 1 to 256 characters.
     """
@@ -148,15 +145,19 @@ class Started(Authority, RunTree):
     model_config = ConfigDict(
         extra='allow',
     )
-    client_executor_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) | None = (
-        Field(None, alias='clientExecutorId')
+    client_executor_id: str | None = Field(
+        default=None,
+        alias='clientExecutorId',
+        max_length=256,
+        min_length=1,
+        pattern='^[^\\u0000]*$',
     )
     """
     An opaque identifier: 1 to 256 characters.
     """
     input: Any | None = None
-    parent_run_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) | None = Field(
-        None, alias='parentRunId'
+    parent_run_id: str | None = Field(
+        default=None, alias='parentRunId', max_length=256, min_length=1, pattern='^[^\\u0000]*$'
     )
     """
     An opaque identifier: 1 to 256 characters.

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import ConfigDict, Field, constr
+from pydantic import ConfigDict, Field
 
 from ... import defs
 from ..envelopes import Authority, RunTree
@@ -21,9 +21,9 @@ class Requested(Authority, RunTree):
         extra='allow',
     )
     actor: defs.Actor | None = None
-    reason: constr(pattern=r'^[^\u0000]*$') | None = None
-    target_run_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
-        ..., alias='targetRunId'
+    reason: str | None = Field(default=None, pattern='^[^\\u0000]*$')
+    target_run_id: str = Field(
+        ..., alias='targetRunId', max_length=256, min_length=1, pattern='^[^\\u0000]*$'
     )
     """
     An opaque identifier: 1 to 256 characters.

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, confloat, constr
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, constr
 
 from ... import defs
 
@@ -19,15 +19,15 @@ class Cancelled(BaseModel):
     model_config = ConfigDict(
         extra='allow',
     )
-    code: constr(pattern=r'^[^\u0000]*$', min_length=1) | None = None
-    message: constr(pattern=r'^[^\u0000]*$') | None = None
+    code: str | None = Field(default=None, min_length=1, pattern='^[^\\u0000]*$')
+    message: str | None = Field(default=None, pattern='^[^\\u0000]*$')
     type: Literal['workflow.cancelled']
-    usage: dict[constr(pattern=r'^[^\u0000]*$'), confloat(ge=0.0)] | None = None
+    usage: dict[constr(pattern=r'^[^\u0000]*$'), defs.Usage] | None = None
     """
     Token counters and other additive, non-negative figures.
     """
-    event_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
-        ..., alias='eventId'
+    event_id: str = Field(
+        ..., alias='eventId', max_length=256, min_length=1, pattern='^[^\\u0000]*$'
     )
     """
     An opaque identifier: 1 to 256 characters.
@@ -39,8 +39,8 @@ class Cancelled(BaseModel):
     root_run_id: Any | None = Field(None, alias='rootRunId')
     run_id: Any | None = Field(None, alias='runId')
     sequence: Any | None = None
-    session_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) | None = Field(
-        None, alias='sessionId'
+    session_id: str | None = Field(
+        default=None, alias='sessionId', max_length=256, min_length=1, pattern='^[^\\u0000]*$'
     )
     """
     An opaque identifier: 1 to 256 characters.
@@ -50,8 +50,8 @@ class Cancelled(BaseModel):
     """
     An RFC 3339 date-time. Informational: never used to order authority.
     """
-    workflow_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
-        ..., alias='workflowId'
+    workflow_id: str = Field(
+        ..., alias='workflowId', max_length=256, min_length=1, pattern='^[^\\u0000]*$'
     )
     """
     An opaque identifier: 1 to 256 characters.
@@ -67,14 +67,17 @@ class Custom(BaseModel):
     model_config = ConfigDict(
         extra='allow',
     )
-    name: constr(pattern=r'^[^.\u0000-\u0020\u007f-\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]+(\.[^.\u0000-\u0020\u007f-\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]+)+$')
+    name: str = Field(
+        ...,
+        pattern='^[^.\\u0000-\\u0020\\u007f-\\u00a0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000]+(\\.[^.\\u0000-\\u0020\\u007f-\\u00a0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000]+)+$',
+    )
     """
     Two or more dot-separated segments, none empty, with no white space (Unicode White_Space) and no control characters (Cc), e.g. acme.audit. The pattern spells the excluded characters out so that every regular-expression dialect reads it alike.
     """
     type: Literal['workflow.custom']
     value: Any
-    event_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
-        ..., alias='eventId'
+    event_id: str = Field(
+        ..., alias='eventId', max_length=256, min_length=1, pattern='^[^\\u0000]*$'
     )
     """
     An opaque identifier: 1 to 256 characters.
@@ -86,8 +89,8 @@ class Custom(BaseModel):
     root_run_id: Any | None = Field(None, alias='rootRunId')
     run_id: Any | None = Field(None, alias='runId')
     sequence: Any | None = None
-    session_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) | None = Field(
-        None, alias='sessionId'
+    session_id: str | None = Field(
+        default=None, alias='sessionId', max_length=256, min_length=1, pattern='^[^\\u0000]*$'
     )
     """
     An opaque identifier: 1 to 256 characters.
@@ -97,8 +100,8 @@ class Custom(BaseModel):
     """
     An RFC 3339 date-time. Informational: never used to order authority.
     """
-    workflow_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
-        ..., alias='workflowId'
+    workflow_id: str = Field(
+        ..., alias='workflowId', max_length=256, min_length=1, pattern='^[^\\u0000]*$'
     )
     """
     An opaque identifier: 1 to 256 characters.
@@ -114,15 +117,15 @@ class Error(BaseModel):
     model_config = ConfigDict(
         extra='allow',
     )
-    code: constr(pattern=r'^[^\u0000]*$', min_length=1)
-    message: constr(pattern=r'^[^\u0000]*$', min_length=1)
+    code: str = Field(..., min_length=1, pattern='^[^\\u0000]*$')
+    message: str = Field(..., min_length=1, pattern='^[^\\u0000]*$')
     type: Literal['workflow.error']
-    usage: dict[constr(pattern=r'^[^\u0000]*$'), confloat(ge=0.0)] | None = None
+    usage: dict[constr(pattern=r'^[^\u0000]*$'), defs.Usage] | None = None
     """
     Token counters and other additive, non-negative figures.
     """
-    event_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
-        ..., alias='eventId'
+    event_id: str = Field(
+        ..., alias='eventId', max_length=256, min_length=1, pattern='^[^\\u0000]*$'
     )
     """
     An opaque identifier: 1 to 256 characters.
@@ -134,8 +137,8 @@ class Error(BaseModel):
     root_run_id: Any | None = Field(None, alias='rootRunId')
     run_id: Any | None = Field(None, alias='runId')
     sequence: Any | None = None
-    session_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) | None = Field(
-        None, alias='sessionId'
+    session_id: str | None = Field(
+        default=None, alias='sessionId', max_length=256, min_length=1, pattern='^[^\\u0000]*$'
     )
     """
     An opaque identifier: 1 to 256 characters.
@@ -145,8 +148,8 @@ class Error(BaseModel):
     """
     An RFC 3339 date-time. Informational: never used to order authority.
     """
-    workflow_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
-        ..., alias='workflowId'
+    workflow_id: str = Field(
+        ..., alias='workflowId', max_length=256, min_length=1, pattern='^[^\\u0000]*$'
     )
     """
     An opaque identifier: 1 to 256 characters.
@@ -162,16 +165,14 @@ class Finished(BaseModel):
     model_config = ConfigDict(
         extra='allow',
     )
-    artifact_ids: list[constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256)] | None = (
-        Field(None, alias='artifactIds')
-    )
+    artifact_ids: list[defs.Id] | None = Field(default=None, alias='artifactIds')
     type: Literal['workflow.finished']
-    usage: dict[constr(pattern=r'^[^\u0000]*$'), confloat(ge=0.0)] | None = None
+    usage: dict[constr(pattern=r'^[^\u0000]*$'), defs.Usage] | None = None
     """
     Token counters and other additive, non-negative figures.
     """
-    event_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
-        ..., alias='eventId'
+    event_id: str = Field(
+        ..., alias='eventId', max_length=256, min_length=1, pattern='^[^\\u0000]*$'
     )
     """
     An opaque identifier: 1 to 256 characters.
@@ -183,8 +184,8 @@ class Finished(BaseModel):
     root_run_id: Any | None = Field(None, alias='rootRunId')
     run_id: Any | None = Field(None, alias='runId')
     sequence: Any | None = None
-    session_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) | None = Field(
-        None, alias='sessionId'
+    session_id: str | None = Field(
+        default=None, alias='sessionId', max_length=256, min_length=1, pattern='^[^\\u0000]*$'
     )
     """
     An opaque identifier: 1 to 256 characters.
@@ -194,8 +195,8 @@ class Finished(BaseModel):
     """
     An RFC 3339 date-time. Informational: never used to order authority.
     """
-    workflow_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
-        ..., alias='workflowId'
+    workflow_id: str = Field(
+        ..., alias='workflowId', max_length=256, min_length=1, pattern='^[^\\u0000]*$'
     )
     """
     An opaque identifier: 1 to 256 characters.
@@ -211,24 +212,22 @@ class Paused(BaseModel):
     model_config = ConfigDict(
         extra='allow',
     )
-    interrupt_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
-        ..., alias='interruptId'
+    interrupt_id: str = Field(
+        ..., alias='interruptId', max_length=256, min_length=1, pattern='^[^\\u0000]*$'
     )
     """
     An opaque identifier: 1 to 256 characters.
     """
-    message: constr(pattern=r'^[^\u0000]*$') | None = None
-    reason: constr(pattern=r'^[^\u0000]*$', min_length=1) | None = None
-    resume_mode: defs.ResumeMode | None = Field(None, alias='resumeMode')
+    message: str | None = Field(default=None, pattern='^[^\\u0000]*$')
+    reason: str | None = Field(default=None, min_length=1, pattern='^[^\\u0000]*$')
+    resume_mode: defs.ResumeMode | None = Field(default=None, alias='resumeMode')
     type: Literal['workflow.paused']
-    wait_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
-        ..., alias='waitId'
-    )
+    wait_id: str = Field(..., alias='waitId', max_length=256, min_length=1, pattern='^[^\\u0000]*$')
     """
     An opaque identifier: 1 to 256 characters.
     """
-    event_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
-        ..., alias='eventId'
+    event_id: str = Field(
+        ..., alias='eventId', max_length=256, min_length=1, pattern='^[^\\u0000]*$'
     )
     """
     An opaque identifier: 1 to 256 characters.
@@ -240,8 +239,8 @@ class Paused(BaseModel):
     root_run_id: Any | None = Field(None, alias='rootRunId')
     run_id: Any | None = Field(None, alias='runId')
     sequence: Any | None = None
-    session_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) | None = Field(
-        None, alias='sessionId'
+    session_id: str | None = Field(
+        default=None, alias='sessionId', max_length=256, min_length=1, pattern='^[^\\u0000]*$'
     )
     """
     An opaque identifier: 1 to 256 characters.
@@ -251,8 +250,8 @@ class Paused(BaseModel):
     """
     An RFC 3339 date-time. Informational: never used to order authority.
     """
-    workflow_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
-        ..., alias='workflowId'
+    workflow_id: str = Field(
+        ..., alias='workflowId', max_length=256, min_length=1, pattern='^[^\\u0000]*$'
     )
     """
     An opaque identifier: 1 to 256 characters.
@@ -268,11 +267,11 @@ class Raw(BaseModel):
     model_config = ConfigDict(
         extra='allow',
     )
-    content_type: constr(pattern=r'^[^\u0000]*$', min_length=1) = Field(..., alias='contentType')
-    payload: constr(pattern=r'^[^\u0000]*$')
+    content_type: str = Field(..., alias='contentType', min_length=1, pattern='^[^\\u0000]*$')
+    payload: str = Field(..., pattern='^[^\\u0000]*$')
     type: Literal['workflow.raw']
-    event_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
-        ..., alias='eventId'
+    event_id: str = Field(
+        ..., alias='eventId', max_length=256, min_length=1, pattern='^[^\\u0000]*$'
     )
     """
     An opaque identifier: 1 to 256 characters.
@@ -284,8 +283,8 @@ class Raw(BaseModel):
     root_run_id: Any | None = Field(None, alias='rootRunId')
     run_id: Any | None = Field(None, alias='runId')
     sequence: Any | None = None
-    session_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) | None = Field(
-        None, alias='sessionId'
+    session_id: str | None = Field(
+        default=None, alias='sessionId', max_length=256, min_length=1, pattern='^[^\\u0000]*$'
     )
     """
     An opaque identifier: 1 to 256 characters.
@@ -295,8 +294,8 @@ class Raw(BaseModel):
     """
     An RFC 3339 date-time. Informational: never used to order authority.
     """
-    workflow_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
-        ..., alias='workflowId'
+    workflow_id: str = Field(
+        ..., alias='workflowId', max_length=256, min_length=1, pattern='^[^\\u0000]*$'
     )
     """
     An opaque identifier: 1 to 256 characters.
@@ -313,14 +312,12 @@ class Resumed(BaseModel):
         extra='allow',
     )
     type: Literal['workflow.resumed']
-    wait_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
-        ..., alias='waitId'
-    )
+    wait_id: str = Field(..., alias='waitId', max_length=256, min_length=1, pattern='^[^\\u0000]*$')
     """
     An opaque identifier: 1 to 256 characters.
     """
-    event_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
-        ..., alias='eventId'
+    event_id: str = Field(
+        ..., alias='eventId', max_length=256, min_length=1, pattern='^[^\\u0000]*$'
     )
     """
     An opaque identifier: 1 to 256 characters.
@@ -332,8 +329,8 @@ class Resumed(BaseModel):
     root_run_id: Any | None = Field(None, alias='rootRunId')
     run_id: Any | None = Field(None, alias='runId')
     sequence: Any | None = None
-    session_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) | None = Field(
-        None, alias='sessionId'
+    session_id: str | None = Field(
+        default=None, alias='sessionId', max_length=256, min_length=1, pattern='^[^\\u0000]*$'
     )
     """
     An opaque identifier: 1 to 256 characters.
@@ -343,8 +340,8 @@ class Resumed(BaseModel):
     """
     An RFC 3339 date-time. Informational: never used to order authority.
     """
-    workflow_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
-        ..., alias='workflowId'
+    workflow_id: str = Field(
+        ..., alias='workflowId', max_length=256, min_length=1, pattern='^[^\\u0000]*$'
     )
     """
     An opaque identifier: 1 to 256 characters.
@@ -360,16 +357,20 @@ class Started(BaseModel):
     model_config = ConfigDict(
         extra='allow',
     )
-    default_client_executor_id: (
-        constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) | None
-    ) = Field(None, alias='defaultClientExecutorId')
+    default_client_executor_id: str | None = Field(
+        default=None,
+        alias='defaultClientExecutorId',
+        max_length=256,
+        min_length=1,
+        pattern='^[^\\u0000]*$',
+    )
     """
     An opaque identifier: 1 to 256 characters.
     """
     input: Any | None = None
     type: Literal['workflow.started']
-    event_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
-        ..., alias='eventId'
+    event_id: str = Field(
+        ..., alias='eventId', max_length=256, min_length=1, pattern='^[^\\u0000]*$'
     )
     """
     An opaque identifier: 1 to 256 characters.
@@ -381,8 +382,8 @@ class Started(BaseModel):
     root_run_id: Any | None = Field(None, alias='rootRunId')
     run_id: Any | None = Field(None, alias='runId')
     sequence: Any | None = None
-    session_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) | None = Field(
-        None, alias='sessionId'
+    session_id: str | None = Field(
+        default=None, alias='sessionId', max_length=256, min_length=1, pattern='^[^\\u0000]*$'
     )
     """
     An opaque identifier: 1 to 256 characters.
@@ -392,8 +393,8 @@ class Started(BaseModel):
     """
     An RFC 3339 date-time. Informational: never used to order authority.
     """
-    workflow_id: constr(pattern=r'^[^\u0000]*$', min_length=1, max_length=256) = Field(
-        ..., alias='workflowId'
+    workflow_id: str = Field(
+        ..., alias='workflowId', max_length=256, min_length=1, pattern='^[^\\u0000]*$'
     )
     """
     An opaque identifier: 1 to 256 characters.
