@@ -126,18 +126,17 @@ async def _follow_messages(client: Client, queue: str, executor: str | None) -> 
             continue
         if event.get("messageScope") != "session":
             continue
-        start: dict[str, Any] = {
-            "onConflict": "enqueue",
-            "runtime": {"queue": queue},
-            "input": {
-                "prompt": prompt_of(event.get("content")),
-                "messageId": event.get("messageId"),
-            },
-        }
-        if executor is not None:
-            start["clientExecutorId"] = executor
         try:
-            await client.start_run(str(event["sessionId"]), **start)
+            await client.start_run(
+                str(event["sessionId"]),
+                on_conflict="enqueue",
+                queue=queue,
+                input={
+                    "prompt": prompt_of(event.get("content")),
+                    "messageId": event.get("messageId"),
+                },
+                client_executor_id=executor,
+            )
         except NaradError as e:
             log.warning("start-run for a message was refused: %s", e)
 

@@ -18,6 +18,9 @@ Fixtures:
   distinct set of settings for the whole test session, stopped (and its
   database dropped) at the end.
 - ``narad_server``: the server with the default settings.
+- ``own_server(**env)``: a server of the test's own, to kill
+  (``server.kill()``) and start again on the same address and database
+  (``server.restart()``); stopped at the end of the test.
 - ``org``: a tenant of its own for each test, so that runtimes of
   different tests never claim each other's runs.
 """
@@ -71,6 +74,8 @@ class NaradServer:
     process: subprocess.Popen[bytes]
     work: Path
     _tokens: dict[tuple[str, str, str], str] = field(default_factory=dict)
+    #: How many times it was started again (:meth:`restart`).
+    starts: int = 0
 
     def token(
         self, roles: str | Sequence[str] = DEFAULT_ROLES, *, org: str = "py", sub: str = "pytest"
@@ -95,6 +100,21 @@ class NaradServer:
         path = self.work / "server.log"
         return path.read_text(errors="replace") if path.exists() else ""
 
+    def kill(self) -> None:
+        """Kills the server at once (SIGKILL), as a crash does; its database stays."""
+        if self.process.poll() is None:
+            self.process.kill()
+        self.process.wait()
+
+    def restart(self) -> None:
+        """Kills the server if it runs, then starts it again on the same address and
+        database (blocks until it serves)."""
+        self.kill()
+        self.starts += 1
+        env = {**self.env, "NARAD_LISTEN": self.base.removeprefix("http://")}
+        self.process = _launch(Path(self.bin), env, self.work, self.starts)
+        _await_serving(self, self.starts)
+
     def stop(self) -> None:
         """Stops the server and drops its database."""
         if self.process.poll() is None:
@@ -111,6 +131,31 @@ class NaradServer:
         shutil.rmtree(self.work, ignore_errors=True)
 
 
+def _launch(binary: Path, env: dict[str, str], work: Path, n: int) -> subprocess.Popen[bytes]:
+    """Starts ``narad serve`` (its ``n``-th start in ``work``)."""
+    with open(work / f"stdout.{n}", "wb") as out, open(work / "server.log", "ab") as err:
+        return subprocess.Popen([str(binary), "serve"], stdout=out, stderr=err, env=env)
+
+
+def _await_serving(server: NaradServer, n: int) -> None:
+    """Waits for the ``n``-th start to announce its URL; raises if it does not."""
+    deadline = time.monotonic() + START_TIMEOUT
+    stdout = server.work / f"stdout.{n}"
+    while time.monotonic() < deadline:
+        for line in stdout.read_text(errors="replace").splitlines():
+            if line.startswith("narad is serving on "):
+                server.base = line.removeprefix("narad is serving on ").strip().rstrip("/")
+                return
+        if server.process.poll() is not None:
+            log = server.log()
+            server.stop()
+            raise RuntimeError(f"narad serve exited before serving:\n{log}")
+        time.sleep(0.05)
+    log = server.log()
+    server.stop()
+    raise RuntimeError(f"narad serve did not start within {START_TIMEOUT:.0f} s:\n{log}")
+
+
 def _serve(binary: Path, settings: dict[str, str]) -> NaradServer:
     """Starts ``narad serve`` on a fresh database; raises if it does not come up."""
     database = f"narad_py_{os.getpid()}_{uuid.uuid4().hex[:10]}"
@@ -125,24 +170,10 @@ def _serve(binary: Path, settings: dict[str, str]) -> NaradServer:
         "RUST_LOG": os.environ.get("RUST_LOG", "warn"),
         **settings,
     }
-    stdout = work / "stdout"
-    with open(stdout, "wb") as out, open(work / "server.log", "wb") as err:
-        process = subprocess.Popen([str(binary), "serve"], stdout=out, stderr=err, env=env)
+    process = _launch(binary, env, work, 0)
     server = NaradServer("", str(binary), env, database, process, work)
-    deadline = time.monotonic() + START_TIMEOUT
-    while time.monotonic() < deadline:
-        for line in stdout.read_text(errors="replace").splitlines():
-            if line.startswith("narad is serving on "):
-                server.base = line.removeprefix("narad is serving on ").strip().rstrip("/")
-                return server
-        if process.poll() is not None:
-            log = server.log()
-            server.stop()
-            raise RuntimeError(f"narad serve exited before serving:\n{log}")
-        time.sleep(0.1)
-    log = server.log()
-    server.stop()
-    raise RuntimeError(f"narad serve did not start within {START_TIMEOUT:.0f} s:\n{log}")
+    _await_serving(server, 0)
+    return server
 
 
 def _unavailable(reason: str) -> None:
@@ -200,6 +231,36 @@ def start_server() -> Iterator[Callable[..., NaradServer]]:
 def narad_server(start_server: Callable[..., NaradServer]) -> NaradServer:
     """A server with the default settings, shared by the whole test session."""
     return start_server()
+
+
+@pytest.fixture
+def own_server() -> Iterator[Callable[..., NaradServer]]:
+    """Starts servers of this test's own (to kill and restart), stopped at its end."""
+    binary = narad_bin()
+    started: list[NaradServer] = []
+
+    def start(**env: str) -> NaradServer:
+        if binary is None:
+            _unavailable(
+                f"no narad binary at {os.environ.get('NARAD_BIN', str(DEFAULT_BIN))}: "
+                "build it (cargo build) or set NARAD_BIN"
+            )
+        assert binary is not None
+        if shutil.which("psql") is None:
+            _unavailable("psql is not installed: the tests create a database per server with it")
+        try:
+            server = _serve(binary, dict(env))
+        except subprocess.CalledProcessError as e:
+            _unavailable(
+                f"cannot create a test database on {ADMIN_URL} "
+                f"(set NARAD_TEST_DATABASE_URL): {e.stderr.strip()}"
+            )
+        started.append(server)
+        return server
+
+    yield start
+    for server in started:
+        server.stop()
 
 
 @pytest.fixture

@@ -90,13 +90,19 @@ async def client(agent: Agent) -> AsyncIterator[Client]:
         yield c
 
 
-async def start(client: Client, prompt: str, **fields: Any) -> tuple[str, str]:
+async def start(
+    client: Client, prompt: str, *, client_executor_id: str | None = None
+) -> tuple[str, str]:
     """A new session and a run of the agent's queue with ``prompt``."""
     session = f"s-{uuid.uuid4().hex[:10]}"
     run = f"r-{uuid.uuid4().hex[:10]}"
     await client.create_session(session)
     await client.start_run(
-        session, runId=run, runtime={"queue": QUEUE}, input={"prompt": prompt}, **fields
+        session,
+        run_id=run,
+        queue=QUEUE,
+        input={"prompt": prompt},
+        client_executor_id=client_executor_id,
     )
     return session, run
 
@@ -146,7 +152,9 @@ async def test_the_example_asks_before_deleting(client: Client) -> None:
     assert requested["actions"] == ["approve", "deny"]
     assert "delete the old logs" in requested["message"]
     assert "message.text.delta" not in kinds(events)  # nothing said before the decision
-    await client.resolve_interrupt(session, requested["interruptId"], "approve")
+    await client.resolve_interrupt(
+        session, interrupt_id=requested["interruptId"], decision="approve"
+    )
     events = await wait_history(client, session, has("run.finished"))
     assert said(events).startswith("Approved. Pretending to delete the old logs now")
     tail = kinds(events)[kinds(events).index("interrupt.resolved") :]
@@ -160,7 +168,7 @@ async def test_the_example_reads_the_time_with_the_executors_clock(
     async with executor:
         attached = await executor.request("POST", f"/v1/executors/{DESK}/attach", json={})
         lease = attached["leaseId"]
-        session, _ = await start(client, "what time is it?", clientExecutorId=DESK)
+        session, _ = await start(client, "what time is it?", client_executor_id=DESK)
         controls: list[dict[str, Any]] = []
         deadline = asyncio.get_running_loop().time() + WAIT
         while not controls:
@@ -200,7 +208,7 @@ async def test_the_example_honours_a_stop(client: Client) -> None:
     await wait_history(
         client, session, lambda es: sum(e["type"] == "message.text.delta" for e in es) >= 3
     )
-    await client.stop_run(session, run)
+    await client.stop_run(session, run_id=run)
     events = await wait_history(client, session, has("run.cancelled"))
     assert "run.finished" not in kinds(events)
     assert kinds(events)[-2:] == ["message.text.completed", "run.cancelled"]

@@ -78,7 +78,9 @@ class Bound:
 
     async def bind(self) -> Bound:
         await self.writer.create_session(self.session_id)
-        await self.writer.start_run(self.session_id, runId="r1", clientExecutorId=self.executor_id)
+        await self.writer.start_run(
+            self.session_id, run_id="r1", client_executor_id=self.executor_id
+        )
         return self
 
     async def start_call(self, tool_call_id: str, tool_name: str, args: dict[str, Any]) -> None:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import random
 import socket
 import uuid
 from collections.abc import AsyncIterator, Callable
@@ -17,6 +16,7 @@ from typing import Any
 
 import pytest
 from conftest import NaradServer
+from helpers import FaultProxy
 
 from narad import Client, Frame, NaradError, SessionReducer, follow
 
@@ -163,76 +163,6 @@ async def test_follow_refuses_a_session_it_cannot_read(writer: Client) -> None:
         await asyncio.wait_for(frames.__anext__(), 30)
     assert refused.value.status == 404
     assert (refused.value.code or "").startswith("NRD-")
-
-
-class FaultProxy:
-    """A TCP proxy between a client and the server. It cuts its first
-    ``cuts`` connections after a random number of bytes from the server
-    (mid-frame, mid-header) with a reset; switched off, it resets every
-    connection it holds and every new one, as a network partition looks."""
-
-    def __init__(self, upstream: str, *, cuts: int = 0, seed: int = 0) -> None:
-        host, port = upstream.removeprefix("http://").rsplit(":", 1)
-        self.host, self.port = host, int(port)
-        self.cuts = cuts
-        self.cut = 0
-        self.random = random.Random(seed)
-        self.on = True
-        self.held: set[asyncio.StreamWriter] = set()
-        self.server: asyncio.Server | None = None
-
-    async def start(self) -> str:
-        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
-        return f"http://127.0.0.1:{self.server.sockets[0].getsockname()[1]}"
-
-    def switch_off(self) -> None:
-        self.on = False
-        for w in self.held:
-            w.transport.abort()
-
-    async def close(self) -> None:
-        self.switch_off()
-        if self.server is not None:
-            self.server.close()
-
-    async def _serve(self, down_r: asyncio.StreamReader, down_w: asyncio.StreamWriter) -> None:
-        if not self.on:
-            down_w.transport.abort()
-            return
-        budget: int | None = None
-        if self.cut < self.cuts:
-            self.cut += 1
-            budget = self.random.randint(150, 6000)
-        try:
-            up_r, up_w = await asyncio.open_connection(self.host, self.port)
-        except OSError:
-            down_w.transport.abort()
-            return
-        self.held.update((down_w, up_w))
-
-        async def pipe(r: asyncio.StreamReader, w: asyncio.StreamWriter, limit: int | None) -> None:
-            sent = 0
-            with contextlib.suppress(ConnectionError, OSError):
-                while data := await r.read(1024):
-                    if limit is not None and sent + len(data) >= limit:
-                        w.write(data[: limit - sent])
-                        await w.drain()
-                        return
-                    sent += len(data)
-                    w.write(data)
-                    await w.drain()
-
-        tasks = [
-            asyncio.create_task(pipe(down_r, up_w, None)),
-            asyncio.create_task(pipe(up_r, down_w, budget)),
-        ]
-        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
-        for task in tasks:
-            task.cancel()
-        for w in (up_w, down_w):
-            self.held.discard(w)
-            # A reset, not a polite end: what a dropped connection looks like.
-            w.transport.abort()
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3])

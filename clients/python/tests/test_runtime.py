@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from conftest import NaradServer
 
-from narad.client import Client, Event
+from narad.client import Client, Event, RuntimeOptions
 from narad.errors import NaradError
 from narad.runtime import (
     LeaseLost,
@@ -84,13 +84,24 @@ async def kill(runtime_task: asyncio.Task[None]) -> None:
     await asyncio.gather(runtime_task, return_exceptions=True)
 
 
-async def start(client: Client, *, prompt: str = "hello", **fields: Any) -> tuple[str, str]:
+async def start(
+    client: Client,
+    *,
+    prompt: str = "hello",
+    runtime: RuntimeOptions | None = None,
+    client_executor_id: str | None = None,
+) -> tuple[str, str]:
     """A new session and a run in it for the runtimes (queue ``default``)."""
     session = f"s-{uuid.uuid4().hex[:10]}"
     run = f"r-{uuid.uuid4().hex[:10]}"
     await client.create_session(session)
-    fields.setdefault("runtime", {"queue": "default"})
-    await client.start_run(session, runId=run, input={"prompt": prompt}, **fields)
+    await client.start_run(
+        session,
+        run_id=run,
+        input={"prompt": prompt},
+        runtime=runtime or RuntimeOptions(queue="default"),
+        client_executor_id=client_executor_id,
+    )
     return session, run
 
 
@@ -351,7 +362,7 @@ async def test_a_client_tool_answers_what_the_executor_finished(
         )
 
     async with executor:
-        session, run = await start(client, clientExecutorId=desk)
+        session, run = await start(client, client_executor_id=desk)
         async with serving(client, handler):
             calls: list[dict[str, Any]] = []
             while not calls:
@@ -406,7 +417,9 @@ async def test_approve_waits_for_the_resolution_and_answers_the_decision(client:
         assert [(i.session_id, i.interrupt_id) for i in waiting] == [
             (session, requested["interruptId"])
         ]
-        await client.resolve_interrupt(session, requested["interruptId"], "deny")
+        await client.resolve_interrupt(
+            session, interrupt_id=requested["interruptId"], decision="deny"
+        )
         events = await wait_history(client, session, has("run.finished", runId=run))
     assert decisions == ["deny"]
     assert [i async for i in client.open_interrupts(session_id=session)] == []
@@ -431,7 +444,7 @@ async def test_a_stop_mid_answer_completes_the_message_and_cancels(client: Clien
     session, run = await start(client)
     async with serving(client, handler):
         await wait_history(client, session, lambda es: len(of_type(es, "message.text.delta")) >= 3)
-        await client.stop_run(session, run)
+        await client.stop_run(session, run_id=run)
         events = await wait_history(client, session, has("run.cancelled", runId=run))
     assert stopped == [True]
     cancelled = of_type(events, "run.cancelled")[0]
@@ -453,7 +466,7 @@ async def test_a_stop_while_waiting_for_approval_closes_the_interrupt(client: Cl
     session, run = await start(client)
     async with serving(client, handler):
         await wait_history(client, session, has("run.paused", runId=run))
-        await client.stop_run(session, run)
+        await client.stop_run(session, run_id=run)
         events = await wait_history(client, session, has("run.cancelled", runId=run))
     kinds = types(events)
     assert kinds[kinds.index("run.stop.requested") :] == [
@@ -481,12 +494,12 @@ async def test_a_stop_while_a_client_tool_runs_cancels_the_call(
             raise
 
     async with executor:
-        session, run = await start(client, clientExecutorId=desk)
+        session, run = await start(client, client_executor_id=desk)
         async with serving(client, handler):
             calls: list[dict[str, Any]] = []
             while not calls:
                 calls = await controls()  # delivered: the executor has it, and never finishes
-            await client.stop_run(session, run)
+            await client.stop_run(session, run_id=run)
             events = await wait_history(client, session, has("run.cancelled", runId=run))
     assert outcomes == ["stopped"]
     finished = of_type(events, "tool.call.finished")
@@ -522,7 +535,7 @@ async def test_a_killed_runtime_loses_its_run_to_another_that_sees_its_calls_clo
         await ctx.say(f" Result: {result}.")
         await ctx.finish()
 
-    session, run = await start(client, runtime={"queue": "default", "onLost": "retry"})
+    session, run = await start(client, runtime=RuntimeOptions(queue="default", on_lost="retry"))
     first = Runtime(client, handler, claim_wait=1.0)
     first_task = asyncio.create_task(first.run())
     await wait_history(client, session, has("tool.call.started", runId=run))
@@ -567,7 +580,7 @@ async def test_a_new_holder_carries_on_a_half_said_message_and_adopts_the_approv
         decisions.append(decision)
         await ctx.finish()
 
-    session, run = await start(client, runtime={"queue": "default", "maxAttempts": 5})
+    session, run = await start(client, runtime=RuntimeOptions(queue="default", max_attempts=5))
     task = asyncio.create_task(Runtime(client, handler, claim_wait=1.0).run())
     await wait_history(client, session, has("message.text.delta", runId=run))
     await kill(task)
@@ -577,7 +590,7 @@ async def test_a_new_holder_carries_on_a_half_said_message_and_adopts_the_approv
     async with serving(client, handler):
         await asyncio.sleep(3)  # the lease of the second lapses; the third holds the run
         interrupt = of_type(events, "interrupt.requested")[0]["interruptId"]
-        await client.resolve_interrupt(session, interrupt, "approve")
+        await client.resolve_interrupt(session, interrupt_id=interrupt, decision="approve")
         events = await wait_history(client, session, has("run.finished", runId=run))
     assert decisions == ["approve"]
     assert len(of_type(events, "interrupt.requested")) == 1
@@ -598,7 +611,7 @@ async def test_a_handler_that_raises_is_not_released_and_the_run_is_retried(
             raise ValueError("the model provider is down")
         await ctx.finish()
 
-    session, run = await start(client, runtime={"queue": "default", "onLost": "retry"})
+    session, run = await start(client, runtime=RuntimeOptions(queue="default", on_lost="retry"))
     async with serving(client, handler):
         await wait_history(client, session, has("run.finished", runId=run))
     assert attempts == [(1, "started"), (2, "retry")]
@@ -612,7 +625,7 @@ async def test_a_lost_runtime_under_on_lost_fail_ends_the_run_in_error(
     async def handler(ctx: RunContext) -> None:
         await ctx.tool("never.finished", {}, lambda args: forever())
 
-    session, run = await start(client, runtime={"queue": "default", "onLost": "fail"})
+    session, run = await start(client, runtime=RuntimeOptions(queue="default", on_lost="fail"))
     task = asyncio.create_task(Runtime(client, handler, claim_wait=1.0).run())
     await wait_history(client, session, has("tool.call.started", runId=run))
     await kill(task)
@@ -672,7 +685,7 @@ async def test_released_while_waiting_the_run_comes_back_and_replays(client: Cli
         await until(lambda: not runtime.held)  # given back while it waits
         assert calls == ["started"]
         interrupt = of_type(events, "interrupt.requested")[0]["interruptId"]
-        await client.resolve_interrupt(session, interrupt, "approve")
+        await client.resolve_interrupt(session, interrupt_id=interrupt, decision="approve")
         events = await wait_history(client, session, has("run.finished", runId=run))
     assert calls == ["started", "event"]
     assert len(of_type(events, "reasoning.started")) == 1

@@ -77,7 +77,7 @@ from types import TracebackType
 from typing import Any, TypeVar
 
 from .client import Client, Event
-from .errors import NaradError
+from .errors import ConflictError, NaradError
 from .models import Appended, Claim, LeaseStanding
 from .wire import PROTOCOL_VERSION
 
@@ -151,7 +151,7 @@ class RunStopped(Exception):
     """
 
 
-class LeaseLost(NaradError):
+class LeaseLost(ConflictError):
     """The run's lease is no longer current (``NRD-0501``): it lapsed or was released.
 
     Nothing of the refused request was written. Stop working on the run: the
