@@ -1,8 +1,17 @@
 """The READMEs' Python blocks, run as written against a real server.
 
-The package README's ``<!-- quickstart-python -->`` runs to its end: it
-appends, sees its retry recognised, reads history and prints a refusal's
-code and rule.
+Every ``python`` block of the package README (clients/python/README.md) is
+run, each as its own process: a test fails when one has no marker or no
+test. ``<!-- quickstart-python -->`` runs to its end: it appends, sees its
+retry recognised, reads history and prints a refusal's code and rule.
+``<!-- retries-python -->`` sends a keyed command twice and prints that the
+replay answered, then two refusals' classes. ``<!-- follow-python -->``
+follows a session until its transcript holds the message it recorded.
+``<!-- runs-python -->`` streams a run of the agent of ``<!-- agent-python
+-->``, approving its question; the agent's client tool runs on the
+executor of ``<!-- fs-executor-python -->``: the three run together.
+
+In the repository README:
 
 ``<!-- runtime-python -->`` is an agent runtime serving queue ``agents``: a
 run started for that queue must end ``run.finished`` with the block's tool
@@ -15,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import subprocess
 import sys
 import time
@@ -31,6 +41,17 @@ from narad import Client, Event
 README = REPO / "README.md"
 PACKAGE_README = REPO / "clients" / "python" / "README.md"
 WAIT = 30.0
+READER_APPROVER = "reader,writer,backend,approver"
+
+#: The package README's blocks the tests below run.
+PACKAGE_BLOCKS = {
+    "quickstart-python",
+    "retries-python",
+    "follow-python",
+    "runs-python",
+    "agent-python",
+    "fs-executor-python",
+}
 
 
 def block(marker: str, readme: Path = README) -> str:
@@ -39,6 +60,18 @@ def block(marker: str, readme: Path = README) -> str:
     start = text.index(f"<!-- {marker} -->")
     opening = text.index("```python\n", start) + len("```python\n")
     return text[opening : text.index("```\n", opening)]
+
+
+def markers(readme: Path) -> list[str | None]:
+    """The marker of each ``python`` block of ``readme`` (``None``: it has none)."""
+    lines = readme.read_text().splitlines()
+    found: list[str | None] = []
+    for n, line in enumerate(lines):
+        if line.strip() == "```python":
+            above = lines[n - 1].strip() if n else ""
+            m = re.fullmatch(r"<!-- (\S+) -->", above)
+            found.append(m.group(1) if m else None)
+    return found
 
 
 def run_block(
@@ -105,7 +138,7 @@ async def test_the_readme_python_runtime_runs_as_written(
     session_id = f"s-{uuid.uuid4().hex[:12]}"
     async with Client(narad_server.base, token) as client:
         await client.create_session(session_id)
-        await client.start_run(session_id, runId="run-readme", runtime={"queue": "agents"})
+        await client.start_run(session_id, run_id="run-readme", queue="agents")
         history = await until_event(
             client, session_id, "run.finished", process, tmp_path / "runtime-python.out"
         )
@@ -130,7 +163,7 @@ async def test_the_readme_python_executor_runs_as_written(
     args: dict[str, Any] = {"say": "hello", "n": 3}
     async with Client(narad_server.base, narad_server.token(org=org)) as client:
         await client.create_session(session_id)
-        await client.start_run(session_id, runId="r1", clientExecutorId="desk-1")
+        await client.start_run(session_id, run_id="r1", client_executor_id="desk-1")
         await client.append(
             session_id,
             [
@@ -174,3 +207,66 @@ def test_the_package_readme_first_steps_run_as_written(
     status, code, rule, fields = lines[2].split(" ", 3)
     assert (status, code, rule) == ("409", "NRD-0201", "run.terminal.once"), printed
     assert fields.startswith("{'/events/1': "), printed
+
+
+def test_every_python_block_of_the_package_readme_is_run() -> None:
+    found = markers(PACKAGE_README)
+    assert None not in found, "a python block of the package README has no <!-- marker -->"
+    assert set(found) == PACKAGE_BLOCKS, set(found) ^ PACKAGE_BLOCKS
+    assert len(found) == len(set(found)), found
+
+
+def run_to_end(
+    marker: str, work: Path, server: NaradServer, env: dict[str, str], wait: float = WAIT
+) -> list[str]:
+    """Runs a package README block to its end; the lines it printed."""
+    process = run_block(marker, work, server, env, PACKAGE_README)
+    try:
+        process.wait(timeout=wait)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    printed = output(work / f"{marker}.out")
+    assert process.returncode == 0, printed
+    return printed.splitlines()
+
+
+def test_the_package_readme_retries_block_runs_as_written(
+    narad_server: NaradServer, org: str, tmp_path: Path
+) -> None:
+    token = narad_server.token(org=org, sub="readme-retries")
+    lines = run_to_end("retries-python", tmp_path, narad_server, {"NARAD_TOKEN": token})
+    assert lines[0] == "True", lines
+    assert lines[1] == "NRD-0204 {'kind': 'run', 'runId': 'run-1'}", lines
+    status, code = lines[2].split(" ")
+    assert status == "404" and code.startswith("NRD-"), lines
+
+
+def test_the_package_readme_follow_block_runs_as_written(
+    narad_server: NaradServer, org: str, tmp_path: Path
+) -> None:
+    token = narad_server.token(org=org, sub="readme-follow")
+    lines = run_to_end("follow-python", tmp_path, narad_server, {"NARAD_TOKEN": token})
+    assert lines == ["['Hello, whoever reads this']"], lines
+
+
+def test_the_package_readme_runs_agent_and_executor_run_together_as_written(
+    narad_server: NaradServer, org: str, tmp_path: Path, program: list[subprocess.Popen[bytes]]
+) -> None:
+    agent_env = {"NARAD_TOKEN": narad_server.token(org=org, sub="readme-agent")}
+    desk_env = {"NARAD_EXECUTOR_TOKEN": narad_server.token("executor", org=org, sub="desk")}
+    program.append(run_block("agent-python", tmp_path, narad_server, agent_env, PACKAGE_README))
+    program.append(
+        run_block("fs-executor-python", tmp_path, narad_server, desk_env, PACKAGE_README)
+    )
+    person = {"NARAD_TOKEN": narad_server.token(READER_APPROVER, org=org, sub="readme-person")}
+    lines = run_to_end("runs-python", tmp_path, narad_server, person, wait=60)
+    for process in program:
+        assert process.poll() is None, output(tmp_path / "agent-python.out")
+    assert lines == [
+        "Looking... Deleted /var/log/app.log.",
+        "finished ['message', 'message', 'message']",
+    ], lines
+    assert "would delete /var/log/app.log" in output(tmp_path / "fs-executor-python.out")
+    assert (tmp_path / "desk-1.tokens").stat().st_size > 0
