@@ -454,3 +454,13 @@ async def test_a_refusal_is_not_sent_again() -> None:
     with pytest.raises(ConflictError):
         await client.request("POST", "/v1/commands/x", json={}, headers={"Idempotency-Key": "k"})
     assert len(seen) == 1
+
+
+async def test_the_round_waits_the_longest_retry_after_any_server_asked_for() -> None:
+    client, seen = scripted(
+        envelope(503, "NRD-0901", **{"Retry-After": "1"}), httpx.ConnectError, OK
+    )
+    began = time.monotonic()
+    assert await client.request("GET", "/v1/sessions") == {"ok": True}
+    assert [r.url.host for r in seen] == ["a", "b", "a"]
+    assert time.monotonic() - began >= 0.95

@@ -352,9 +352,10 @@ class Client:
         index = 0
         failed_in_round = 0
         rounds = 0
+        # The longest Retry-After a server of this round asked for.
+        wait_at_least = 0.0
         while True:
             server = servers[index % len(servers)]
-            wait_at_least = 0.0
             try:
                 response = await self.http.request(
                     method,
@@ -388,7 +389,7 @@ class Client:
                     last = error_of(response)
                     if not retryable:
                         raise last
-                    wait_at_least = last.retry_after or 0.0
+                    wait_at_least = max(wait_at_least, last.retry_after or 0.0)
                     if in_flight:
                         # The key is held, by this server or another: wait, same server.
                         failed_in_round = len(servers) - 1
@@ -406,6 +407,7 @@ class Client:
                 continue  # the next server, at once
             failed_in_round = 0
             delay = max(wait_at_least, _jitter(rounds))
+            wait_at_least = 0.0
             rounds += 1
             if time.monotonic() + delay > deadline:
                 raise last
