@@ -30,6 +30,7 @@ pub const MAX_BODY: usize = 64 * 1024;
 fn http() -> HttpSettings {
     HttpSettings {
         max_body_bytes: MAX_BODY,
+        idempotency_keep: narad_server::idempotency::DEFAULT_KEEP,
         cors_origins: Vec::new(),
         console_oidc: None,
     }
@@ -555,6 +556,8 @@ pub struct Answer {
     pub request_id: Option<String>,
     /// The `Retry-After` header, in seconds.
     pub retry_after: Option<u64>,
+    /// Whether the answer says it is a replay (`Idempotent-Replayed: true`).
+    pub replayed: bool,
     /// The JSON body.
     pub body: Value,
 }
@@ -574,6 +577,10 @@ impl Answer {
             .get("retry-after")
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.parse().ok());
+        let replayed = res
+            .headers()
+            .get("idempotent-replayed")
+            .is_some_and(|v| v == "true");
         let bytes = res.bytes().await.expect("a body");
         let body = if bytes.is_empty() {
             Value::Null
@@ -585,6 +592,7 @@ impl Answer {
             status,
             request_id,
             retry_after,
+            replayed,
             body,
         }
     }

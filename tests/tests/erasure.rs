@@ -40,6 +40,7 @@ async fn rows_left(db: &tokio_postgres::Client, tenant: &str, session: &str) -> 
         "client_calls",
         "executor_pauses",
         "interrupt_deadlines",
+        "idempotency_keys",
     ] {
         let n: i64 = db
             .query_one(
@@ -121,10 +122,11 @@ async fn an_erased_session_is_gone_everywhere_and_stays_gone() {
         json!({"expiresAt": "2999-01-01T00:00:00Z"}),
     )
     .await;
-    s.post(
+    s.post_with(
         "/v1/commands/start-run",
         &t,
         &json!({"sessionId": "a", "runId": "r2", "onConflict": "enqueue"}),
+        &[("idempotency-key", "start-r2")],
     )
     .await
     .expect(202);

@@ -24,6 +24,9 @@ pub struct AuditRecord {
     pub code: Option<String>,
     /// The eventIds it appended, in order.
     pub event_ids: Vec<String>,
+    /// Whether the answer was a replay: the kept answer of an earlier
+    /// request with the same `Idempotency-Key` (nothing was done again).
+    pub replayed: bool,
 }
 
 /// One recorded action.
@@ -54,8 +57,12 @@ pub struct AuditEntry {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(value_type = String)]
     pub code: Option<String>,
-    /// The eventIds it appended, in order.
+    /// The eventIds it appended, in order (for a replay: the ones the
+    /// first request appended).
     pub event_ids: Vec<String>,
+    /// Whether the answer was a replay of the first answer to its
+    /// `Idempotency-Key`: the action was not done again.
+    pub replayed: bool,
 }
 
 /// What to list.
@@ -87,8 +94,8 @@ impl Journal {
         let client = self.pool.get().await?;
         in_tenant(client, tenant, async |c| {
             c.execute(
-                "insert into audit (tenant_id, session_id, actor, action, request_id, status, code, event_ids) \
-                 values ($1, $2, $3, $4, $5, $6, $7, $8)",
+                "insert into audit (tenant_id, session_id, actor, action, request_id, status, code, event_ids, replayed) \
+                 values ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
                 &[
                     &tenant.as_str(),
                     &record.session_id,
@@ -98,6 +105,7 @@ impl Journal {
                     &i32::from(record.status),
                     &record.code,
                     &record.event_ids,
+                    &record.replayed,
                 ],
             )
             .await?;
@@ -120,7 +128,7 @@ impl Journal {
                 .prepare_cached(
                     "select position, \
                        to_char(at at time zone 'utc', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"'), \
-                       session_id, actor, action, request_id, status, code, event_ids \
+                       session_id, actor, action, request_id, status, code, event_ids, replayed \
                      from audit where tenant_id = $1 \
                        and ($2::text is null or session_id = $2) \
                        and ($3::text is null or actor ->> 'sub' = $3) \
@@ -158,6 +166,7 @@ impl Journal {
                     status: u16::try_from(r.get::<_, i32>(6)).unwrap_or_default(),
                     code: r.get(7),
                     event_ids: r.get(8),
+                    replayed: r.get(9),
                 })
                 .collect())
         })

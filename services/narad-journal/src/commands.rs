@@ -123,9 +123,15 @@ impl Journal {
             .as_ref()
             .map(|r| r.to_string())
             .unwrap_or_else(|| EventId::new_v7().to_string());
+        // A runId the caller chose makes the event's id its own: the same
+        // start sent again is the same event (a replay, not a conflict).
+        let event_id = match &cmd.run_id {
+            Some(run) => repeatable_event_id(session.as_str(), "run.started", run.as_str()),
+            None => EventId::new_v7().to_string(),
+        };
         let mut proposal = json!({
             "protocolVersion": "narad/v1", "type": "run.started",
-            "eventId": EventId::new_v7(), "runId": run_id, "rootRunId": run_id,
+            "eventId": event_id, "runId": run_id, "rootRunId": run_id,
         });
         if let Some(parent) = &cmd.parent_run_id {
             // A nested run keeps its parent's journal and, unless told
@@ -262,6 +268,18 @@ impl Journal {
                     .await?
                     .and_then(|r| r.get::<_, Option<String>>(0)),
             };
+            // The same start sent again (its runId chosen by the caller,
+            // so its event id too) is the start already queued.
+            if let Some(queued) = c
+                .query_opt(
+                    "select queue_id from queued_starts \
+                     where tenant_id = $1 and session_id = $2 and proposal ->> 'eventId' = $3",
+                    &[&tenant.as_str(), &session.as_str(), &proposal["eventId"].as_str()],
+                )
+                .await?
+            {
+                return Ok(Some((queued.get(0), None)));
+            }
             c.execute(
                 "insert into queued_starts (tenant_id, session_id, queue_id, priority, proposal, work) \
                  values ($1, $2, $3, $4, $5, $6)",
@@ -523,8 +541,14 @@ impl Journal {
             .as_ref()
             .map(|m| m.to_string())
             .unwrap_or_else(|| EventId::new_v7().to_string());
+        // A messageId the caller chose makes the event's id its own: the
+        // same message sent again is the same event (a replay).
+        let event_id = match &cmd.message_id {
+            Some(m) => repeatable_event_id(session.as_str(), "message.user.recorded", m.as_str()),
+            None => EventId::new_v7().to_string(),
+        };
         let mut event = json!({
-            "protocolVersion": "narad/v1", "type": "message.user.recorded", "eventId": EventId::new_v7(),
+            "protocolVersion": "narad/v1", "type": "message.user.recorded", "eventId": event_id,
             "messageId": message_id, "messageScope": cmd.message_scope, "content": cmd.content,
         });
         if let Some(a) = &cmd.attachment_ids {
@@ -856,4 +880,24 @@ fn resolution(
         }
     }
     Ok(event)
+}
+
+/// The event id of a command's event whose object id (`kind`, `id`) the
+/// caller chose: the same in every attempt, so that the command sent again
+/// appends the same event, which the journal answers as a duplicate
+/// rather than a second event or a conflict. A UUID (version 8) of the
+/// session, kind and id.
+fn repeatable_event_id(session: &str, kind: &str, id: &str) -> String {
+    use sha2::{Digest, Sha256};
+    let mut hash = Sha256::new();
+    for part in [session, kind, id] {
+        hash.update((part.len() as u64).to_be_bytes());
+        hash.update(part.as_bytes());
+    }
+    let digest = hash.finalize();
+    let mut bytes = [0u8; 16];
+    bytes.copy_from_slice(&digest[..16]);
+    uuid::Builder::from_custom_bytes(bytes)
+        .into_uuid()
+        .to_string()
 }

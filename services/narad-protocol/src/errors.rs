@@ -98,6 +98,10 @@ error_codes! {
     /// The organisation is being erased, or was: its credentials are
     /// refused and nothing is written for it.
     OrganisationErased = "NRD-0210", 410, "Organisation erased";
+    /// An `Idempotency-Key` was used before with a different request.
+    IdempotencyKeyReused = "NRD-0211", 422, "Idempotency key reused";
+    /// The first request with this `Idempotency-Key` has not answered yet.
+    IdempotentRequestInFlight = "NRD-0212", 409, "Request with this key in flight";
     /// History cursors that identify different positions.
     CursorConflict = "NRD-0301", 400, "Cursor conflict";
     /// A stream cursor past anything the store holds.

@@ -104,16 +104,51 @@ pub fn record<'a>(
         status,
         code,
         event_ids: answer.map(appended_ids).unwrap_or_default(),
+        replayed: false,
     };
-    async move {
-        if let Err(e) = state.journal.record_audit(&principal.tenant, &record).await {
-            metrics::counter!("narad_audit_write_failures_total").increment(1);
-            tracing::error!(
-                error = %e,
-                action = record.action,
-                "an action could not be recorded in the audit log"
-            );
-        }
+    write(state, principal, record)
+}
+
+/// Records the replay of `action`'s kept answer (`status`, `answer`, the
+/// error envelope's `code` for a refusal) to a request that came again
+/// with its `Idempotency-Key`: nothing was done again.
+pub fn record_replay<'a>(
+    state: &'a AppState,
+    principal: &'a Principal,
+    request: &RequestId,
+    action: &str,
+    session: Option<String>,
+    status: StatusCode,
+    answer: &Value,
+) -> impl Future<Output = ()> + Send + 'a {
+    let refused = status.is_client_error() || status.is_server_error();
+    let record = AuditRecord {
+        session_id: session,
+        actor: actor_of(principal),
+        action: action.to_owned(),
+        request_id: request.0.clone(),
+        status: status.as_u16(),
+        code: refused
+            .then(|| answer["code"].as_str().map(str::to_owned))
+            .flatten(),
+        event_ids: if refused {
+            Vec::new()
+        } else {
+            appended_ids(answer)
+        },
+        replayed: true,
+    };
+    write(state, principal, record)
+}
+
+async fn write(state: &AppState, principal: &Principal, record: AuditRecord) {
+    if let Err(e) = state.journal.record_audit(&principal.tenant, &record).await {
+        metrics::counter!("narad_audit_write_failures_total").increment(1);
+        tracing::error!(
+            error = %e,
+            action = record.action,
+            "an action could not be recorded in the audit log"
+        );
     }
 }
 
@@ -174,6 +209,15 @@ pub const WRITES: &[(&str, Audited)] = &[
         Audited::Not("a short-lived read credential: it writes nothing a session holds"),
     ),
 ];
+
+/// The action the audit log records operation `operation_id` as, when it
+/// records it.
+pub fn action_of(operation_id: &str) -> Option<&'static str> {
+    WRITES.iter().find_map(|(id, audited)| match audited {
+        Audited::As(action) if *id == operation_id => Some(*action),
+        _ => None,
+    })
+}
 
 #[cfg(test)]
 mod tests {

@@ -32,6 +32,12 @@ pub struct Config {
     #[arg(long, env = "NARAD_MAX_BODY_BYTES", default_value_t = DEFAULT_MAX_BODY_BYTES)]
     pub max_body_bytes: usize,
 
+    /// How long the first answer to an `Idempotency-Key` is kept, in
+    /// hours (1 to 720): within it the same request sent again gets that
+    /// answer again instead of a second effect.
+    #[arg(long, env = "NARAD_IDEMPOTENCY_KEEP_HOURS", default_value_t = 24)]
+    pub idempotency_keep_hours: u64,
+
     /// Origins whose pages may call the API from a browser (CORS), exact
     /// and separated by commas (`https://console.example.com`); none by
     /// default, and never `*`.
@@ -259,8 +265,15 @@ impl Config {
 
     /// The HTTP layer's settings, checked.
     pub fn http_settings(&self) -> Result<crate::HttpSettings, String> {
+        if !(1..=720).contains(&self.idempotency_keep_hours) {
+            return Err(format!(
+                "NARAD_IDEMPOTENCY_KEEP_HOURS is {}: it takes 1 to 720 hours",
+                self.idempotency_keep_hours
+            ));
+        }
         Ok(crate::HttpSettings {
             max_body_bytes: self.max_body_bytes,
+            idempotency_keep: std::time::Duration::from_secs(self.idempotency_keep_hours * 3600),
             cors_origins: crate::cors::parse_origins(&self.cors_origins)?,
             console_oidc: crate::console::Oidc::from_settings(
                 self.console_issuer.as_deref(),

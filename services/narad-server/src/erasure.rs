@@ -42,6 +42,7 @@ pub async fn sweep(
                 if retention_due {
                     apply_retention(&journal, &quotas).await?;
                     collect_blobs(&journal, settings.blob_unreferenced_after).await?;
+                    forget_idempotency_keys(&journal).await?;
                 }
                 Ok::<_, JournalError>(())
             })
@@ -55,6 +56,17 @@ pub async fn sweep(
         }
     }
 }
+
+/// Deletes the expired idempotency keys of every tenant.
+pub async fn forget_idempotency_keys(journal: &Journal) -> Result<(), JournalError> {
+    while journal.forget_idempotency_keys(FORGET_KEYS_BATCH).await? == i64::from(FORGET_KEYS_BATCH)
+    {
+    }
+    Ok(())
+}
+
+/// How many expired idempotency keys one statement deletes.
+const FORGET_KEYS_BATCH: i32 = 5_000;
 
 /// One batch of every unfinished tenant erasure.
 pub async fn erase_tenants(journal: &Journal) -> Result<(), JournalError> {

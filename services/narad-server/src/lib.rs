@@ -15,6 +15,8 @@
 //! - [`runtime`]: agent runtimes' settings and the sweeper that repairs lost runs;
 //! - [`signature`]: signed calls of registered extensions;
 //! - [`body`]: request bodies and query strings, with the API's errors;
+//! - [`idempotency`]: the `Idempotency-Key` of commands, session creation,
+//!   uploads and stream tickets: the first answer, again;
 //! - [`input`]: checks of paths, headers and announced lengths that every
 //!   request passes before its handler;
 //! - [`error`]: the error envelope as an HTTP answer.
@@ -33,6 +35,7 @@ pub mod executors;
 pub mod expiry;
 pub mod gauges;
 pub mod hub;
+pub mod idempotency;
 pub mod input;
 pub mod metrics;
 pub mod quotas;
@@ -86,6 +89,9 @@ pub const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 pub struct HttpSettings {
     /// The largest request body, in bytes (`NARAD_MAX_BODY_BYTES`).
     pub max_body_bytes: usize,
+    /// How long the first answer to an `Idempotency-Key` is kept
+    /// (`NARAD_IDEMPOTENCY_KEEP_HOURS`, 24 hours by default).
+    pub idempotency_keep: Duration,
     /// The origins whose pages may call the API (`NARAD_CORS_ORIGINS`,
     /// checked by [`cors::parse_origins`]); none by default.
     pub cors_origins: Vec<axum::http::HeaderValue>,
@@ -98,6 +104,7 @@ impl Default for HttpSettings {
     fn default() -> HttpSettings {
         HttpSettings {
             max_body_bytes: config::DEFAULT_MAX_BODY_BYTES,
+            idempotency_keep: idempotency::DEFAULT_KEEP,
             cors_origins: Vec::new(),
             console_oidc: None,
         }
@@ -114,7 +121,9 @@ pub fn app(state: AppState, http: &HttpSettings) -> Router {
     let _ = state
         .openapi
         .set(serde_json::to_string_pretty(&document).expect("the OpenAPI document serialises"));
+    let keyed = idempotency::Keyed::new(state.clone(), http);
     router
+        .route_layer(from_fn_with_state(keyed, idempotency::layer))
         .route_layer(from_fn(input::path_params))
         .merge(console::router(http.console_oidc.clone()))
         .fallback(not_found)

@@ -172,6 +172,14 @@ pub fn limit_refused(limit: &'static str) {
     metrics::counter!("narad_limit_refusals_total", "limit" => limit).increment(1);
 }
 
+/// Counts a request with an `Idempotency-Key`, by what became of it:
+/// `first` (it ran), `replayed` (the first answer, again), `reused` (the
+/// key was used with another request: 422), `in_flight` (the first had
+/// not answered yet: 409).
+pub fn idempotency_key(outcome: &'static str) {
+    metrics::counter!("narad_idempotency_keys_total", "outcome" => outcome).increment(1);
+}
+
 /// Counts a blob the collector deleted: no event named it in time.
 pub fn blob_collected() {
     metrics::counter!("narad_blobs_collected_total").increment(1);
@@ -294,6 +302,10 @@ fn describe() {
     describe_counter!(
         "narad_runtime_repairs_total",
         "Runs the server repaired, by what for: retrying (retry policy: queued again), lost (fail policy or attempts spent: closed with run.error), stopped (a stop no runtime held: closed with run.cancelled)"
+    );
+    describe_counter!(
+        "narad_idempotency_keys_total",
+        "Requests with an Idempotency-Key, by outcome: first (it ran), replayed (the kept answer, again), reused (the key came with another request: 422), in_flight (the first had not answered: 409)"
     );
     describe_counter!(
         "narad_audit_write_failures_total",

@@ -9,6 +9,7 @@ use clap::{Parser, Subcommand};
 
 mod bench;
 mod bench_blobs;
+mod bench_commands;
 mod bench_limits;
 mod bench_stream;
 mod demo_agent;
@@ -96,6 +97,9 @@ enum BenchCommand {
     /// A large blob up and down through the server, beside cp and cat of
     /// the same bytes, with the server's memory while it streams.
     Blobs(bench_blobs::BlobsBench),
+    /// What an Idempotency-Key costs a command: record-user-message with
+    /// no key, a fresh key and a replayed one, beside each other.
+    Commands(bench_commands::CommandsBench),
 }
 
 #[derive(Subcommand)]
@@ -166,6 +170,9 @@ fn main() -> ExitCode {
             .map(|()| ExitCode::SUCCESS),
         Command::Bench(BenchCommand::Blobs(args)) => runtime()
             .block_on(bench_blobs::blobs(&args))
+            .map(|()| ExitCode::SUCCESS),
+        Command::Bench(BenchCommand::Commands(args)) => runtime()
+            .block_on(bench_commands::commands(&args))
             .map(|()| ExitCode::SUCCESS),
         Command::Config(config) => print_config(&config),
         Command::Serve(config) => {

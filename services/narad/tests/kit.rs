@@ -74,6 +74,7 @@ async fn the_kit_passes_narad_and_writes_junit() {
     for case in [
         "PASS commands/slot-reject-enqueue-interrupt",
         "PASS commands/resolve-interrupt-once",
+        "PASS commands/idempotency-key",
         "PASS history/cursors",
         "PASS streams/subscribe-before-replay",
         "PASS streams/resume-and-cursors",

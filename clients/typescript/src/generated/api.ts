@@ -964,13 +964,21 @@ export interface components {
             at: components["schemas"]["defs.timestamp"];
             /** @description The `NRD-` code of a refusal. */
             code?: string;
-            /** @description The eventIds it appended, in order. */
+            /**
+             * @description The eventIds it appended, in order (for a replay: the ones the
+             *     first request appended).
+             */
             eventIds: string[];
             /**
              * Format: int64
              * @description Its place in the tenant's log (the `after` of the next page).
              */
             position: number;
+            /**
+             * @description Whether the answer was a replay of the first answer to its
+             *     `Idempotency-Key`: the action was not done again.
+             */
+            replayed: boolean;
             /** @description The request's `x-request-id`. */
             requestId?: string;
             /** @description The session it acted on, when one. */
@@ -1092,10 +1100,10 @@ export interface components {
          */
         Error: {
             /**
-             * @description The catalog: NRD-0001 (500): Internal error; NRD-0002 (400): Malformed JSON; NRD-0003 (400): Invalid object; NRD-0004 (400): Unsupported protocol version; NRD-0005 (400): Unknown wire type; NRD-0006 (413): Payload too large; NRD-0007 (404): Not found; NRD-0008 (400): Invalid parameter; NRD-0009 (405): Method not allowed; NRD-0010 (416): Range not satisfiable; NRD-0011 (409): Upload offset mismatch; NRD-0101 (401): Authentication required; NRD-0102 (403): Forbidden; NRD-0201 (409): Protocol rule violated; NRD-0202 (409): Event id conflict; NRD-0203 (409): Session sequence mismatch; NRD-0204 (409): Session busy; NRD-0205 (409): Interrupt already resolved; NRD-0206 (409): Session exists; NRD-0207 (409): Extension exists; NRD-0208 (410): Session erased; NRD-0209 (409): Blob reference not held; NRD-0210 (410): Organisation erased; NRD-0301 (400): Cursor conflict; NRD-0302 (409): Cursor ahead of the store; NRD-0303 (409): Cursor unknown; NRD-0401 (409): Lease not current; NRD-0402 (403): Execution token invalid; NRD-0403 (410): Execution token expired; NRD-0404 (409): Finish conflicts; NRD-0501 (409): Runtime lease not current; NRD-0502 (409): Runtime lease required; NRD-0601 (429): Event rate limit reached; NRD-0602 (429): Command rate limit reached; NRD-0603 (429): Open stream limit reached; NRD-0604 (429): Attached executor limit reached; NRD-0605 (429): Session limit reached; NRD-0606 (429): Stored bytes limit reached; NRD-0901 (503): Database unavailable; NRD-0902 (503): Blob store unavailable.
+             * @description The catalog: NRD-0001 (500): Internal error; NRD-0002 (400): Malformed JSON; NRD-0003 (400): Invalid object; NRD-0004 (400): Unsupported protocol version; NRD-0005 (400): Unknown wire type; NRD-0006 (413): Payload too large; NRD-0007 (404): Not found; NRD-0008 (400): Invalid parameter; NRD-0009 (405): Method not allowed; NRD-0010 (416): Range not satisfiable; NRD-0011 (409): Upload offset mismatch; NRD-0101 (401): Authentication required; NRD-0102 (403): Forbidden; NRD-0201 (409): Protocol rule violated; NRD-0202 (409): Event id conflict; NRD-0203 (409): Session sequence mismatch; NRD-0204 (409): Session busy; NRD-0205 (409): Interrupt already resolved; NRD-0206 (409): Session exists; NRD-0207 (409): Extension exists; NRD-0208 (410): Session erased; NRD-0209 (409): Blob reference not held; NRD-0210 (410): Organisation erased; NRD-0211 (422): Idempotency key reused; NRD-0212 (409): Request with this key in flight; NRD-0301 (400): Cursor conflict; NRD-0302 (409): Cursor ahead of the store; NRD-0303 (409): Cursor unknown; NRD-0401 (409): Lease not current; NRD-0402 (403): Execution token invalid; NRD-0403 (410): Execution token expired; NRD-0404 (409): Finish conflicts; NRD-0501 (409): Runtime lease not current; NRD-0502 (409): Runtime lease required; NRD-0601 (429): Event rate limit reached; NRD-0602 (429): Command rate limit reached; NRD-0603 (429): Open stream limit reached; NRD-0604 (429): Attached executor limit reached; NRD-0605 (429): Session limit reached; NRD-0606 (429): Stored bytes limit reached; NRD-0901 (503): Database unavailable; NRD-0902 (503): Blob store unavailable.
              * @enum {unknown}
              */
-            code?: "NRD-0001" | "NRD-0002" | "NRD-0003" | "NRD-0004" | "NRD-0005" | "NRD-0006" | "NRD-0007" | "NRD-0008" | "NRD-0009" | "NRD-0010" | "NRD-0011" | "NRD-0101" | "NRD-0102" | "NRD-0201" | "NRD-0202" | "NRD-0203" | "NRD-0204" | "NRD-0205" | "NRD-0206" | "NRD-0207" | "NRD-0208" | "NRD-0209" | "NRD-0210" | "NRD-0301" | "NRD-0302" | "NRD-0303" | "NRD-0401" | "NRD-0402" | "NRD-0403" | "NRD-0404" | "NRD-0501" | "NRD-0502" | "NRD-0601" | "NRD-0602" | "NRD-0603" | "NRD-0604" | "NRD-0605" | "NRD-0606" | "NRD-0901" | "NRD-0902";
+            code?: "NRD-0001" | "NRD-0002" | "NRD-0003" | "NRD-0004" | "NRD-0005" | "NRD-0006" | "NRD-0007" | "NRD-0008" | "NRD-0009" | "NRD-0010" | "NRD-0011" | "NRD-0101" | "NRD-0102" | "NRD-0201" | "NRD-0202" | "NRD-0203" | "NRD-0204" | "NRD-0205" | "NRD-0206" | "NRD-0207" | "NRD-0208" | "NRD-0209" | "NRD-0210" | "NRD-0211" | "NRD-0212" | "NRD-0301" | "NRD-0302" | "NRD-0303" | "NRD-0401" | "NRD-0402" | "NRD-0403" | "NRD-0404" | "NRD-0501" | "NRD-0502" | "NRD-0601" | "NRD-0602" | "NRD-0603" | "NRD-0604" | "NRD-0605" | "NRD-0606" | "NRD-0901" | "NRD-0902";
         } & components["schemas"]["documents.error"];
         /** @description The calls a controls poll hands over. */
         ExecutorControls: {
@@ -5768,7 +5776,10 @@ export interface operations {
     resolveInterruptAtSpecPath: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description Makes the request safe to send again: the first answer is kept for 24 hours (NARAD_IDEMPOTENCY_KEEP_HOURS) with a fingerprint of the request (method, path and query, media type, caller and its body), and the same request with the same key answers it again with `Idempotent-Replayed: true` instead of acting twice. 1 to 255 printable ASCII characters, bare or in double quotes; a UUID per request is a good key. Answers of 5xx and 429 are not kept. */
+                "Idempotency-Key"?: string;
+            };
             path?: never;
             cookie?: never;
         };
@@ -5782,6 +5793,8 @@ export interface operations {
             /** @description Resolved: the interrupt.resolved appended */
             200: {
                 headers: {
+                    /** @description `true` when this is the kept answer of an earlier request with the same Idempotency-Key (nothing was done again) */
+                    "Idempotent-Replayed"?: "true";
                     [name: string]: unknown;
                 };
                 content: {
@@ -5824,7 +5837,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description NRD-0205: resolved before, with the decision recorded; NRD-0201 with the rule */
+            /** @description NRD-0205: resolved before, with the decision recorded; NRD-0201 with the rule; NRD-0212: the first request with this Idempotency-Key has not answered yet (`Retry-After`) */
             409: {
                 headers: {
                     [name: string]: unknown;
@@ -5844,6 +5857,15 @@ export interface operations {
             };
             /** @description NRD-0006: the body exceeds the server's limit */
             413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description NRD-0211: this Idempotency-Key was used before with another request */
+            422: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -6881,7 +6903,10 @@ export interface operations {
     archiveSession: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description Makes the request safe to send again: the first answer is kept for 24 hours (NARAD_IDEMPOTENCY_KEEP_HOURS) with a fingerprint of the request (method, path and query, media type, caller and its body), and the same request with the same key answers it again with `Idempotent-Replayed: true` instead of acting twice. 1 to 255 printable ASCII characters, bare or in double quotes; a UUID per request is a good key. Answers of 5xx and 429 are not kept. */
+                "Idempotency-Key"?: string;
+            };
             path?: never;
             cookie?: never;
         };
@@ -6895,6 +6920,8 @@ export interface operations {
             /** @description The session as archived */
             200: {
                 headers: {
+                    /** @description `true` when this is the kept answer of an earlier request with the same Idempotency-Key (nothing was done again) */
+                    "Idempotent-Replayed"?: "true";
                     [name: string]: unknown;
                 };
                 content: {
@@ -6937,6 +6964,15 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
+            /** @description NRD-0212: the first request with this Idempotency-Key has not answered yet (`Retry-After`) */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
             /** @description NRD-0208: the session was erased; nothing of it is kept, and its id cannot be used again; NRD-0210: the organisation is being erased, or was: its credentials are refused */
             410: {
                 headers: {
@@ -6948,6 +6984,15 @@ export interface operations {
             };
             /** @description NRD-0006: the body exceeds the server's limit */
             413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description NRD-0211: this Idempotency-Key was used before with another request */
+            422: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -6989,7 +7034,10 @@ export interface operations {
     cancelWorkflow: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description Makes the request safe to send again: the first answer is kept for 24 hours (NARAD_IDEMPOTENCY_KEEP_HOURS) with a fingerprint of the request (method, path and query, media type, caller and its body), and the same request with the same key answers it again with `Idempotent-Replayed: true` instead of acting twice. 1 to 255 printable ASCII characters, bare or in double quotes; a UUID per request is a good key. Answers of 5xx and 429 are not kept. */
+                "Idempotency-Key"?: string;
+            };
             path?: never;
             cookie?: never;
         };
@@ -7003,6 +7051,8 @@ export interface operations {
             /** @description workflow.cancelled appended, or the stops of its open runs requested first */
             200: {
                 headers: {
+                    /** @description `true` when this is the kept answer of an earlier request with the same Idempotency-Key (nothing was done again) */
+                    "Idempotent-Replayed"?: "true";
                     [name: string]: unknown;
                 };
                 content: {
@@ -7045,7 +7095,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description NRD-0201 with the rule (the workflow has ended) */
+            /** @description NRD-0201 with the rule (the workflow has ended); NRD-0212: the first request with this Idempotency-Key has not answered yet (`Retry-After`) */
             409: {
                 headers: {
                     [name: string]: unknown;
@@ -7065,6 +7115,15 @@ export interface operations {
             };
             /** @description NRD-0006: the body exceeds the server's limit */
             413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description NRD-0211: this Idempotency-Key was used before with another request */
+            422: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -7106,7 +7165,10 @@ export interface operations {
     createSessionCommand: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description Makes the request safe to send again: the first answer is kept for 24 hours (NARAD_IDEMPOTENCY_KEEP_HOURS) with a fingerprint of the request (method, path and query, media type, caller and its body), and the same request with the same key answers it again with `Idempotent-Replayed: true` instead of acting twice. 1 to 255 printable ASCII characters, bare or in double quotes; a UUID per request is a good key. Answers of 5xx and 429 are not kept. */
+                "Idempotency-Key"?: string;
+            };
             path?: never;
             cookie?: never;
         };
@@ -7120,6 +7182,8 @@ export interface operations {
             /** @description The session */
             201: {
                 headers: {
+                    /** @description `true` when this is the kept answer of an earlier request with the same Idempotency-Key (nothing was done again) */
+                    "Idempotent-Replayed"?: "true";
                     [name: string]: unknown;
                 };
                 content: {
@@ -7153,7 +7217,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description NRD-0206: a session with this id exists */
+            /** @description NRD-0206: a session with this id exists; NRD-0212: the first request with this Idempotency-Key has not answered yet (`Retry-After`) */
             409: {
                 headers: {
                     [name: string]: unknown;
@@ -7173,6 +7237,15 @@ export interface operations {
             };
             /** @description NRD-0006: the body exceeds the server's limit */
             413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description NRD-0211: this Idempotency-Key was used before with another request */
+            422: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -7214,7 +7287,10 @@ export interface operations {
     recordUserMessage: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description Makes the request safe to send again: the first answer is kept for 24 hours (NARAD_IDEMPOTENCY_KEEP_HOURS) with a fingerprint of the request (method, path and query, media type, caller and its body), and the same request with the same key answers it again with `Idempotent-Replayed: true` instead of acting twice. 1 to 255 printable ASCII characters, bare or in double quotes; a UUID per request is a good key. Answers of 5xx and 429 are not kept. */
+                "Idempotency-Key"?: string;
+            };
             path?: never;
             cookie?: never;
         };
@@ -7228,6 +7304,8 @@ export interface operations {
             /** @description Recorded */
             201: {
                 headers: {
+                    /** @description `true` when this is the kept answer of an earlier request with the same Idempotency-Key (nothing was done again) */
+                    "Idempotent-Replayed"?: "true";
                     [name: string]: unknown;
                 };
                 content: {
@@ -7270,7 +7348,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description NRD-0201 with the rule; NRD-0202: the messageId was used with another body */
+            /** @description NRD-0201 with the rule; NRD-0202: the messageId was used with another body; NRD-0212: the first request with this Idempotency-Key has not answered yet (`Retry-After`) */
             409: {
                 headers: {
                     [name: string]: unknown;
@@ -7290,6 +7368,15 @@ export interface operations {
             };
             /** @description NRD-0006: the body exceeds the server's limit */
             413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description NRD-0211: this Idempotency-Key was used before with another request */
+            422: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -7331,7 +7418,10 @@ export interface operations {
     redactMessage: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description Makes the request safe to send again: the first answer is kept for 24 hours (NARAD_IDEMPOTENCY_KEEP_HOURS) with a fingerprint of the request (method, path and query, media type, caller and its body), and the same request with the same key answers it again with `Idempotent-Replayed: true` instead of acting twice. 1 to 255 printable ASCII characters, bare or in double quotes; a UUID per request is a good key. Answers of 5xx and 429 are not kept. */
+                "Idempotency-Key"?: string;
+            };
             path?: never;
             cookie?: never;
         };
@@ -7345,6 +7435,8 @@ export interface operations {
             /** @description The message.redacted appended */
             200: {
                 headers: {
+                    /** @description `true` when this is the kept answer of an earlier request with the same Idempotency-Key (nothing was done again) */
+                    "Idempotent-Replayed"?: "true";
                     [name: string]: unknown;
                 };
                 content: {
@@ -7387,7 +7479,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description NRD-0201 with the rule */
+            /** @description NRD-0201 with the rule; NRD-0212: the first request with this Idempotency-Key has not answered yet (`Retry-After`) */
             409: {
                 headers: {
                     [name: string]: unknown;
@@ -7407,6 +7499,15 @@ export interface operations {
             };
             /** @description NRD-0006: the body exceeds the server's limit */
             413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description NRD-0211: this Idempotency-Key was used before with another request */
+            422: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -7448,7 +7549,10 @@ export interface operations {
     resolveInterrupt: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description Makes the request safe to send again: the first answer is kept for 24 hours (NARAD_IDEMPOTENCY_KEEP_HOURS) with a fingerprint of the request (method, path and query, media type, caller and its body), and the same request with the same key answers it again with `Idempotent-Replayed: true` instead of acting twice. 1 to 255 printable ASCII characters, bare or in double quotes; a UUID per request is a good key. Answers of 5xx and 429 are not kept. */
+                "Idempotency-Key"?: string;
+            };
             path?: never;
             cookie?: never;
         };
@@ -7462,6 +7566,8 @@ export interface operations {
             /** @description Resolved: the interrupt.resolved appended */
             200: {
                 headers: {
+                    /** @description `true` when this is the kept answer of an earlier request with the same Idempotency-Key (nothing was done again) */
+                    "Idempotent-Replayed"?: "true";
                     [name: string]: unknown;
                 };
                 content: {
@@ -7504,7 +7610,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description NRD-0205: resolved before (`details.decision`); NRD-0201 with the rule */
+            /** @description NRD-0205: resolved before (`details.decision`); NRD-0201 with the rule; NRD-0212: the first request with this Idempotency-Key has not answered yet (`Retry-After`) */
             409: {
                 headers: {
                     [name: string]: unknown;
@@ -7524,6 +7630,15 @@ export interface operations {
             };
             /** @description NRD-0006: the body exceeds the server's limit */
             413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description NRD-0211: this Idempotency-Key was used before with another request */
+            422: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -7565,7 +7680,10 @@ export interface operations {
     startRun: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description Makes the request safe to send again: the first answer is kept for 24 hours (NARAD_IDEMPOTENCY_KEEP_HOURS) with a fingerprint of the request (method, path and query, media type, caller and its body), and the same request with the same key answers it again with `Idempotent-Replayed: true` instead of acting twice. 1 to 255 printable ASCII characters, bare or in double quotes; a UUID per request is a good key. Answers of 5xx and 429 are not kept. */
+                "Idempotency-Key"?: string;
+            };
             path?: never;
             cookie?: never;
         };
@@ -7579,6 +7697,8 @@ export interface operations {
             /** @description Started: the run.started appended (and the stop requested first, with onConflict interrupt) */
             201: {
                 headers: {
+                    /** @description `true` when this is the kept answer of an earlier request with the same Idempotency-Key (nothing was done again) */
+                    "Idempotent-Replayed"?: "true";
                     [name: string]: unknown;
                 };
                 content: {
@@ -7588,6 +7708,8 @@ export interface operations {
             /** @description onConflict enqueue: queued until the slot frees (`queueId`) */
             202: {
                 headers: {
+                    /** @description `true` when this is the kept answer of an earlier request with the same Idempotency-Key (nothing was done again) */
+                    "Idempotent-Replayed"?: "true";
                     [name: string]: unknown;
                 };
                 content: {
@@ -7630,7 +7752,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description NRD-0204: the slot is taken (`details.activeExecution`); NRD-0201 with the rule */
+            /** @description NRD-0204: the slot is taken (`details.activeExecution`); NRD-0201 with the rule; NRD-0212: the first request with this Idempotency-Key has not answered yet (`Retry-After`) */
             409: {
                 headers: {
                     [name: string]: unknown;
@@ -7650,6 +7772,15 @@ export interface operations {
             };
             /** @description NRD-0006: the body exceeds the server's limit */
             413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description NRD-0211: this Idempotency-Key was used before with another request */
+            422: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -7691,7 +7822,10 @@ export interface operations {
     startWorkflow: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description Makes the request safe to send again: the first answer is kept for 24 hours (NARAD_IDEMPOTENCY_KEEP_HOURS) with a fingerprint of the request (method, path and query, media type, caller and its body), and the same request with the same key answers it again with `Idempotent-Replayed: true` instead of acting twice. 1 to 255 printable ASCII characters, bare or in double quotes; a UUID per request is a good key. Answers of 5xx and 429 are not kept. */
+                "Idempotency-Key"?: string;
+            };
             path?: never;
             cookie?: never;
         };
@@ -7705,6 +7839,8 @@ export interface operations {
             /** @description Started */
             201: {
                 headers: {
+                    /** @description `true` when this is the kept answer of an earlier request with the same Idempotency-Key (nothing was done again) */
+                    "Idempotent-Replayed"?: "true";
                     [name: string]: unknown;
                 };
                 content: {
@@ -7747,7 +7883,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description NRD-0204: the slot is taken (`details.activeExecution`); NRD-0201 with the rule */
+            /** @description NRD-0204: the slot is taken (`details.activeExecution`); NRD-0201 with the rule; NRD-0212: the first request with this Idempotency-Key has not answered yet (`Retry-After`) */
             409: {
                 headers: {
                     [name: string]: unknown;
@@ -7767,6 +7903,15 @@ export interface operations {
             };
             /** @description NRD-0006: the body exceeds the server's limit */
             413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description NRD-0211: this Idempotency-Key was used before with another request */
+            422: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -7808,7 +7953,10 @@ export interface operations {
     stopRun: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description Makes the request safe to send again: the first answer is kept for 24 hours (NARAD_IDEMPOTENCY_KEEP_HOURS) with a fingerprint of the request (method, path and query, media type, caller and its body), and the same request with the same key answers it again with `Idempotent-Replayed: true` instead of acting twice. 1 to 255 printable ASCII characters, bare or in double quotes; a UUID per request is a good key. Answers of 5xx and 429 are not kept. */
+                "Idempotency-Key"?: string;
+            };
             path?: never;
             cookie?: never;
         };
@@ -7822,6 +7970,8 @@ export interface operations {
             /** @description The stop request appended */
             200: {
                 headers: {
+                    /** @description `true` when this is the kept answer of an earlier request with the same Idempotency-Key (nothing was done again) */
+                    "Idempotent-Replayed"?: "true";
                     [name: string]: unknown;
                 };
                 content: {
@@ -7864,7 +8014,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description NRD-0201 with the rule (the run has ended) */
+            /** @description NRD-0201 with the rule (the run has ended); NRD-0212: the first request with this Idempotency-Key has not answered yet (`Retry-After`) */
             409: {
                 headers: {
                     [name: string]: unknown;
@@ -7884,6 +8034,15 @@ export interface operations {
             };
             /** @description NRD-0006: the body exceeds the server's limit */
             413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description NRD-0211: this Idempotency-Key was used before with another request */
+            422: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -7925,7 +8084,10 @@ export interface operations {
     updateSession: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description Makes the request safe to send again: the first answer is kept for 24 hours (NARAD_IDEMPOTENCY_KEEP_HOURS) with a fingerprint of the request (method, path and query, media type, caller and its body), and the same request with the same key answers it again with `Idempotent-Replayed: true` instead of acting twice. 1 to 255 printable ASCII characters, bare or in double quotes; a UUID per request is a good key. Answers of 5xx and 429 are not kept. */
+                "Idempotency-Key"?: string;
+            };
             path?: never;
             cookie?: never;
         };
@@ -7939,6 +8101,8 @@ export interface operations {
             /** @description The session as updated */
             200: {
                 headers: {
+                    /** @description `true` when this is the kept answer of an earlier request with the same Idempotency-Key (nothing was done again) */
+                    "Idempotent-Replayed"?: "true";
                     [name: string]: unknown;
                 };
                 content: {
@@ -7981,6 +8145,15 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
+            /** @description NRD-0212: the first request with this Idempotency-Key has not answered yet (`Retry-After`) */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
             /** @description NRD-0208: the session was erased; nothing of it is kept, and its id cannot be used again; NRD-0210: the organisation is being erased, or was: its credentials are refused */
             410: {
                 headers: {
@@ -7992,6 +8165,15 @@ export interface operations {
             };
             /** @description NRD-0006: the body exceeds the server's limit */
             413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description NRD-0211: this Idempotency-Key was used before with another request */
+            422: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -9513,7 +9695,10 @@ export interface operations {
     createSession: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description Makes the request safe to send again: the first answer is kept for 24 hours (NARAD_IDEMPOTENCY_KEEP_HOURS) with a fingerprint of the request (method, path and query, media type, caller and its body), and the same request with the same key answers it again with `Idempotent-Replayed: true` instead of acting twice. 1 to 255 printable ASCII characters, bare or in double quotes; a UUID per request is a good key. Answers of 5xx and 429 are not kept. */
+                "Idempotency-Key"?: string;
+            };
             path?: never;
             cookie?: never;
         };
@@ -9527,6 +9712,8 @@ export interface operations {
             /** @description The session */
             201: {
                 headers: {
+                    /** @description `true` when this is the kept answer of an earlier request with the same Idempotency-Key (nothing was done again) */
+                    "Idempotent-Replayed"?: "true";
                     [name: string]: unknown;
                 };
                 content: {
@@ -9560,7 +9747,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description NRD-0206: a session with this id exists */
+            /** @description NRD-0206: a session with this id exists; NRD-0212: the first request with this Idempotency-Key has not answered yet (`Retry-After`) */
             409: {
                 headers: {
                     [name: string]: unknown;
@@ -9580,6 +9767,15 @@ export interface operations {
             };
             /** @description NRD-0006: the body exceeds the server's limit */
             413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description NRD-0211: this Idempotency-Key was used before with another request */
+            422: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -9801,6 +9997,8 @@ export interface operations {
             header?: {
                 /** @description Makes the upload resumable: the bytes to come in all (this request may send a part) */
                 "Upload-Length"?: number;
+                /** @description Makes the request safe to send again: the first answer is kept for 24 hours (NARAD_IDEMPOTENCY_KEEP_HOURS) with a fingerprint of the request (method, path and query, media type, caller and its announced lengths (Content-Length, Upload-Length; not its bytes)), and the same request with the same key answers it again with `Idempotent-Replayed: true` instead of acting twice. 1 to 255 printable ASCII characters, bare or in double quotes; a UUID per request is a good key. Answers of 5xx and 429 are not kept. */
+                "Idempotency-Key"?: string;
             };
             path: {
                 /** @description The session the blob belongs to */
@@ -9818,6 +10016,8 @@ export interface operations {
             /** @description The blob, stored */
             201: {
                 headers: {
+                    /** @description `true` when this is the kept answer of an earlier request with the same Idempotency-Key (nothing was done again) */
+                    "Idempotent-Replayed"?: "true";
                     [name: string]: unknown;
                 };
                 content: {
@@ -9827,6 +10027,8 @@ export interface operations {
             /** @description A resumable upload, stored so far (Location: where the rest goes) */
             202: {
                 headers: {
+                    /** @description `true` when this is the kept answer of an earlier request with the same Idempotency-Key (nothing was done again) */
+                    "Idempotent-Replayed"?: "true";
                     [name: string]: unknown;
                 };
                 content: {
@@ -9869,7 +10071,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description NRD-0201: with attachmentId, the attachment.added it appends breaks a rule (the id is taken); nothing of the upload is kept */
+            /** @description NRD-0201: with attachmentId, the attachment.added it appends breaks a rule (the id is taken); nothing of the upload is kept; NRD-0212: the first request with this Idempotency-Key has not answered yet (`Retry-After`) */
             409: {
                 headers: {
                     [name: string]: unknown;
@@ -9889,6 +10091,15 @@ export interface operations {
             };
             /** @description NRD-0006: larger than the organisation's largest blob */
             413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description NRD-0211: this Idempotency-Key was used before with another request */
+            422: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -10560,7 +10771,10 @@ export interface operations {
     createStreamTicket: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description Makes the request safe to send again: the first answer is kept for 24 hours (NARAD_IDEMPOTENCY_KEEP_HOURS) with a fingerprint of the request (method, path and query, media type, caller and its body), and the same request with the same key answers it again with `Idempotent-Replayed: true` instead of acting twice. 1 to 255 printable ASCII characters, bare or in double quotes; a UUID per request is a good key. Answers of 5xx and 429 are not kept. */
+                "Idempotency-Key"?: string;
+            };
             path?: never;
             cookie?: never;
         };
@@ -10574,6 +10788,8 @@ export interface operations {
             /** @description The ticket and the URL with it */
             201: {
                 headers: {
+                    /** @description `true` when this is the kept answer of an earlier request with the same Idempotency-Key (nothing was done again) */
+                    "Idempotent-Replayed"?: "true";
                     [name: string]: unknown;
                 };
                 content: {
@@ -10616,6 +10832,15 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
+            /** @description NRD-0212: the first request with this Idempotency-Key has not answered yet (`Retry-After`) */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
             /** @description NRD-0208: the session was erased; nothing of it is kept, and its id cannot be used again; NRD-0210: the organisation is being erased, or was: its credentials are refused */
             410: {
                 headers: {
@@ -10627,6 +10852,15 @@ export interface operations {
             };
             /** @description NRD-0006: the body exceeds the server's limit */
             413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description NRD-0211: this Idempotency-Key was used before with another request */
+            422: {
                 headers: {
                     [name: string]: unknown;
                 };

@@ -120,6 +120,7 @@ pub fn complete(api: &utoipa::openapi::OpenApi) -> Value {
                     optional_bodies += usize::from(optional);
                     op["requestBody"]["required"] = json!(!optional);
                 }
+                crate::idempotency::document(op);
                 complete_operation(op, names_session);
             }
         }

@@ -29,6 +29,9 @@ pub struct Answer {
     pub status: u16,
     /// The body as JSON (`null` when it is not JSON).
     pub body: Value,
+    /// Whether the answer says it replays a kept one
+    /// (`Idempotent-Replayed: true`).
+    pub replayed: bool,
 }
 
 impl Answer {
@@ -112,12 +115,38 @@ impl Api {
         roles: &[&str],
         body: Option<&Value>,
     ) -> anyhow::Result<Answer> {
+        self.call_keyed(method, path, roles, body, None).await
+    }
+
+    /// POST of a JSON body with an `Idempotency-Key`.
+    pub async fn post_keyed(
+        &self,
+        path: &str,
+        roles: &[&str],
+        body: &Value,
+        key: &str,
+    ) -> anyhow::Result<Answer> {
+        self.call_keyed(reqwest::Method::POST, path, roles, Some(body), Some(key))
+            .await
+    }
+
+    async fn call_keyed(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        roles: &[&str],
+        body: Option<&Value>,
+        key: Option<&str>,
+    ) -> anyhow::Result<Answer> {
         let token = self.token(roles).await?;
         let mut req = self
             .http
             .request(method.clone(), format!("{}{path}", self.base))
             .bearer_auth(token)
             .timeout(Duration::from_secs(30));
+        if let Some(key) = key {
+            req = req.header("idempotency-key", key);
+        }
         if let Some(b) = body {
             req = req.json(b);
         }
@@ -126,6 +155,10 @@ impl Api {
             .await
             .with_context(|| format!("{method} {path}"))?;
         let status = res.status().as_u16();
+        let replayed = res
+            .headers()
+            .get("idempotent-replayed")
+            .is_some_and(|v| v == "true");
         let text = res.text().await.unwrap_or_default();
         let body: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
         if method == reqwest::Method::POST
@@ -138,7 +171,11 @@ impl Api {
                 .expect("not poisoned")
                 .push(id.to_owned());
         }
-        Ok(Answer { status, body })
+        Ok(Answer {
+            status,
+            body,
+            replayed,
+        })
     }
 
     /// The sessions the kit created so far.

@@ -338,6 +338,62 @@ pub async fn resolve_once(api: &Api, prefix: &str) -> Step {
     Ok(())
 }
 
+/// A command sent again with its `Idempotency-Key` is answered its first
+/// answer again (`Idempotent-Replayed: true`) and acts once; the key with
+/// another request is refused 422 NRD-0211; a command naming its own
+/// `messageId` sent again exactly is the same message, key or not.
+pub async fn idempotency_key(api: &Api, prefix: &str) -> Step {
+    let s = format!("{prefix}-keys");
+    session(api, &s).await?;
+    let key = format!("{s}-k1");
+    let say =
+        |content: &str| json!({"sessionId": s, "messageScope": "session", "content": content});
+    let path = "/v1/commands/record-user-message";
+    let first = api.post_keyed(path, PERSON, &say("hello"), &key).await?;
+    first.expect(201, "record-user-message with a key")?;
+    let again = api.post_keyed(path, PERSON, &say("hello"), &key).await?;
+    check(
+        again.status == 201 && again.replayed && again.body == first.body,
+        || {
+            format!(
+                "the same command with the same key: expected the first answer again (201, \
+                 Idempotent-Replayed: true, the same body {}), got {} replayed={} {}",
+                first.body, again.status, again.replayed, again.body
+            )
+        },
+    )?;
+    let other = api.post_keyed(path, PERSON, &say("bye"), &key).await?;
+    check(other.status == 422 && other.code() == "NRD-0211", || {
+        format!(
+            "the key with another body: expected 422 NRD-0211, got {} {}",
+            other.status, other.body
+        )
+    })?;
+    let own = json!({"sessionId": s, "messageScope": "session", "messageId": format!("{s}-m"), "content": "once"});
+    api.post(path, PERSON, &own)
+        .await?
+        .expect(201, "a message naming its id")?;
+    let repeat = api.post(path, PERSON, &own).await?;
+    check(repeat.status == 201, || {
+        format!(
+            "the same message naming its id, sent again: expected 201 (a replay), got {} {}",
+            repeat.status, repeat.body
+        )
+    })?;
+    let h = history(api, &s).await?;
+    let recorded: Vec<&Value> = h
+        .iter()
+        .filter(|e| e["type"] == "message.user.recorded")
+        .collect();
+    check(recorded.len() == 2, || {
+        format!(
+            "two messages recorded (the keyed one once, the named one once): {}",
+            list(recorded)
+        )
+    })?;
+    Ok(())
+}
+
 /// A stop is recorded for the run; an ended run cannot be stopped.
 pub async fn stop(api: &Api, prefix: &str) -> Step {
     let s = format!("{prefix}-stop");

@@ -311,6 +311,7 @@ async fn replay(
                 } else {
                     a.body
                 },
+                replayed: a.replayed,
             }
         } else {
             api.post(

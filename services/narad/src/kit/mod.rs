@@ -256,6 +256,14 @@ pub async fn server(args: &ServerArgs) -> anyhow::Result<ExitCode> {
         ),
         (
             Named {
+                name: "commands/idempotency-key",
+                spec: "narad: Idempotency-Key",
+                rule: None,
+            },
+            Box::pin(commands::idempotency_key(&api, &prefix)),
+        ),
+        (
+            Named {
                 name: "commands/stop-run",
                 spec: "§6.3, §7.4",
                 rule: None,
