@@ -1,33 +1,57 @@
+/**
+ * An agent runtime: claims the runs queued for agent runtimes (a
+ * `start-run` with `runtime`), runs a handler on each under a renewed
+ * lease with a {@link RunContext}, and gives the run back when the handler
+ * returns.
+ *
+ * The loop ({@link Runtime.run}), round trip by round trip:
+ *
+ * - `POST /v1/runtime/claims {queue?, runtimeId?, waitMs}`: a long poll,
+ *   sent only while one of `concurrency` slots is free. A claim carries the
+ *   run, its session, a `cursor` and a lease.
+ * - Per claim: `GET /v1/sessions/{id}/events?rootRunId=&afterSequence=`
+ *   reads the run's journal (what earlier holders did, for replay), then
+ *   the handler runs. Meanwhile `POST /v1/runtime/leases/{id}/heartbeat`
+ *   renews the lease and `GET /v1/runtime/leases/{id}/controls` long-polls
+ *   for a stop, so a stop reaches the handler within about a second
+ *   (`ctx.signal`, `ctx.stopRequested()`, and `RunStopped` from the next
+ *   step). A 409 on either means the lease was lost: `ctx.signal` aborts
+ *   and nothing more can be appended.
+ * - When the handler returns, or throws `RunStopped`, the run is closed if
+ *   it was asked to stop (open work first, then `run.cancelled`) and
+ *   released (`POST /v1/runtime/leases/{id}/release {handledThrough}`). A
+ *   handler that throws anything else is reported (`onError`, or a line on
+ *   `console.error`) and its run ends `run.error` (`handler_error`), its
+ *   open work closed first, then released; a run whose lease was lost is
+ *   left to the server (its `onLost` policy: another holder, or
+ *   `run.error`).
+ */
 import type { NaradClient } from "./client.js";
 import { NaradError } from "./errors.js";
-import type { Appended, AuthorityEvent, ProposedEvent, Schemas } from "./types.js";
+import { HANDLER_ERROR, LeaseLost, RunStopped } from "./run-errors.js";
+import { RunContext } from "./run-context.js";
+import type { Claim } from "./run-context.js";
+import type { Schemas } from "./types.js";
+import { sleep } from "./wait.js";
 
-/** A run handed to this runtime by a claim. */
-export type Claim = Schemas["Claim"];
+export type { Claim } from "./run-context.js";
+export { RunContext } from "./run-context.js";
 
 /** A lease's standing, as a heartbeat or a controls poll reports it. */
 export type LeaseStanding = Schemas["LeaseStanding"];
 
-/** What a run handler works with. */
-export interface RunContext {
-  /** The claim: the run, its session, the cursor, the lease. */
-  readonly claim: Claim;
-  /** Aborted when the run is asked to stop or the lease is lost. */
-  readonly signal: AbortSignal;
-  /** Whether the run was asked to stop: close its work and end it (run.cancelled). */
-  stopRequested(): boolean;
-  /** Whether the lease was lost: nothing more may be appended. */
-  lost(): boolean;
-  /** The session's events after the claim's cursor (and after what this run read since). */
-  history(): AsyncGenerator<AuthorityEvent>;
-  /** Appends under the run's lease. */
-  append(events: ProposedEvent[]): Promise<Appended>;
-}
-
-/** Works on one claimed run; returns when done with it for now. Throwing leaves the run to its lease's lapse. */
+/** Works on one claimed run; returns when done with it for now (see {@link RunContext}). */
 export type RunHandler = (context: RunContext) => Promise<void>;
 
-/** How a runtime claims. */
+/** The code and user-safe message of the `run.error` a handler's error ends its run in. */
+export interface RunFailure {
+  /** An opaque machine string (default `handler_error`). */
+  code: string;
+  /** Sanitised, user-safe text: it is stored in the journal and shown to people. */
+  message: string;
+}
+
+/** How a runtime claims and serves. */
 export interface RuntimeOptions {
   /** The handler of every claimed run. */
   handler: RunHandler;
@@ -39,39 +63,84 @@ export interface RuntimeOptions {
   concurrency?: number;
   /** How long one claim waits for a run, in ms (default 20,000; at most 30,000). */
   waitMs?: number;
+  /** How long said text may wait before it goes out as one delta, in ms (default 50). */
+  deltaWindowMs?: number;
+  /** How many characters of said text go out at once without waiting (default 256). */
+  deltaChars?: number;
   /**
-   * Told of every handler that throws, with its claim (default: a line on
-   * `console.error`). The run is not released: its lease lapses and the
-   * run's `onLost` policy applies (another runtime retries it, or the
-   * server ends it `run.error`).
+   * Told of every handler that throws (but for `RunStopped`), with its
+   * claim (default: a line on `console.error` naming the run and what
+   * happens to it). The run then ends `run.error` (see `failWith`), unless
+   * its lease was lost: then the server applies the run's `onLost` policy.
    */
   onError?: (error: unknown, claim: Claim) => void;
+  /**
+   * The code and user-safe message of the `run.error` a handler's error
+   * ends its run in (default `handler_error`, "the agent failed"). The
+   * error itself goes to `onError` and the log, never to the journal.
+   */
+  failWith?: (error: unknown, claim: Claim) => RunFailure;
 }
+
+/** The `run.error` of a handler's error, unless `failWith` says otherwise. */
+const DEFAULT_FAILURE: RunFailure = {
+  code: HANDLER_ERROR,
+  message: "the agent failed: its handler met an error",
+};
 
 /**
  * An agent runtime loop for Node (or any runtime with `fetch`): claims
  * queued runs while it has a free slot, renews each lease and long-polls
- * its controls (a stop reaches the handler within about a second through
- * `signal` and `stopRequested()`), and releases a run when its handler
- * returns, with `handledThrough` = the last sessionSequence the handler
- * read or wrote. A handler that throws is reported (`onError`, or a line
- * on `console.error`) and not released: its lease lapses and the run's
- * `onLost` policy applies.
+ * its controls, runs the handler with a {@link RunContext}, and releases
+ * the run when the handler returns, with `handledThrough` = the last
+ * sessionSequence the context read or wrote. See the module documentation
+ * for stops, errors and lost leases.
+ *
+ * ```ts
+ * const runtime = new Runtime(narad, {
+ *   queue: "agents",
+ *   handler: async (ctx) => {
+ *     await ctx.say("Hello");
+ *     await ctx.finish();
+ *   },
+ * });
+ * await runtime.run(); // until runtime.stop()
+ * ```
  */
 export class Runtime {
   private stopped = false;
   private active = 0;
   private slotFreed: (() => void) | undefined;
   private readonly running = new Set<Promise<void>>();
+  private readonly contexts = new Map<string, RunContext>();
 
+  /** A runtime of `client` with `options`. */
   constructor(
     private readonly client: NaradClient,
     private readonly options: RuntimeOptions,
-  ) {}
+  ) {
+    if (options.concurrency !== undefined && options.concurrency < 1) {
+      throw new RangeError("concurrency must be at least 1");
+    }
+    if (options.queue !== undefined && options.queue === "") {
+      throw new RangeError("queue must not be empty");
+    }
+  }
 
-  /** Claims and serves runs until {@link stop}; then waits for the runs it holds. */
+  /** The runs this runtime holds now. */
+  get held(): RunContext[] {
+    return [...this.contexts.values()];
+  }
+
+  /**
+   * Claims and serves runs until {@link stop}; then waits for the runs it
+   * holds. A server that does not answer is tried again; a refusal of the
+   * claim itself (a bad token, a role missing) ends the loop with that
+   * `NaradError`, once the runs held are done.
+   */
   async run(): Promise<void> {
     const concurrency = this.options.concurrency ?? 4;
+    let failure: unknown;
     while (!this.stopped) {
       if (this.active >= concurrency) {
         await new Promise<void>((resolve) => (this.slotFreed = resolve));
@@ -82,9 +151,10 @@ export class Runtime {
         claim = await this.claim();
       } catch (e) {
         if (e instanceof NaradError && !e.retryable) {
-          throw e;
+          failure = e;
+          break;
         }
-        await new Promise((r) => setTimeout(r, 1000));
+        await sleep(1000);
         continue;
       }
       if (claim) {
@@ -98,6 +168,9 @@ export class Runtime {
       }
     }
     await Promise.all(this.running);
+    if (failure !== undefined) {
+      throw failure;
+    }
   }
 
   /** Stops claiming (a claim waiting now ends within its wait); runs held go on to their end. */
@@ -117,89 +190,164 @@ export class Runtime {
     return this.client.request<Claim | undefined>("POST", "/v1/runtime/claims", { body });
   }
 
-  /** Serves one claimed run: keeps its lease, runs the handler, releases it. */
+  /** Serves one claimed run: keeps its lease, runs the handler, closes and releases the run. */
   private async serve(claim: Claim): Promise<void> {
-    const controller = new AbortController();
-    const leaseId = claim.lease.leaseId;
-    const lease = `/v1/runtime/leases/${encodeURIComponent(leaseId)}`;
-    let stopRequested = claim.stopRequested;
-    let lost = false;
-    let done = false;
-    let handledThrough = claim.cursor;
-    if (stopRequested) {
-      controller.abort("stop");
+    const contextOptions: { deltaWindowMs?: number; deltaChars?: number } = {};
+    if (this.options.deltaWindowMs !== undefined) {
+      contextOptions.deltaWindowMs = this.options.deltaWindowMs;
     }
-    const standing = (s: LeaseStanding) => {
-      if (s.stopRequested && !stopRequested) {
-        stopRequested = true;
-        controller.abort("stop");
-      }
-    };
-    const keeper = (async () => {
-      let renewAt = 0;
-      while (!done) {
-        try {
-          if (Date.now() >= renewAt) {
-            const renewed = await this.client.request<LeaseStanding>("POST", `${lease}/heartbeat`);
-            standing(renewed);
-            const left = Date.parse(renewed.expiresAt) - Date.now();
-            renewAt = Date.now() + Math.max(500, left / 3);
-          }
-          standing(await this.client.request<LeaseStanding>("GET", `${lease}/controls`, { query: { waitMs: 1000 } }));
-        } catch (e) {
-          if (e instanceof NaradError && e.status === 409) {
-            lost = true;
-            controller.abort("lost");
-            return;
-          }
-          await new Promise((r) => setTimeout(r, 500));
-        }
-      }
-    })();
-    const client = this.client;
-    const context: RunContext = {
-      claim,
-      signal: controller.signal,
-      stopRequested: () => stopRequested,
-      lost: () => lost,
-      async *history() {
-        for await (const event of client.allHistory(claim.sessionId, { afterSessionSequence: handledThrough })) {
-          handledThrough = Math.max(handledThrough, event.sessionSequence);
-          yield event;
-        }
-      },
-      async append(events) {
-        const appended = await client.appendEvents(claim.sessionId, events, { lease: leaseId });
-        for (const e of appended.events) {
-          handledThrough = Math.max(handledThrough, e.sessionSequence);
-        }
-        return appended;
-      },
-    };
+    if (this.options.deltaChars !== undefined) {
+      contextOptions.deltaChars = this.options.deltaChars;
+    }
+    const ctx = new RunContext(this.client, claim, contextOptions);
+    this.contexts.set(claim.lease.leaseId, ctx);
+    const keeping = { done: false, wake: new AbortController() };
+    const keeper = this.keep(ctx, keeping);
     try {
-      await this.options.handler(context);
-      if (!lost) {
-        await this.client.request("POST", `${lease}/release`, { body: { handledThrough } });
-      }
-    } catch (error) {
-      // Not released: the lease lapses and the run's onLost policy applies.
-      // Said, never swallowed.
-      const report =
-        this.options.onError ??
-        ((e: unknown, c: Claim) =>
-          console.error(
-            `narad runtime: the handler of run ${c.runId} (session ${c.sessionId}) failed; its lease is ` +
-              `left to lapse and the run's onLost policy applies:`,
-            e,
-          ));
-      try {
-        report(error, claim);
-      } catch (hook) {
-        console.error("narad runtime: onError threw", hook);
+      if (await this.handle(ctx)) {
+        await this.release(ctx);
       }
     } finally {
-      done = true;
+      ctx._close();
+      keeping.done = true;
+      keeping.wake.abort();
       await keeper;
+      this.contexts.delete(claim.lease.leaseId);
+    }
+  }
+
+  /** Runs the handler and ends what it leaves; whether to release the run. */
+  private async handle(ctx: RunContext): Promise<boolean> {
+    try {
+      await this.readJournal(ctx);
+      if (!ctx.ended) {
+        await this.options.handler(ctx);
+        await ctx._settle();
+      }
+    } catch (error) {
+      if (error instanceof RunStopped) {
+        ctx._requestStop();
+      } else if (error instanceof LeaseLost || ctx.lost()) {
+        this.report(error, ctx, "its lease was lost, so the server retries the run or ends it as its onLost policy says");
+        return false;
+      } else if (ctx.ended) {
+        this.report(error, ctx, "after the run had ended");
+        return true;
+      } else {
+        const failure = this.failure(error, ctx.claim);
+        this.report(error, ctx, `the run ends run.error ${failure.code}`);
+        try {
+          await ctx.fail(failure.code, failure.message);
+        } catch (closing) {
+          this.report(closing, ctx, "and the run could not be ended: its lease is left to lapse");
+          return false;
+        }
+        return true;
+      }
+    }
+    if (ctx.stopRequested() && !ctx.ended && !ctx.lost()) {
+      try {
+        await ctx.cancel();
+      } catch (closing) {
+        this.report(closing, ctx, "closing the stopped run failed: its lease is left to lapse");
+        return false;
+      }
+    }
+    return !ctx.lost();
+  }
+
+  /** Reads the run's journal before the handler runs, through a server that does not answer for a while. */
+  private async readJournal(ctx: RunContext): Promise<void> {
+    for (let attempt = 0; ; attempt++) {
+      try {
+        await ctx.sync();
+        return;
+      } catch (e) {
+        if (!(e instanceof NaradError) || !e.retryable || attempt >= 20 || ctx.lost()) {
+          throw e;
+        }
+        await sleep(Math.min(2000, 100 * 2 ** attempt), ctx.signal);
+      }
+    }
+  }
+
+  private failure(error: unknown, claim: Claim): RunFailure {
+    if (this.options.failWith === undefined) {
+      return DEFAULT_FAILURE;
+    }
+    try {
+      const chosen = this.options.failWith(error, claim);
+      return chosen.code && chosen.message ? chosen : DEFAULT_FAILURE;
+    } catch (e) {
+      console.error("narad runtime: failWith threw", e);
+      return DEFAULT_FAILURE;
+    }
+  }
+
+  /** Tells `onError` (or the log) of a handler's error, and what happens to the run. */
+  private report(error: unknown, ctx: RunContext, next: string): void {
+    const hook =
+      this.options.onError ??
+      ((e: unknown, c: Claim) =>
+        console.error(`narad runtime: the handler of run ${c.runId} (session ${c.sessionId}) failed; ${next}:`, e));
+    try {
+      hook(error, ctx.claim);
+    } catch (e) {
+      console.error("narad runtime: onError threw", e);
+    }
+  }
+
+  private async release(ctx: RunContext): Promise<void> {
+    const path = `/v1/runtime/leases/${encodeURIComponent(ctx.leaseId)}/release`;
+    for (let attempt = 0; attempt < 3; attempt++) {
+      try {
+        await this.client.request("POST", path, { body: { handledThrough: ctx.handledThrough } });
+        return;
+      } catch (e) {
+        if (e instanceof NaradError && e.retryable && attempt < 2) {
+          await sleep(500 * (attempt + 1));
+          continue;
+        }
+        // Not released: the lease lapses and the server applies the run's onLost policy.
+        console.error(`narad runtime: run ${ctx.runId} could not be released; its lease lapses:`, e);
+        return;
+      }
+    }
+  }
+
+  /** Keeps a run's lease: renews it and long-polls its controls until the run is served. */
+  private async keep(ctx: RunContext, keeping: { done: boolean; wake: AbortController }): Promise<void> {
+    const lease = `/v1/runtime/leases/${encodeURIComponent(ctx.leaseId)}`;
+    const standing = (s: LeaseStanding) => {
+      if (s.stopRequested) {
+        ctx._requestStop();
+      }
+      return s;
+    };
+    let renewAt = 0;
+    while (!keeping.done) {
+      try {
+        if (Date.now() >= renewAt) {
+          const renewed = standing(await this.client.request<LeaseStanding>("POST", `${lease}/heartbeat`));
+          const left = Date.parse(renewed.expiresAt) - Date.now();
+          renewAt = Date.now() + Math.max(500, left / 3);
+        }
+        standing(
+          await this.client.request<LeaseStanding>("GET", `${lease}/controls`, {
+            query: { waitMs: 1000 },
+            signal: keeping.wake.signal,
+          }),
+        );
+      } catch (e) {
+        if (keeping.done) {
+          return;
+        }
+        if (e instanceof NaradError && e.status === 409) {
+          ctx._leaseRefused();
+          return;
+        }
+        await sleep(500, keeping.wake.signal);
+      }
     }
   }
 }

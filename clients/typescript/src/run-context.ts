@@ -1,0 +1,1025 @@
+/**
+ * What a run handler works with: the claimed run, its journal, appends
+ * under the run's lease, the stop and lost signals, and steps that write
+ * the protocol's events (the Python SDK's `narad.runtime.RunContext`,
+ * with the same ids, so either SDK takes over the other's runs).
+ *
+ * **Replay.** Steps are numbered in the order the handler takes them, and
+ * each step's ids derive from the run id and that number (`{runId}.3.tool`,
+ * `{runId}.4.approval`), not from the holder. A later holder of the run
+ * (after a lost runtime, or a release) runs the handler from the top, and
+ * every step first looks in the journal: a finished tool call answers its
+ * recorded result without running again, an approval already requested is
+ * waited for (a decided one answers its decision at once), a completed
+ * message is not said again, and a message a lost holder left half-streamed
+ * is carried on from where it stopped. A backend call the server closed as
+ * `runtime_lost` runs again under a new toolCallId (`{runId}.3.tool.2`: a
+ * retry that may repeat side effects takes a new id, §11.3). Replay assumes
+ * the handler takes the same steps in the same order for the same journal.
+ * EventIds are `{runId}@{attempt}.{lease}.{n}`: fixed when an event is
+ * built, so a batch sent again after a lost answer is recognised by the
+ * server as the same batch.
+ */
+import type { NaradClient } from "./client.js";
+import { NaradError } from "./errors.js";
+import { runEvent } from "./events.js";
+import type { EventFields, Proposed, ProposedType } from "./events.js";
+import { follow } from "./follow.js";
+import { ident } from "./ids.js";
+import { Journal, TERMINALS } from "./journal.js";
+import type { JournalEvent } from "./journal.js";
+import type { Json, PatchOperation } from "./jsonpatch.js";
+import { LeaseLost, LEASE_NOT_CURRENT, RunStopped, RUNTIME_LOST, STOPPED, STOPPED_MESSAGE, TOOL_ERROR, ToolFailed } from "./run-errors.js";
+import { Mutex, openStreams, TextStream } from "./text-stream.js";
+import type { StreamBatch, StreamHost } from "./text-stream.js";
+import type { Appended, AuthorityEvent, ProposedEvent, Schemas } from "./types.js";
+import { sleep } from "./wait.js";
+
+/** A run handed to a runtime by a claim. */
+export type Claim = Schemas["Claim"];
+
+/** Token counters and other additive fields of a run's terminal (§7.5). */
+export type Usage = Schemas["defs.usage"];
+
+/** Who resolved an interrupt (protected provenance the server stamps). */
+export type Actor = Schemas["defs.actor"];
+
+/** What a person decided, as {@link RunContext.approve} answers it. */
+export interface Approval {
+  /** One of the request's actions, or `expired`. */
+  readonly decision: string;
+  /** Who decided, when the server recorded it (a user's `sub`, or an extension). */
+  readonly actor: Actor | undefined;
+  /** The reason given with the decision, if any. */
+  readonly reason: string | undefined;
+  /** The decision of each member of a pack, when the request listed members. */
+  readonly members: Schemas["defs.memberDecision"][] | undefined;
+  /** The interrupt. */
+  readonly interruptId: string;
+  /** The `interrupt.resolved` event. */
+  readonly event: JournalEvent;
+}
+
+/** How {@link RunContext.approve} asks. */
+export interface ApproveOptions {
+  /** A title for the person's inbox. */
+  title?: string;
+  /** The decisions offered (default `["approve", "deny"]`). */
+  actions?: string[];
+  /** The interrupt's kind, an open namespaced string (default `approval`). */
+  kind?: string;
+  /** Kind-specific structured input (what is to be approved). */
+  input?: unknown;
+  /** When the server resolves it `expired` if nobody decided. */
+  expiresAt?: Date | string;
+  /** The pause's reason (default `narad.approval`). */
+  reason?: string;
+}
+
+/** How {@link RunContext.progress} records an activity. */
+export interface ProgressOptions {
+  /** The activity item it updates (default: a new one, `{runId}.{step}.progress`). */
+  progressId?: string;
+  /** `active` (the default), `completed`, `failed` or `cancelled`. */
+  status?: "active" | "completed" | "failed" | "cancelled";
+  /** An open namespaced category (default `agent.step`). */
+  category?: string;
+  /** More than the label says. */
+  detail?: string;
+  /** Who may see it: `public` (the default), `internal` or `sensitive`. */
+  privacy?: "public" | "internal" | "sensitive";
+}
+
+/** Which document a state step writes. */
+export interface DocumentOptions {
+  /** The document's scope (default `session`). */
+  scope?: string;
+  /** The UI document of that scope (`ui.state.*`) instead of the state document (`state.*`). */
+  ui?: boolean;
+}
+
+/** What a backend tool's function gets besides its arguments. */
+export interface ToolCall {
+  /** The call's toolCallId. */
+  readonly toolCallId: string;
+  /** Aborted when the run is asked to stop or its lease is lost. */
+  readonly signal: AbortSignal;
+}
+
+/** How a run context coalesces and waits (the runtime's settings). */
+export interface RunContextOptions {
+  /** How long said text may wait before it goes out as one delta, in ms (default 50). */
+  deltaWindowMs?: number;
+  /** How many characters of said text go out at once without waiting (default 256). */
+  deltaChars?: number;
+  /** The longest wait between journal reads when the session's stream cannot be followed, in ms (default 1,000). */
+  pollIntervalMs?: number;
+}
+
+/** How long appends and journal reads are tried again through a server that does not answer, in ms. */
+const RETRY_BUDGET_MS = 30_000;
+const HISTORY_PAGE = 1000;
+const CLOSE_TRIES = 5;
+/** With the session's stream followed, the journal is read anyway after this long without a change. */
+const QUIET_READ_MS = 15_000;
+const CLOSING_MESSAGES: Record<string, string> = {
+  [STOPPED]: STOPPED_MESSAGE,
+  [RUNTIME_LOST]: "the agent runtime running this call was lost",
+};
+
+/**
+ * A claimed run, as its handler sees it (made by the `Runtime`): the claim,
+ * the journal, appends under the lease, the stop and lost signals, and
+ * steps that write the protocol's events — {@link say}, {@link think},
+ * {@link tool}, {@link clientTool}, {@link approve}, {@link progress},
+ * {@link setState} / {@link patchState}, {@link finish}, {@link cancel},
+ * {@link fail} — replayed by a later holder (see the module documentation).
+ *
+ * ```ts
+ * const handler = async (ctx: RunContext) => {
+ *   await ctx.say(model.stream(prompt)); // an AsyncIterable<string>
+ *   const { decision } = await ctx.approve("Delete the files?");
+ *   if (decision === "approve") await ctx.tool("fs.delete", { path: "/tmp/x" }, remove);
+ *   await ctx.finish({ usage: { inputTokens: 120, outputTokens: 48 } });
+ * };
+ * ```
+ */
+export class RunContext {
+  /** The claim: the run, its session, the cursor, the lease. */
+  readonly claim: Claim;
+  /** The client the context appends and reads through. */
+  readonly client: NaradClient;
+  /** Aborted when the run is asked to stop (reason `"stop"`) or the lease is lost (`"lost"`). */
+  readonly signal: AbortSignal;
+
+  private readonly controller = new AbortController();
+  private readonly state: Journal;
+  private readonly writing = new Mutex();
+  private readonly host: StreamHost;
+  private readonly deltaWindowMs: number;
+  private readonly deltaChars: number;
+  private readonly pollIntervalMs: number;
+  private stopFlag = false;
+  private lostFlag = false;
+  private endedHere = false;
+  private eventsMade = 0;
+  private steps = 0;
+  /** Streams opened and not completed, in the order they opened. */
+  private open: TextStream[] = [];
+  private current: TextStream | undefined;
+  /** The sessionSequence through which `history()` read (or appends wrote). */
+  private readThrough: number;
+  private readonly waiters = new Set<() => void>();
+  private watcher: AbortController | undefined;
+  private watchFailed = false;
+  private closed = false;
+  private readonly revisions = new Map<string, number>();
+
+  /** The context of `claim` (made by the `Runtime`). */
+  constructor(client: NaradClient, claim: Claim, options: RunContextOptions = {}) {
+    this.client = client;
+    this.claim = claim;
+    this.signal = this.controller.signal;
+    this.state = new Journal(claim.runId);
+    this.readThrough = claim.cursor;
+    this.deltaWindowMs = options.deltaWindowMs ?? 50;
+    this.deltaChars = options.deltaChars ?? 256;
+    this.pollIntervalMs = options.pollIntervalMs ?? 1000;
+    if (claim.stopRequested) {
+      this._requestStop();
+    }
+    const self = this;
+    this.host = {
+      runId: claim.runId,
+      journal: this.state,
+      writing: this.writing,
+      deltaWindowMs: this.deltaWindowMs,
+      deltaChars: this.deltaChars,
+      event: (type, fields) => this.event(type as ProposedType, fields as never),
+      appendLocked: (events) => this.appendLocked(events),
+      checkRunning: () => this.checkRunning(),
+      completeBefore: (stream) => self.completeBefore(stream),
+      forget: (stream) => {
+        self.open = self.open.filter((s) => s !== stream);
+      },
+    };
+  }
+
+  // --- the claim ------------------------------------------------------------
+
+  /** The run's session. */
+  get sessionId(): string {
+    return this.claim.sessionId;
+  }
+
+  /** The run (the root of its journal). */
+  get runId(): string {
+    return this.claim.runId;
+  }
+
+  /** This holder's number, from 1; above 1 after lost holders. */
+  get attempt(): number {
+    return this.claim.attempt;
+  }
+
+  /** Why the run was ready: `started`, `event` (its journal moved) or `retry` (a holder was lost). */
+  get reason(): string {
+    return this.claim.reason;
+  }
+
+  /** The lease every append presents. */
+  get leaseId(): string {
+    return this.claim.lease.leaseId;
+  }
+
+  /** The run's `run.started` (once the journal was read: the runtime reads it before the handler runs). */
+  get started(): JournalEvent | undefined {
+    return this.state.run(this.runId).started;
+  }
+
+  /** The `input` of the run's start (undefined when it had none). */
+  get input(): unknown {
+    return this.started?.["input"];
+  }
+
+  /** The client executor the run is bound to, if any (for {@link clientTool}). */
+  get clientExecutorId(): string | undefined {
+    const executor = this.started?.["clientExecutorId"];
+    return typeof executor === "string" ? executor : undefined;
+  }
+
+  // --- signals --------------------------------------------------------------
+
+  /** Whether the run was asked to stop: close its work and end it (`run.cancelled`). */
+  stopRequested(): boolean {
+    return this.stopFlag;
+  }
+
+  /** Whether the lease was lost: nothing more may be appended. */
+  lost(): boolean {
+    return this.lostFlag;
+  }
+
+  /** Whether the run has ended (its terminal is in the journal, or was appended). */
+  get ended(): boolean {
+    return this.endedHere || this.state.run(this.runId).terminal !== undefined;
+  }
+
+  /** Marks the run asked to stop and aborts {@link signal} (the runtime calls it on a stop). */
+  _requestStop(): void {
+    if (!this.stopFlag) {
+      this.stopFlag = true;
+      this.controller.abort("stop");
+      this.notify();
+    }
+  }
+
+  /** Marks the lease lost and aborts {@link signal} (the runtime calls it on a 409 NRD-0501). */
+  _leaseRefused(): void {
+    if (this.ended || this.lostFlag) {
+      return;
+    }
+    this.lostFlag = true;
+    this.controller.abort("lost");
+    this.notify();
+  }
+
+  /** Throws when no new work may start: `LeaseLost` once the lease is lost, `RunStopped` after a stop. */
+  checkRunning(): void {
+    if (this.lostFlag) {
+      throw new LeaseLost(this.runId);
+    }
+    if (this.stopFlag) {
+      throw new RunStopped(this.runId);
+    }
+  }
+
+  // --- reading --------------------------------------------------------------
+
+  /** The run journal's events read or written so far, in run-tree order. */
+  get journal(): readonly JournalEvent[] {
+    return this.state.events;
+  }
+
+  /** The sessionSequence through which the run's events (and what `history()` gave) were read. */
+  get handledThrough(): number {
+    return Math.max(this.readThrough, this.state.sessionThrough);
+  }
+
+  /** Reads what is new in the run's journal (`?rootRunId=&afterSequence=`); answers the new events. */
+  async sync(): Promise<JournalEvent[]> {
+    const folded: JournalEvent[] = [];
+    for (;;) {
+      const page = await this.client.history(this.sessionId, {
+        rootRunId: this.runId,
+        afterSequence: this.state.through,
+        limit: HISTORY_PAGE,
+      });
+      for (const event of page.events) {
+        this.state.add(event as JournalEvent);
+      }
+      const before = this.state.through;
+      folded.push(...this.observeFolded());
+      if (page.nextSequence === undefined || this.state.through === before) {
+        return folded;
+      }
+    }
+  }
+
+  /**
+   * The session's events after the claim's cursor and after what this
+   * context read or wrote since: what is new to this holder (every run's).
+   */
+  async *history(): AsyncGenerator<AuthorityEvent> {
+    for await (const event of this.client.allHistory(this.sessionId, { afterSessionSequence: this.readThrough })) {
+      this.readThrough = Math.max(this.readThrough, event.sessionSequence);
+      this.state.add(event as JournalEvent);
+      this.observeFolded();
+      yield event;
+    }
+  }
+
+  // --- writing --------------------------------------------------------------
+
+  /**
+   * A proposed event of this run: `protocolVersion`, `type`, a new
+   * `eventId`, `rootRunId` and `runId`, then `fields` (which win, e.g. a
+   * nested run's `runId`). Typed by the event's type:
+   * `ctx.event("message.text.delta", { messageId, delta })`.
+   */
+  event<T extends ProposedType>(type: T, fields: EventFields<T>): Proposed<T> {
+    return runEvent({ runId: this.runId, eventId: () => this.nextEventId() }, type, fields);
+  }
+
+  /**
+   * Appends a batch atomically under the run's lease (tried again, the
+   * same batch, while the server does not answer: the eventIds make that
+   * safe). Throws `LeaseLost` when the lease is not current (and marks the
+   * context lost), `NaradError` with the rule when the journal refuses an
+   * event. An open message is not completed first: use the steps, or
+   * {@link finishMessage}, to keep the order you want.
+   */
+  append(events: ProposedEvent[]): Promise<Appended> {
+    return this.writing.run(() => this.appendLocked(events));
+  }
+
+  private nextEventId(): string {
+    this.eventsMade += 1;
+    return ident(`${this.runId}@${this.attempt}`, this.leaseId.replace(/-/g, "").slice(0, 12), this.eventsMade);
+  }
+
+  private async appendLocked(events: ProposedEvent[]): Promise<Appended> {
+    if (this.lostFlag) {
+      throw new LeaseLost(this.runId);
+    }
+    if (events.length === 0) {
+      return { duplicate: false, events: [] };
+    }
+    const appended = await this.patiently(async () => {
+      try {
+        return await this.client.appendEvents(this.sessionId, events, { lease: this.leaseId });
+      } catch (e) {
+        if (e instanceof NaradError && e.status === 409 && e.code === LEASE_NOT_CURRENT) {
+          this._leaseRefused();
+          throw new LeaseLost(this.runId, e);
+        }
+        throw e;
+      }
+    });
+    const byId = new Map<string, ProposedEvent>(events.map((e) => [e.eventId, e]));
+    for (const got of appended.events) {
+      const proposed = byId.get(got.eventId);
+      this.readThrough = Math.max(this.readThrough, got.sessionSequence);
+      if (proposed !== undefined && got.sequence !== undefined) {
+        this.state.add({ ...proposed, sequence: got.sequence, sessionSequence: got.sessionSequence });
+      }
+    }
+    if (events.some((e) => TERMINALS.has(e.type) && e.runId === this.runId)) {
+      this.endedHere = true;
+    }
+    this.observeFolded();
+    if (this.state.hasGap) {
+      // Someone else wrote to the journal between our reads and this
+      // append: read it, so that the next step sees the journal whole.
+      try {
+        await this.sync();
+      } catch {
+        // The next read mends it.
+      }
+    }
+    return appended;
+  }
+
+  /**
+   * Runs `request`, and again while the server does not answer (no answer,
+   * 502–504, 503 of a database away), with backoff, within the retry
+   * budget, unless the lease is lost meanwhile.
+   */
+  private async patiently<T>(request: () => Promise<T>): Promise<T> {
+    const deadline = Date.now() + RETRY_BUDGET_MS;
+    for (let attempt = 0; ; attempt++) {
+      try {
+        return await request();
+      } catch (e) {
+        const retry =
+          e instanceof NaradError && !(e instanceof LeaseLost) && e.retryable && e.status !== 429 && !this.lostFlag && Date.now() < deadline;
+        if (!retry) {
+          throw e;
+        }
+        const ceiling = Math.min(2000, 100 * 2 ** Math.min(attempt, 10));
+        await sleep(Math.max(e.retryAfterMs ?? 0, ceiling / 2 + Math.random() * (ceiling / 2)));
+      }
+    }
+  }
+
+  // --- steps ----------------------------------------------------------------
+
+  private nextStep(): number {
+    this.steps += 1;
+    return this.steps;
+  }
+
+  /**
+   * Opens the next message (`assistant` or `system`) as a step of its own;
+   * its first use completes the message opened before it. `ctx.say` opens
+   * one when none is open.
+   */
+  message(role: "assistant" | "system" = "assistant"): TextStream {
+    const stream = new TextStream(this.host, this.nextStep(), "message", role);
+    this.open.push(stream);
+    this.current = stream;
+    return stream;
+  }
+
+  /**
+   * Says `text` in the current assistant message, opening one if needed:
+   * a string, or the chunks of an (async) iterable as they come (a model's
+   * stream). Deltas are coalesced (see {@link TextStream}). Throws
+   * `RunStopped` once the run is asked to stop, so that a long answer ends
+   * there. Answers the text said.
+   */
+  async say(text: string | Iterable<string> | AsyncIterable<string>): Promise<string> {
+    let said = "";
+    for await (const chunk of chunks(text)) {
+      let stream = this.current;
+      if (stream === undefined || stream.completed || stream.kind !== "message") {
+        this.checkRunning();
+        stream = this.message();
+      }
+      await stream.say(chunk);
+      said += chunk;
+    }
+    return said;
+  }
+
+  /** Completes the open message(s): sends what is buffered and `message.text.completed`. */
+  async finishMessage(): Promise<void> {
+    for (const stream of [...this.open]) {
+      await stream.complete();
+    }
+  }
+
+  private async completeBefore(stream: TextStream): Promise<void> {
+    for (let first = this.open[0]; first !== undefined && first !== stream; first = this.open[0]) {
+      await first.complete();
+    }
+  }
+
+  /**
+   * Records reasoning (`reasoning.started` / `.delta` / `.completed`): a
+   * string, or an (async) iterable's chunks streamed as they come. A block
+   * the journal holds completed is not recorded again; one a lost holder
+   * left half-way is carried on.
+   */
+  async think(text: string | Iterable<string> | AsyncIterable<string>): Promise<void> {
+    await this.finishMessage();
+    this.checkRunning();
+    const stream = new TextStream(this.host, this.nextStep(), "reasoning");
+    this.open.push(stream);
+    for await (const chunk of chunks(text)) {
+      await stream.say(chunk);
+    }
+    await stream.complete();
+  }
+
+  /**
+   * Calls backend tool `name`: `tool.call.started`, `fn(args)`, then
+   * `tool.call.finished`. Answers what `fn` returned (or resolved to),
+   * which must be JSON (undefined is recorded as null). When `fn` throws,
+   * the call finishes `error` (code `tool_error`, the error's message) and
+   * `ToolFailed` is thrown with the error as its cause. On replay a
+   * finished call answers its recorded response without calling `fn`; a
+   * call a lost holder left open is closed (`cancelled`/`runtime_lost`,
+   * unless the server did) and runs again under the next toolCallId.
+   */
+  async tool<A extends Record<string, unknown>, R>(
+    name: string,
+    args: A,
+    fn: (args: A, call: ToolCall) => R | Promise<R>,
+  ): Promise<R> {
+    await this.finishMessage();
+    this.checkRunning();
+    const base = ident(this.runId, this.nextStep(), "tool");
+    const earlier = this.state.stepIds(base, this.state.calls.keys());
+    const last = earlier[earlier.length - 1];
+    if (last !== undefined) {
+      const finished = this.state.finished.get(last);
+      if (finished !== undefined && finished["outcome"] !== "cancelled") {
+        return result(last, finished) as R;
+      }
+      if (finished === undefined) {
+        // An earlier holder's call nobody will finish: closed first.
+        await this.append([this.cancelledCall(this.runId, last, RUNTIME_LOST)]);
+      }
+    }
+    const toolCallId = last !== undefined ? ident(base, earlier.length + 1) : base;
+    await this.untilRunning(false);
+    await this.append([this.event("tool.call.started", { toolCallId, toolName: name, executor: "backend", args })]);
+    let response: R;
+    try {
+      response = await fn(args, { toolCallId, signal: this.signal });
+    } catch (e) {
+      const text = (e instanceof Error ? e.message || e.name : String(e)) || "the tool failed";
+      const finished = this.event("tool.call.finished", {
+        toolCallId,
+        outcome: "error",
+        response: null,
+        code: TOOL_ERROR,
+        message: Array.from(text).slice(0, 500).join(""),
+      });
+      await this.append([finished]);
+      throw new ToolFailed(toolCallId, finished, { cause: e });
+    }
+    await this.append([
+      this.event("tool.call.finished", { toolCallId, outcome: "success", response: response === undefined ? null : response }),
+    ]);
+    return response;
+  }
+
+  /**
+   * Calls tool `name` on the run's client executor and waits for its
+   * result: appends `tool.call.started` with `executor: "client"` (the
+   * server hands it to the executor), then waits — following the session,
+   * the lease kept alive — until the journal holds its
+   * `tool.call.finished`: answers its response, throws `ToolFailed` for
+   * `error`/`cancelled`, or `RunStopped` when the run is asked to stop
+   * meanwhile (the run's closing then cancels the call).
+   */
+  async clientTool<R = unknown>(name: string, args: Record<string, unknown> = {}): Promise<R> {
+    await this.finishMessage();
+    this.checkRunning();
+    if (this.clientExecutorId === undefined) {
+      throw new Error(`run ${this.runId} is bound to no client executor`);
+    }
+    const base = ident(this.runId, this.nextStep(), "client");
+    const earlier = this.state.stepIds(base, this.state.calls.keys());
+    let toolCallId = earlier[earlier.length - 1];
+    if (toolCallId === undefined) {
+      toolCallId = base;
+      await this.untilRunning(false);
+      await this.append([this.event("tool.call.started", { toolCallId, toolName: name, executor: "client", args })]);
+    }
+    const id = toolCallId;
+    const finished = await this.waitFor(() => this.state.finished.get(id));
+    if (finished["outcome"] === "cancelled" && this.stopFlag) {
+      throw new RunStopped(this.runId);
+    }
+    return result(id, finished) as R;
+  }
+
+  /**
+   * Asks a person: `interrupt.requested` and `run.paused` (one batch, as
+   * §7.6 wants them consecutive), waits — following the session, the lease
+   * kept alive — for `interrupt.resolved` (`resolve-interrupt`), appends
+   * `run.resumed`, and answers the decision (one of `actions`, or
+   * `expired`) with who decided. Throws `RunStopped` when the run is asked
+   * to stop meanwhile (the run's closing then resolves the interrupt
+   * `expired`).
+   */
+  async approve(message: string, options: ApproveOptions = {}): Promise<Approval> {
+    await this.finishMessage();
+    this.checkRunning();
+    const step = this.nextStep();
+    const interruptId = ident(this.runId, step, "approval");
+    const waitId = ident(this.runId, step, "wait");
+    if (!this.state.interrupts.has(interruptId)) {
+      await this.untilRunning(false);
+      const fields: EventFields<"interrupt.requested"> = {
+        interruptId,
+        waitId,
+        kind: options.kind ?? "approval",
+        actions: options.actions ?? ["approve", "deny"],
+        message,
+      };
+      if (options.title !== undefined) {
+        fields.title = options.title;
+      }
+      if (options.input !== undefined) {
+        fields.input = options.input;
+      }
+      if (options.expiresAt !== undefined) {
+        fields.expiresAt = options.expiresAt instanceof Date ? options.expiresAt.toISOString() : options.expiresAt;
+      }
+      await this.append([
+        this.event("interrupt.requested", fields),
+        this.event("run.paused", { waitId, interruptId, reason: options.reason ?? "narad.approval", resumeMode: "command" }),
+      ]);
+    }
+    const resolved = await this.waitFor(() => this.state.resolutions.get(interruptId));
+    const pause = this.state.run(this.runId).pause;
+    if (pause !== undefined && pause.waitId === waitId) {
+      await this.append([this.event("run.resumed", { waitId })]);
+    }
+    return {
+      decision: String(resolved["decision"]),
+      actor: resolved["actor"] as Actor | undefined,
+      reason: typeof resolved["reason"] === "string" ? resolved["reason"] : undefined,
+      members: resolved["members"] as Schemas["defs.memberDecision"][] | undefined,
+      interruptId,
+      event: resolved,
+    };
+  }
+
+  /**
+   * Records what the run is doing (`progress.recorded`, no lifecycle
+   * meaning): a new activity item, or an update of one (`progressId`, e.g.
+   * to mark it `completed`). Answers its progressId. Recorded once: a
+   * replay of the step writes nothing.
+   */
+  async progress(label: string, options: ProgressOptions = {}): Promise<string> {
+    this.checkRunning();
+    const eventId = ident(this.runId, this.nextStep(), "progress");
+    const progressId = options.progressId ?? eventId;
+    if (!this.state.eventIds.has(eventId)) {
+      const fields: EventFields<"progress.recorded"> = {
+        eventId,
+        progressId,
+        label,
+        category: options.category ?? "agent.step",
+        status: options.status ?? "active",
+        privacy: options.privacy ?? "public",
+      };
+      if (options.detail !== undefined) {
+        fields.detail = options.detail;
+      }
+      await this.append([this.event("progress.recorded", fields)]);
+    }
+    return progressId;
+  }
+
+  /**
+   * Replaces a state document (`state.snapshot`, or `ui.state.snapshot`
+   * with `ui`) of scope `scope` (default `session`) at its next revision;
+   * answers that revision. Written once: a replay of the step writes nothing.
+   */
+  setState(state: Json, options: DocumentOptions = {}): Promise<number> {
+    return this.document(options, (revision) => ({
+      type: options.ui ? "ui.state.snapshot" : "state.snapshot",
+      fields: { revision: revision + 1, state },
+    }));
+  }
+
+  /**
+   * Changes a state document (`state.delta`, or `ui.state.delta` with
+   * `ui`) of scope `scope` (default `session`) by an RFC 6902 patch, on
+   * its current revision (read from the server; a concurrent change is read
+   * and the patch tried again on it); answers the new revision. Written
+   * once: a replay of the step writes nothing.
+   */
+  patchState(patch: PatchOperation[], options: DocumentOptions = {}): Promise<number> {
+    return this.document(options, (revision) => ({
+      type: options.ui ? "ui.state.delta" : "state.delta",
+      fields: { baseRevision: revision, revision: revision + 1, patch },
+    }));
+  }
+
+  private async document(
+    options: DocumentOptions,
+    make: (revision: number) => { type: "state.snapshot" | "ui.state.snapshot" | "state.delta" | "ui.state.delta"; fields: Record<string, unknown> },
+  ): Promise<number> {
+    await this.finishMessage();
+    this.checkRunning();
+    const scope = options.scope ?? "session";
+    const family = options.ui ? "ui" : "state";
+    const eventId = ident(this.runId, this.nextStep(), "state");
+    const written = this.state.eventIds.get(eventId);
+    if (written !== undefined) {
+      return Number(written["revision"]);
+    }
+    const key = `${family}:${scope}`;
+    for (let attempt = 1; ; attempt++) {
+      const revision = this.revisions.get(key) ?? (await this.readRevision(family, scope));
+      const { type, fields } = make(revision);
+      try {
+        await this.append([this.event(type, { ...fields, scope, eventId } as never)]);
+        this.revisions.set(key, revision + 1);
+        return revision + 1;
+      } catch (e) {
+        const moved = e instanceof NaradError && e.status === 409 && (e.body?.rule === "state.revision.base" || e.body?.rule === "state.revision.regress");
+        this.revisions.delete(key);
+        if (!moved || attempt >= CLOSE_TRIES) {
+          throw e;
+        }
+      }
+    }
+  }
+
+  private async readRevision(family: "state" | "ui", scope: string): Promise<number> {
+    const documents = await this.patiently(() =>
+      this.client.request<Schemas["SessionDocuments"]>("GET", `/v1/sessions/${encodeURIComponent(this.sessionId)}/documents`),
+    );
+    return documents[family].find((d) => d.scope === scope)?.revision ?? 0;
+  }
+
+  /**
+   * Ends the run with `run.finished` (`usage`, `artifactIds`), completing
+   * the open message in the same batch. Does nothing once the run has ended.
+   */
+  async finish(fields: { usage?: Usage; artifactIds?: string[] } = {}): Promise<void> {
+    if (this.ended) {
+      return;
+    }
+    await this.untilRunning(true);
+    this.abandonTimers();
+    await this.writing.run(async () => {
+      const [batches, events] = this.messageBatches();
+      events.push(this.event("run.finished", fields));
+      await this.appendLocked(events);
+      sentBatches(batches);
+    });
+  }
+
+  /**
+   * Closes the run's open work and ends it with `run.cancelled` (default
+   * code `stopped`). In one batch: the open messages completed (with what
+   * was said), open tool calls finished `cancelled`, open interrupts
+   * resolved `expired`, the open pause resumed, nested runs first, then the
+   * run (with `usage`). What the runtime does when a handler leaves a
+   * stopped run open.
+   */
+  cancel(options: { code?: string; message?: string; usage?: Usage } = {}): Promise<void> {
+    return this.close("run.cancelled", options.code ?? STOPPED, options.message ?? STOPPED_MESSAGE, options.usage);
+  }
+
+  /**
+   * Closes the run's open work (as {@link cancel}) and ends it with
+   * `run.error` (`code`, a user-safe `message`, partial `usage`). A backend
+   * may close a client tool call only under a stop: with one open and no
+   * stop, the journal refuses this.
+   */
+  fail(code: string, message: string, options: { usage?: Usage } = {}): Promise<void> {
+    return this.close("run.error", code, message, options.usage);
+  }
+
+  // --- waiting and closing --------------------------------------------------
+
+  /**
+   * Waits until `found` answers something: follows the session's stream
+   * (from what the journal holds) and folds what comes; throws when the
+   * run is asked to stop or the lease is lost meanwhile.
+   */
+  private async waitFor<T>(found: () => T | undefined): Promise<T> {
+    let delay = Math.min(100, this.pollIntervalMs);
+    for (;;) {
+      const got = found();
+      if (got !== undefined) {
+        return got;
+      }
+      this.checkRunning();
+      this.watch();
+      const changed = await this.nextChange(this.watchFailed ? delay : QUIET_READ_MS);
+      if (!changed || this.watchFailed) {
+        await this.syncPatiently();
+        delay = Math.min(delay * 1.5, this.pollIntervalMs);
+      }
+    }
+  }
+
+  /**
+   * Waits while the server holds the run paused (`resumeMode: automatic`,
+   * e.g. its client executor away): no new work, and no terminal, until it
+   * resumes it.
+   */
+  private async untilRunning(forTerminal: boolean): Promise<void> {
+    let delay = Math.min(100, this.pollIntervalMs);
+    for (;;) {
+      const pause = this.state.run(this.runId).pause;
+      if (pause === undefined || pause.resumeMode !== "automatic") {
+        return;
+      }
+      if (this.lostFlag || (this.stopFlag && !forTerminal)) {
+        this.checkRunning();
+      }
+      this.watch();
+      const changed = await this.nextChange(this.watchFailed ? delay : QUIET_READ_MS);
+      if (!changed || this.watchFailed) {
+        await this.syncPatiently();
+        delay = Math.min(delay * 1.5, this.pollIntervalMs);
+      }
+    }
+  }
+
+  /** Starts following the session's stream (once): what it brings is folded into the journal. */
+  private watch(): void {
+    if (this.watcher !== undefined || this.closed) {
+      return;
+    }
+    const watcher = new AbortController();
+    this.watcher = watcher;
+    this.watchFailed = false;
+    void (async () => {
+      try {
+        for await (const frame of follow(this.client, {
+          sessionId: this.sessionId,
+          afterSessionSequence: this.state.sessionThrough,
+          signal: watcher.signal,
+        })) {
+          if (frame.kind === "authority" && frame.event.rootRunId === this.runId) {
+            this.state.add(frame.event as JournalEvent);
+            this.observeFolded();
+          }
+        }
+      } catch {
+        // Refused for good (a token without the stream, say): the waits
+        // read the journal instead.
+        if (!watcher.signal.aborted) {
+          this.watchFailed = true;
+        }
+      } finally {
+        if (this.watcher === watcher && !watcher.signal.aborted) {
+          this.watchFailed = true;
+        }
+        this.notify();
+      }
+    })();
+  }
+
+  /** Resolves true when the journal folded something new, false after `ms`; at once on a stop or a lost lease. */
+  private nextChange(ms: number): Promise<boolean> {
+    return new Promise((resolve) => {
+      const finish = (changed: boolean) => {
+        clearTimeout(timer);
+        this.waiters.delete(wake);
+        this.signal.removeEventListener("abort", wake);
+        resolve(changed);
+      };
+      const wake = () => finish(true);
+      const timer = setTimeout(() => finish(false), ms);
+      this.waiters.add(wake);
+      this.signal.addEventListener("abort", wake);
+    });
+  }
+
+  private notify(): void {
+    for (const wake of [...this.waiters]) {
+      wake();
+    }
+  }
+
+  private observeFolded(): JournalEvent[] {
+    const folded = this.state.advance();
+    if (this.state.run(this.runId).stopRequested) {
+      this._requestStop();
+    }
+    if (folded.length > 0) {
+      this.notify();
+    }
+    return folded;
+  }
+
+  /** Reads the journal; a server that does not answer is asked again next time. */
+  private async syncPatiently(): Promise<void> {
+    try {
+      await this.sync();
+    } catch (e) {
+      if (!(e instanceof NaradError) || !e.retryable) {
+        throw e;
+      }
+    }
+  }
+
+  private cancelledCall(runId: string, toolCallId: string, code: string): ProposedEvent {
+    return this.event("tool.call.finished", {
+      runId,
+      toolCallId,
+      outcome: "cancelled",
+      response: null,
+      code,
+      message: CLOSING_MESSAGES[code] ?? code,
+    });
+  }
+
+  private messageBatches(): [[TextStream, StreamBatch][], ProposedEvent[]] {
+    const batches: [TextStream, StreamBatch][] = this.open.map((stream) => [stream, stream.batch(true)]);
+    return [batches, batches.flatMap(([, batch]) => batch.events)];
+  }
+
+  /** The events that close the journal's open runs (see {@link cancel}), with the open streams' batches. */
+  private closingEvents(terminal: "run.cancelled" | "run.error", code: string, message: string, usage: Usage | undefined) {
+    const [batches, events] = this.messageBatches();
+    const ours = new Set(batches.map(([stream]) => stream.id));
+    const openRuns = this.state.openRunsDeepestFirst();
+    const openIds = new Set(openRuns.map((r) => r.runId));
+    for (const stream of openStreams(this.state, openIds)) {
+      if (!ours.has(stream.id)) {
+        events.push(
+          stream.kind === "message"
+            ? this.event("message.text.completed", { runId: stream.runId, messageId: stream.id })
+            : this.event("reasoning.completed", { runId: stream.runId, reasoningId: stream.id }),
+        );
+      }
+    }
+    for (const run of openRuns) {
+      for (const toolCallId of run.openCalls.keys()) {
+        events.push(this.cancelledCall(run.runId, toolCallId, code));
+      }
+      for (const [interruptId, waitId] of run.openInterrupts) {
+        events.push(
+          this.event("interrupt.resolved", { runId: run.runId, interruptId, waitId, decision: "expired", reason: code }),
+        );
+      }
+      if (run.pause !== undefined) {
+        events.push(this.event("run.resumed", { runId: run.runId, waitId: run.pause.waitId }));
+      }
+      const fields: EventFields<"run.error"> = { runId: run.runId, code, message };
+      if (usage !== undefined && run.runId === this.runId) {
+        fields.usage = usage;
+      }
+      events.push(this.event(terminal, fields));
+    }
+    return { batches, events };
+  }
+
+  private async close(terminal: "run.cancelled" | "run.error", code: string, message: string, usage: Usage | undefined): Promise<void> {
+    this.abandonTimers();
+    for (let attempt = 0; attempt < CLOSE_TRIES; attempt++) {
+      if (this.ended) {
+        return;
+      }
+      const refused = await this.writing.run(async () => {
+        const { batches, events } = this.closingEvents(terminal, code, message, usage);
+        try {
+          await this.appendLocked(events);
+        } catch (e) {
+          // The journal moved meanwhile (an executor's finish, the
+          // server's own closing of a client call): read and try again.
+          if (e instanceof LeaseLost || !(e instanceof NaradError) || e.status !== 409 || attempt + 1 === CLOSE_TRIES) {
+            throw e;
+          }
+          return e;
+        }
+        sentBatches(batches);
+        this.endedHere = true;
+        return undefined;
+      });
+      if (refused === undefined) {
+        return;
+      }
+      await this.sync();
+    }
+  }
+
+  /** Completes the open messages (the runtime does it when the handler returns). */
+  async _settle(): Promise<void> {
+    if (!this.lostFlag) {
+      await this.finishMessage();
+    }
+  }
+
+  /** Ends the context's background work: coalescing timers and the session's stream (the runtime does it). */
+  _close(): void {
+    this.closed = true;
+    this.abandonTimers();
+    this.watcher?.abort();
+    this.notify();
+  }
+
+  private abandonTimers(): void {
+    for (const stream of this.open) {
+      stream.cancelTimer();
+    }
+  }
+}
+
+function sentBatches(batches: [TextStream, StreamBatch][]): void {
+  for (const [stream, batch] of batches) {
+    stream.sentBatch(batch);
+  }
+}
+
+/** The response of a finished call, or `ToolFailed`. */
+function result(toolCallId: string, finished: JournalEvent): unknown {
+  if (finished["outcome"] === "success") {
+    return finished["response"];
+  }
+  throw new ToolFailed(toolCallId, finished);
+}
+
+/** The chunks of a string (itself), or of an (async) iterable of strings. */
+async function* chunks(text: string | Iterable<string> | AsyncIterable<string>): AsyncGenerator<string> {
+  if (typeof text === "string") {
+    yield text;
+    return;
+  }
+  yield* text;
+}
