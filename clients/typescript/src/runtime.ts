@@ -111,6 +111,7 @@ export class Runtime {
   private stopped = false;
   private active = 0;
   private slotFreed: (() => void) | undefined;
+  private claiming: AbortController | undefined;
   private readonly running = new Set<Promise<void>>();
   private readonly contexts = new Map<string, RunContext>();
 
@@ -150,6 +151,9 @@ export class Runtime {
       try {
         claim = await this.claim();
       } catch (e) {
+        if (this.stopped) {
+          break;
+        }
         if (e instanceof NaradError && !e.retryable) {
           failure = e;
           break;
@@ -173,9 +177,14 @@ export class Runtime {
     }
   }
 
-  /** Stops claiming (a claim waiting now ends within its wait); runs held go on to their end. */
+  /**
+   * Stops claiming (a claim waiting now is given up: a run the server
+   * handed it meanwhile goes to another runtime once its lease lapses);
+   * runs held go on to their end, then {@link run} returns.
+   */
   stop(): void {
     this.stopped = true;
+    this.claiming?.abort();
     this.slotFreed?.();
   }
 
@@ -187,7 +196,13 @@ export class Runtime {
     if (this.options.runtimeId !== undefined) {
       body.runtimeId = this.options.runtimeId;
     }
-    return this.client.request<Claim | undefined>("POST", "/v1/runtime/claims", { body });
+    const claiming = new AbortController();
+    this.claiming = claiming;
+    try {
+      return await this.client.request<Claim | undefined>("POST", "/v1/runtime/claims", { body, signal: claiming.signal });
+    } finally {
+      this.claiming = undefined;
+    }
   }
 
   /** Serves one claimed run: keeps its lease, runs the handler, closes and releases the run. */
