@@ -15,7 +15,7 @@ import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { after, before, test } from "node:test";
 
-import { Executor, MemoryTokenStore, NaradClient, RunStopped, Runtime, ToolFailed, runEvent } from "../src/index.js";
+import { Executor, MemoryTokenStore, NaradClient, RunStopped, Runtime, ToolFailed, ident, runEvent } from "../src/index.js";
 import type { Approval, AuthorityEvent, RunContext, RunHandler, RuntimeOptions } from "../src/index.js";
 import { until } from "./support.js";
 
@@ -187,14 +187,25 @@ async function serving<T>(options: Omit<RuntimeOptions, "waitMs">, body: (runtim
   }
 }
 
+/** The chunks one by one, `ms` apart (none at all for 0: said within one delta window). */
 async function* slowly(chunks: string[], ms: number): AsyncGenerator<string> {
   for (const chunk of chunks) {
     yield chunk;
-    await new Promise((r) => setTimeout(r, ms));
+    if (ms > 0) {
+      await new Promise((r) => setTimeout(r, ms));
+    }
   }
 }
 
 // --- steps -----------------------------------------------------------------
+
+test("step ids are the Python runtime's: readable, within 256 characters, hashed alike when longer", () => {
+  assert.equal(ident("run-1", 3, "tool"), "run-1.3.tool");
+  const long = ident("r".repeat(300), 3, "tool");
+  // uuid.uuid5(UUID("5f3c4c1e-3a52-4f0e-9d8e-6e6172616401"), "r" * 300 + ".3.tool"), as Python's _ident makes it
+  assert.equal(long, "1f692021-426f-5332-a82c-20f7774ad263.tool");
+  assert.notEqual(ident("r".repeat(300), 4, "tool"), long);
+});
 
 test("say streams a string and an async iterable as one coalesced message; think records reasoning; finish carries usage", async () => {
   const queue = newQueue();
@@ -207,7 +218,7 @@ test("say streams a string and an async iterable as one coalesced message; think
       handler: async (ctx) => {
         await ctx.think("Plan: greet, then ask.");
         await ctx.say("Hello");
-        const said = await ctx.say(slowly([", world", "!", " How", " are", " you?"], 5));
+        const said = await ctx.say(slowly([", world", "!", " How", " are", " you?"], 0));
         assert.equal(said, ", world! How are you?");
         await ctx.finish({ usage: { inputTokens: 3, outputTokens: 7 } });
       },
@@ -231,7 +242,7 @@ test("say streams a string and an async iterable as one coalesced message; think
   );
   const deltas = ofType(events, "message.text.delta");
   assert.equal(deltas.map((e) => e["delta"]).join(""), "Hello, world! How are you?");
-  assert.ok(deltas.length <= 3, `six chunks said within the delta window go out in few deltas: ${deltas.length}`);
+  assert.ok(deltas.length <= 2, `six chunks said within the delta window go out in few deltas: ${deltas.length}`);
   // The message completes in the run's last batch, just before run.finished.
   const types = events.map((e) => e.type);
   assert.deepEqual(types.slice(-2), ["message.text.completed", "run.finished"]);
