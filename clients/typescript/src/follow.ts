@@ -1,4 +1,4 @@
-import type { NaradClient } from "./client.js";
+import type { NaradClient, ReadOptions } from "./client.js";
 import { errorOf, NaradError } from "./errors.js";
 import { nextWait, sleep } from "./wait.js";
 import { parseSse } from "./sse.js";
@@ -95,7 +95,7 @@ export async function* follow(client: NaradClient, options: FollowOptions = {}):
             }
             if (last !== undefined && sequence > last + 1) {
               // Should history not answer, the stream resumes before this frame.
-              yield* fill(client, session, last, sequence, seen);
+              yield* fill(client, session, last, sequence, seen, options.signal);
             }
             seen.set(session, sequence);
           }
@@ -111,7 +111,7 @@ export async function* follow(client: NaradClient, options: FollowOptions = {}):
           if (frame.kind === "replay-gap" && frame.gap.sessionId !== undefined) {
             const last = seen.get(frame.gap.sessionId);
             if (last !== undefined) {
-              yield* fill(client, frame.gap.sessionId, last, undefined, seen);
+              yield* fill(client, frame.gap.sessionId, last, undefined, seen, options.signal);
             }
           }
         }
@@ -124,6 +124,10 @@ export async function* follow(client: NaradClient, options: FollowOptions = {}):
         if (e instanceof FillInterrupted) {
           progressed = false;
         }
+      } finally {
+        // Ended here, or by the caller (a `break`, a `return`): the
+        // connection is closed now, not when it is collected.
+        response.body?.cancel().catch(() => undefined);
       }
       break;
     }
@@ -148,9 +152,14 @@ async function* fill(
   after: number,
   before: number | undefined,
   seen: Map<string, number>,
+  signal: AbortSignal | undefined,
 ): AsyncGenerator<Frame> {
   try {
-    for await (const event of client.allHistory(sessionId, { afterSessionSequence: after })) {
+    // One try per server: on failure this follow's own backoff and
+    // reconnection retry, from before the frame that found the gap.
+    const read: ReadOptions = { retry: { maxElapsedMs: 0 } };
+    if (signal !== undefined) read.signal = signal;
+    for await (const event of client.allHistory(sessionId, { afterSessionSequence: after }, read)) {
       if (before !== undefined && event.sessionSequence >= before) {
         return;
       }

@@ -5,7 +5,23 @@
  */
 export { BLOB_REFERENCE, NaradClient } from "./client.js";
 export type { BlobBytes, ClientOptions, RequestOptions, TokenSource, UploadOptions } from "./client.js";
+export { neverSent, safeToSendAgain } from "./client.js";
+export type { CallOptions, ReadOptions, RetryOptions } from "./client.js";
+export { newKey } from "./keys.js";
 export { NaradError } from "./errors.js";
+export {
+  AuthError,
+  ConflictError,
+  GoneError,
+  IDEMPOTENCY_IN_FLIGHT,
+  IDEMPOTENCY_KEY_REUSED,
+  InvalidRequestError,
+  NotFoundError,
+  RateLimitedError,
+  UnavailableError,
+  errorOf,
+  retryAfterOf,
+} from "./errors.js";
 export type { ErrorBody, ErrorCode } from "./errors.js";
 export { follow, decode } from "./follow.js";
 export type { FollowOptions, Frame } from "./follow.js";
