@@ -1,5 +1,6 @@
 import { errorOf, IDEMPOTENCY_IN_FLIGHT, NaradError, UnavailableError } from "./errors.js";
 import { newKey } from "./keys.js";
+import { Runs } from "./runs.js";
 import { backoffWait, nextWait, sleep } from "./wait.js";
 import type {
   Appended,
@@ -155,6 +156,7 @@ export class NaradClient {
   private preferred = 0;
   private readonly maxRateLimitWaitMs: number;
   private readonly retry: Required<RetryOptions>;
+  private runsApi: Runs | undefined;
 
   constructor(options: ClientOptions) {
     const servers = Array.isArray(options.servers) ? options.servers : [options.servers];
@@ -170,6 +172,15 @@ export class NaradClient {
       initialBackoffMs: options.retry?.initialBackoffMs ?? 200,
       maxBackoffMs: options.retry?.maxBackoffMs ?? 5_000,
     };
+  }
+
+  /**
+   * The run-level API: `runs.stream` (start a run, stream its frames to its
+   * end), `runs.wait` (its result), `runs.joinStream` and `runs.join` (the
+   * same for a run already going or over).
+   */
+  get runs(): Runs {
+    return (this.runsApi ??= new Runs(this));
   }
 
   /** The current bearer token. */

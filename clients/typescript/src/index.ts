@@ -8,6 +8,8 @@ export type { BlobBytes, ClientOptions, RequestOptions, TokenSource, UploadOptio
 export { neverSent, safeToSendAgain } from "./client.js";
 export type { CallOptions, ReadOptions, RetryOptions } from "./client.js";
 export { newKey } from "./keys.js";
+export { Runs, RunStream } from "./runs.js";
+export type { RunFrame, RunReadOptions, RunRequest, RunResult, RunStartAnswer, RunStatus } from "./runs.js";
 export { NaradError } from "./errors.js";
 export {
   AuthError,
