@@ -96,6 +96,23 @@ export class IndexedDbTokenStore implements TokenStore {
   }
 }
 
+/**
+ * What the executor needs of a WebSocket: the global one (browsers, Node
+ * 22, Node 20 with `--experimental-websocket`) and the `ws` package's both
+ * fit, with no cast.
+ */
+export interface WebSocketLike {
+  readonly readyState: number;
+  onmessage: ((event: never) => void) | null;
+  onclose: ((event: never) => void) | null;
+  onerror: ((event: never) => void) | null;
+  send(data: string): void;
+  close(code?: number): void;
+}
+
+/** A WebSocket constructor: `new WebSocket(url, protocols)`. */
+export type WebSocketConstructor = new (url: string, protocols: string[]) => WebSocketLike;
+
 /** How an executor runs. */
 export interface ExecutorOptions {
   /** The clientExecutorId it attaches as (runs started with it are its). */
@@ -104,8 +121,12 @@ export interface ExecutorOptions {
   tools: Record<string, Tool>;
   /** Where accepted tokens are kept (default: in memory). */
   store?: TokenStore;
-  /** The WebSocket constructor (default: the global one). */
-  WebSocket?: typeof WebSocket;
+  /**
+   * The WebSocket constructor (default: the global one). Node 20 has no
+   * global one without `--experimental-websocket`: pass the `ws` package's
+   * (`import { WebSocket } from "ws"`).
+   */
+  WebSocket?: WebSocketConstructor;
   /** The longest wait between reattachments, in ms (default 10,000). */
   maxBackoffMs?: number;
   /** Called with the new lease each time the executor is attached. */
@@ -128,9 +149,9 @@ type Execute = Schemas["control.client.tool.execute"];
  */
 export class Executor {
   private readonly store: TokenStore;
-  private readonly WS: typeof WebSocket;
+  private readonly WS: WebSocketConstructor;
   private stopped = false;
-  private socket: WebSocket | undefined;
+  private socket: WebSocketLike | undefined;
   private readonly sending = new Set<string>();
   /** Calls run by this instance, for tests and status displays. */
   readonly ran: string[] = [];
@@ -140,12 +161,13 @@ export class Executor {
     private readonly options: ExecutorOptions,
   ) {
     this.store = options.store ?? new MemoryTokenStore();
-    const ws = options.WebSocket ?? globalThis.WebSocket;
+    const ws = options.WebSocket ?? (globalThis as { WebSocket?: WebSocketConstructor }).WebSocket;
     if (!ws) {
       throw new Error(
         "this runtime has no global WebSocket (Node 20 has one only with --experimental-websocket; " +
           "Node 22 and browsers have one): pass ExecutorOptions.WebSocket, e.g. the `ws` package's " +
-          "WebSocket, or run node with --experimental-websocket",
+          "(npm install ws; import { WebSocket } from \"ws\"; new Executor(client, { WebSocket, ... })), " +
+          "or run node with --experimental-websocket",
       );
     }
     this.WS = ws;
@@ -198,7 +220,7 @@ export class Executor {
       let heartbeat: ReturnType<typeof setInterval> | undefined;
       const socket = new this.WS(url, ["narad", `narad.bearer.${token}`]);
       this.socket = socket;
-      socket.onmessage = (message) => {
+      socket.onmessage = (message: { data: unknown }) => {
         const control = JSON.parse(String(message.data)) as { type: string };
         if (control.type === "client.attached") {
           const a = control as Schemas["control.client.attached"];

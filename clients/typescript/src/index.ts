@@ -29,6 +29,7 @@ export { follow, decode } from "./follow.js";
 export type { FollowOptions, Frame } from "./follow.js";
 export { Executor, IndexedDbTokenStore, MemoryTokenStore } from "./executor.js";
 export type { ExecutorOptions, TokenEntry, TokenStore, Tool, ToolContext, ToolResult } from "./executor.js";
+export type { WebSocketConstructor, WebSocketLike } from "./executor.js";
 export { Runtime } from "./runtime.js";
 export type { Claim, LeaseStanding, RunContext, RunHandler, RuntimeOptions } from "./runtime.js";
 export { parseSse } from "./sse.js";
