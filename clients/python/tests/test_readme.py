@@ -216,6 +216,20 @@ def test_every_python_block_of_the_package_readme_is_run() -> None:
     assert len(found) == len(set(found)), found
 
 
+def test_the_package_readme_agent_is_at_most_25_lines_of_code() -> None:
+    """The agent the issue's first paragraph asks for (a streamed answer, a
+    backend tool, an approval, a client tool, finish), whole, in 25 lines of
+    code at most: blank lines and comments do not count."""
+    code = [
+        line
+        for line in block("agent-python", PACKAGE_README).splitlines()
+        if line.strip() and not line.strip().startswith("#")
+    ]
+    assert len(code) <= 25, "\n".join(code)
+    for step in ("ctx.say(", "ctx.approve(", "ctx.client_tool(", "ctx.finish("):
+        assert any(step in line for line in code), step
+
+
 def run_to_end(
     marker: str, work: Path, server: NaradServer, env: dict[str, str], wait: float = WAIT
 ) -> list[str]:
