@@ -61,8 +61,8 @@ impl Journal {
         in_tenant(client, tenant, async |c| {
             // A new key, an expired one, or one whose holder died with the
             // same request in hand, is claimed in one statement.
-            let claimed = c
-                .query_opt(
+            let claim = c
+                .prepare_cached(
                     "insert into idempotency_keys \
                        (tenant_id, key, fingerprint, held_until, expires_at) \
                      values ($1, $2, $3, now() + $4 * interval '1 second', \
@@ -76,20 +76,25 @@ impl Journal {
                               and idempotency_keys.held_until < now() \
                               and idempotency_keys.fingerprint = excluded.fingerprint) \
                      returning 1",
+                )
+                .await?;
+            let claimed = c
+                .query_opt(
+                    &claim,
                     &[&tenant.as_str(), &key, &fingerprint, &hold, &keep],
                 )
                 .await?;
             if claimed.is_some() {
                 return Ok(KeyClaim::Claimed);
             }
-            let row = c
-                .query_one(
+            let kept = c
+                .prepare_cached(
                     "select fingerprint, status, answer, content_type, \
                        greatest(extract(epoch from held_until - now()), 0)::float8 \
                      from idempotency_keys where tenant_id = $1 and key = $2",
-                    &[&tenant.as_str(), &key],
                 )
                 .await?;
+            let row = c.query_one(&kept, &[&tenant.as_str(), &key]).await?;
             if row.get::<_, Vec<u8>>(0) != fingerprint {
                 return Ok(KeyClaim::Reused);
             }
@@ -138,10 +143,15 @@ impl Journal {
     ) -> Result<(), JournalError> {
         let client = self.pool.get().await?;
         in_tenant(client, tenant, async |c| {
+            let complete = c
+                .prepare_cached(
+                    "update idempotency_keys \
+                     set status = $3, answer = $4, content_type = $5, session_id = $6 \
+                     where tenant_id = $1 and key = $2 and status is null",
+                )
+                .await?;
             c.execute(
-                "update idempotency_keys \
-                 set status = $3, answer = $4, content_type = $5, session_id = $6 \
-                 where tenant_id = $1 and key = $2 and status is null",
+                &complete,
                 &[
                     &tenant.as_str(),
                     &key,

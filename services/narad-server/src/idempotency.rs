@@ -236,6 +236,7 @@ pub async fn layer(State(keyed): State<Keyed>, request: Request, next: Next) -> 
         Ok(principal) => principal,
         Err(refused) => return refused.into_response(),
     };
+    parts.extensions.insert(principal.clone());
     let (held, body) = match operation.covers {
         Covers::Body => match to_bytes(body, keyed.max_body).await {
             Ok(bytes) => (Some(bytes.clone()), Body::from(bytes)),
