@@ -1,6 +1,7 @@
 // What the retry tests share: a recording HTTP proxy that can lose
 // answers, and a `narad serve` of the test's own that can be killed and
-// started again on the same port and database.
+// started again on the same port and database, with replicas on that
+// database.
 import { execFileSync, spawn, type ChildProcess } from "node:child_process";
 import { existsSync, mkdtempSync, openSync, readFileSync, rmSync } from "node:fs";
 import { createServer, type IncomingMessage, type Server } from "node:http";
@@ -9,12 +10,33 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 
-/** A request a proxy saw. */
+/** A request a proxy saw, and what became of its answer. */
 export interface Seen {
   method: string;
   path: string;
   key: string | undefined;
+  /** The request's body, as text. */
+  body: string;
+  /** The URL of the proxy that saw it. */
+  proxy: string;
+  /** Its place among the requests every proxy of this process saw (to order requests seen by several). */
+  order: number;
+  /**
+   * What the proxy did: `answered` (the server's answer forwarded),
+   * `dropped` (the server answered, the connection was closed instead),
+   * `reset` (closed without forwarding), `failed` (the server could not
+   * be reached); undefined while it is under way.
+   */
+  outcome?: "answered" | "dropped" | "reset" | "failed";
+  /** The server's status, when it answered. */
+  status?: number;
+  /** Whether the server's answer said `Idempotent-Replayed: true`. */
+  replayed?: boolean;
+  /** The server's answer body, as text. */
+  answer?: string;
 }
+
+let seenInAll = 0;
 
 /**
  * What a proxy does with a request: forward it and its answer (`pass`),
@@ -47,10 +69,18 @@ export async function startProxy(
     void (async () => {
       const body = await read(req);
       const key = req.headers["idempotency-key"];
-      const one: Seen = { method: req.method ?? "GET", path: req.url ?? "/", key: typeof key === "string" ? key : undefined };
+      const one: Seen = {
+        method: req.method ?? "GET",
+        path: req.url ?? "/",
+        key: typeof key === "string" ? key : undefined,
+        body: body.toString("utf8"),
+        proxy: url,
+        order: ++seenInAll,
+      };
       seen.push(one);
       const mode = decide(one, seen.length);
       if (mode === "reset") {
+        one.outcome = "reset";
         req.socket.destroy();
         return;
       }
@@ -62,13 +92,24 @@ export async function startProxy(
       }
       const init: RequestInit = { method: one.method, headers };
       if (body.length > 0) init.body = new Uint8Array(body);
-      const answer = await fetch(upstream + one.path, init);
+      let answer: Response;
+      try {
+        answer = await fetch(upstream + one.path, init);
+      } catch (e) {
+        one.outcome = "failed";
+        throw e;
+      }
       const bytes = new Uint8Array(await answer.arrayBuffer());
+      one.status = answer.status;
+      one.replayed = answer.headers.get("idempotent-replayed") === "true";
+      one.answer = new TextDecoder().decode(bytes);
       await answered?.(one, answer.status, mode);
       if (mode === "drop-answer") {
+        one.outcome = "dropped";
         req.socket.destroy();
         return;
       }
+      one.outcome = "answered";
       const out: Record<string, string> = {};
       answer.headers.forEach((value, name) => {
         if (!["content-length", "connection", "keep-alive", "transfer-encoding", "content-encoding"].includes(name)) out[name] = value;
@@ -79,8 +120,9 @@ export async function startProxy(
   });
   await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
   const { port } = server.address() as AddressInfo;
+  const url = `http://127.0.0.1:${port}`;
   return {
-    url: `http://127.0.0.1:${port}`,
+    url,
     seen,
     close: () =>
       new Promise<void>((resolve) => {
@@ -118,7 +160,10 @@ export class OwnServer {
 
   private constructor(
     private readonly binary: string,
-    private readonly database: string,
+    /** Its database (on NARAD_TEST_DATABASE_URL's server). */
+    readonly database: string,
+    /** Whether its database is its own, dropped when it stops (not a replica's). */
+    private readonly ownsDatabase = true,
   ) {
     this.work = mkdtempSync(join(tmpdir(), "narad-ts-restart-"));
     this.env = {
@@ -141,6 +186,22 @@ export class OwnServer {
     const server = new OwnServer(binary, database);
     await server.serve("127.0.0.1:0");
     return server;
+  }
+
+  /**
+   * Another replica of this server: a `narad serve` of its own on the same
+   * database (its `stop()` leaves the database to this one).
+   */
+  async replica(): Promise<OwnServer> {
+    const replica = new OwnServer(this.binary, this.database, false);
+    await replica.serve("127.0.0.1:0");
+    return replica;
+  }
+
+  /** Runs `query` on its database (as the test Postgres's admin, whom row-level security does not bind); answers psql's unaligned output. */
+  sql(query: string): string {
+    const url = `${ADMIN_URL.slice(0, ADMIN_URL.lastIndexOf("/"))}/${this.database}`;
+    return execFileSync("psql", ["-X", "-q", "-A", "-t", "-v", "ON_ERROR_STOP=1", url, "-c", query], { encoding: "utf8" }).trim();
   }
 
   /** A token of tenant `org` with `roles`. */
@@ -171,10 +232,12 @@ export class OwnServer {
       p.kill("SIGTERM");
       await exited;
     }
-    try {
-      psql(`drop database if exists ${this.database} with (force)`);
-    } catch {
-      // Left for the machine's cleanup.
+    if (this.ownsDatabase) {
+      try {
+        psql(`drop database if exists ${this.database} with (force)`);
+      } catch {
+        // Left for the machine's cleanup.
+      }
     }
     rmSync(this.work, { recursive: true, force: true });
   }
@@ -207,22 +270,6 @@ export class OwnServer {
 
 function psql(sql: string): void {
   execFileSync("psql", ["-X", "-q", "-v", "ON_ERROR_STOP=1", ADMIN_URL, "-c", sql], { stdio: ["ignore", "ignore", "pipe"] });
-}
-
-/** Whether `url` answers a repeated Idempotency-Key with its first answer (the server side of keys). */
-export async function serverReplays(url: string, token: string): Promise<boolean> {
-  const key = `probe-${crypto.randomUUID()}`;
-  const send = () =>
-    fetch(`${url}/v1/sessions`, {
-      method: "POST",
-      headers: { Authorization: `Bearer ${token}`, "Content-Type": "application/json", "Idempotency-Key": key },
-      body: JSON.stringify({ title: "idempotency probe" }),
-    });
-  const first = await send();
-  const again = await send();
-  const a = (await first.json()) as { sessionId: string };
-  const b = (await again.json()) as { sessionId: string };
-  return again.headers.get("idempotent-replayed") === "true" && a.sessionId === b.sessionId;
 }
 
 /** A URL where nothing listens (a port just given up by the kernel): its connections are refused. */
