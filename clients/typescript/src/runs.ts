@@ -9,6 +9,7 @@ import type { CallOptions, NaradClient } from "./client.js";
 import { newKey } from "./keys.js";
 import { GoneError, NotFoundError, NaradError } from "./errors.js";
 import { follow, type Frame } from "./follow.js";
+import { uuidV5 } from "./ids.js";
 import { SessionReducer, type ReducedState, type TranscriptItem } from "./reducer.js";
 import type { AuthorityEvent, CommandAnswer, CommandBody } from "./types.js";
 import { Violation } from "./wire.js";
@@ -31,13 +32,20 @@ export interface RunRequest {
    * (`record-user-message`, session scope): text, or any JSON content.
    */
   message?: unknown;
-  /** The message's id (default: made here, `msg-` and a UUID). */
+  /**
+   * The message's id (default: made here, `msg-` and a UUID; derived from
+   * {@link idempotencyKey} when there is one).
+   */
   messageId?: string;
   /** Attachments the message carries (added to the session before). */
   attachmentIds?: string[];
   /** The run's input (`run.started`'s `input`). */
   input?: unknown;
-  /** The run's id (default: made here, `run-` and a UUID, so that it is known before the run starts). */
+  /**
+   * The run's id (default: made here, `run-` and a UUID, so that it is
+   * known before the run starts; derived from {@link idempotencyKey} when
+   * there is one).
+   */
   runId?: string;
   /**
    * The agent runtimes' queue that takes the run (`runtime.queue` of
@@ -62,9 +70,13 @@ export interface RunRequest {
   workflowId?: string;
   /**
    * The base of both commands' `Idempotency-Key`s (`{key}:message`,
-   * `{key}:run`; at most 247 characters): give the same one to start the
-   * same run again after a crash, and neither is done twice. Default: a
-   * new key per command.
+   * `{key}:run`; 1 to 247 printable ASCII characters): give the same one to
+   * start the same run again after a crash, and neither is done twice. The
+   * ids not given (`messageId`, `runId`) are then derived from it — UUIDv5s
+   * of `{key}:message` and `{key}:run`, as the Python SDK derives them — so
+   * that the same call made again is the same request, answered by the
+   * server's replay. Default: a new key per command, and new ids per call
+   * (kept across that call's retries).
    */
   idempotencyKey?: string;
 }
@@ -108,6 +120,42 @@ export interface RunResult {
 const TERMINAL: ReadonlySet<string> = new Set(["run.finished", "run.error", "run.cancelled"]);
 
 /**
+ * The UUID namespace of the ids a keyed start derives from its key: the
+ * Python SDK's (`narad.runs._IDS`), so that both SDKs make the same ids of
+ * the same key.
+ */
+const KEYED_IDS = "9b0d3a52-6c1f-4d0e-8a43-72756e732d31";
+/** The longest base key: `{key}:message` stays within an `Idempotency-Key`'s 255 characters. */
+const MAX_BASE_KEY = 247;
+
+/** The ids a start uses: the caller's, else derived from its key, else new ones. */
+interface StartIds {
+  runId: string;
+  messageId: string;
+}
+
+/**
+ * An id a start makes: for a keyed call, `{prefix}-` and the UUIDv5 of
+ * `{key}:{part}` in {@link KEYED_IDS}; otherwise `{prefix}-` and a random
+ * UUID.
+ */
+function madeId(prefix: "run" | "msg", key: string | undefined, part: "run" | "message"): string {
+  return `${prefix}-${key === undefined ? newKey() : uuidV5(KEYED_IDS, `${key}:${part}`)}`;
+}
+
+/** The ids of one call: made once, so that every retry of its commands sends them alike. */
+function startIds(request: RunRequest): StartIds {
+  const key = request.idempotencyKey;
+  if (key !== undefined && (key.length < 1 || key.length > MAX_BASE_KEY)) {
+    throw new TypeError(`a runs idempotencyKey is 1 to ${MAX_BASE_KEY} characters: ${JSON.stringify(key)}`);
+  }
+  return {
+    runId: request.runId ?? madeId("run", key, "run"),
+    messageId: request.messageId ?? madeId("msg", key, "message"),
+  };
+}
+
+/**
  * One run's frames, from its start to its terminal event: an async
  * iterable (read it once). `runId` is known before the first frame;
  * `terminal` holds the terminal event once the stream reached it;
@@ -149,15 +197,17 @@ export class Runs {
    * its terminal event (`run.finished`, `run.error`, `run.cancelled`),
    * which is the last frame. Nothing is sent until the stream is read.
    * Both commands are keyed (see {@link RunRequest.idempotencyKey}) and the
-   * run's id is made here, so a retried start is never a second run. The
+   * run's and the message's ids are made here, so a retried start is never
+   * a second run; with the caller's key they derive from it, so the same
+   * call made again (after a crash) is answered by the server's replay. The
    * stream resumes across cut connections and servers; it ends early, with
    * no terminal, when `signal` aborts.
    */
   stream(request: RunRequest, options: RunReadOptions = {}): RunStream {
-    const runId = request.runId ?? `run-${newKey()}`;
-    return new RunStream(request.sessionId, runId, (stream) =>
+    const ids = startIds(request);
+    return new RunStream(request.sessionId, ids.runId, (stream) =>
       this.frames(stream, async () => {
-        const { after, answer } = await this.start(request, runId, options.signal);
+        const { after, answer } = await this.start(request, ids, options.signal);
         stream.started = answer;
         return after;
       }, options),
@@ -171,9 +221,9 @@ export class Runs {
    * (the reducer needs all of it).
    */
   async wait(request: RunRequest, options: RunReadOptions = {}): Promise<RunResult> {
-    const runId = request.runId ?? `run-${newKey()}`;
-    await this.start(request, runId, options.signal);
-    return this.result(request.sessionId, runId, options);
+    const ids = startIds(request);
+    await this.start(request, ids, options.signal);
+    return this.result(request.sessionId, ids.runId, options);
   }
 
   /**
@@ -204,7 +254,7 @@ export class Runs {
    */
   private async start(
     request: RunRequest,
-    runId: string,
+    { runId, messageId }: StartIds,
     signal: AbortSignal | undefined,
   ): Promise<{ after: number; answer: RunStartAnswer }> {
     const { sessionId } = request;
@@ -220,7 +270,7 @@ export class Runs {
         sessionId,
         messageScope: "session",
         content: request.message,
-        messageId: request.messageId ?? `msg-${newKey()}`,
+        messageId,
       };
       if (request.attachmentIds !== undefined) body.attachmentIds = request.attachmentIds;
       const said = await this.client.command("record-user-message", body, keyOf("message"));

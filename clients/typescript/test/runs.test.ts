@@ -6,6 +6,7 @@ import { test } from "node:test";
 
 import { ConflictError, NaradClient, NotFoundError } from "../src/index.js";
 import type { AuthorityEvent, ProposedEvent, RunFrame, TranscriptMessage } from "../src/index.js";
+import { uuidV5 } from "../src/ids.js";
 import { until } from "./support.js";
 
 const url = process.env["NARAD_URL"];
@@ -223,4 +224,54 @@ test("runs.stream throws the start's refusal: a busy session without enqueue", {
   await narad.appendEvents(sessionId, [q(queued.runId, "run.finished")]);
   const frames = await reading;
   assert.deepEqual(frames.map((f) => f.event.type), ["run.started", "run.finished"]);
+});
+
+test("runs.wait made again with the same idempotencyKey is the same request: one message, one run, the same result", { timeout: 60_000 }, async () => {
+  // The ids derive from the key as the Python SDK derives them (narad.runs._made_id).
+  const vector = narad.runs.stream({ sessionId: "unread", message: "hi", idempotencyKey: "order-42" });
+  assert.equal(vector.runId, "run-d2a7f93f-0e36-5e76-a27c-fa45ae9f0087");
+  assert.throws(() => narad.runs.stream({ sessionId: "unread", idempotencyKey: "k".repeat(248) }), TypeError);
+  // Without a key, each call makes ids of its own.
+  assert.notEqual(narad.runs.stream({ sessionId: "unread" }).runId, narad.runs.stream({ sessionId: "unread" }).runId);
+
+  const { sessionId } = await narad.createSession({ title: "runs.wait keyed" });
+  const key = `order-${crypto.randomUUID()}`;
+  const ns = "9b0d3a52-6c1f-4d0e-8a43-72756e732d31";
+  const runId = `run-${uuidV5(ns, `${key}:run`)}`;
+  const messageId = `msg-${uuidV5(ns, `${key}:message`)}`;
+  // Sent with its own keys, recorded: `{key}:message`, `{key}:run`.
+  const keys: string[] = [];
+  const recording: typeof fetch = (input, init) => {
+    const k = new Headers(init?.headers).get("idempotency-key");
+    if (k !== null) keys.push(k);
+    return fetch(input, init);
+  };
+  const client = new NaradClient({ servers: url, token, fetch: recording });
+  const request = { sessionId, message: "Tidy up", input: { job: "tidy" }, idempotencyKey: key };
+  const waiting = client.runs.wait(request);
+  await started(sessionId, runId);
+  const e = events(sessionId, runId);
+  await narad.appendEvents(sessionId, [...answer(e, runId, ["Tidied ", "up."]), e(runId, "run.finished")]);
+  const first = await waiting;
+  assert.equal(first.runId, runId);
+  // The same call after, say, a crash of the caller: both commands are the server's replays.
+  const again = await client.runs.wait(request);
+  assert.deepEqual(keys, [`${key}:message`, `${key}:run`, `${key}:message`, `${key}:run`]);
+  assert.equal(again.runId, runId);
+  assert.equal(again.status, "finished");
+  assert.deepEqual(again.events.map((x) => x.eventId), first.events.map((x) => x.eventId));
+  assert.deepEqual(again.transcript, first.transcript);
+  const journal: AuthorityEvent[] = [];
+  for await (const event of narad.allHistory(sessionId)) journal.push(event);
+  const said = journal.filter((x) => x.type === "message.user.recorded");
+  assert.equal(said.length, 1, "one message");
+  assert.equal((said[0] as { messageId?: string }).messageId, messageId);
+  assert.deepEqual(journal.filter((x) => x.type === "run.started").map((x) => x.runId), [runId], "one run");
+  // And as a stream: the same run's frames again, its start the first answer.
+  const stream = client.runs.stream(request);
+  const frames = await collect(stream);
+  assert.equal(stream.runId, runId);
+  assert.equal(stream.started?.runId, runId);
+  assert.deepEqual(frames.map((f) => f.event.eventId), first.events.map((x) => x.eventId));
+  assert.equal(journal.length, (await narad.history(sessionId)).events.length, "nothing more written");
 });
