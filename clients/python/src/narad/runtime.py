@@ -70,7 +70,16 @@ import contextlib
 import inspect
 import logging
 import uuid
-from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
+from collections.abc import (
+    AsyncIterable,
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Collection,
+    Iterable,
+    Mapping,
+    Sequence,
+)
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from types import TracebackType
@@ -821,12 +830,28 @@ class RunContext:
         self._current = message
         return message
 
-    async def say(self, text: str) -> None:
-        """Says ``text`` in the current assistant message, opening one if needed.
+    async def say(self, text: str | Iterable[str] | AsyncIterable[str]) -> None:
+        """Says ``text`` in the current assistant message, opening one if needed:
+        a string, or the pieces of an (async) iterable as they come (a model's
+        stream of tokens).
 
         Deltas are coalesced (see :class:`Message`). Raises :class:`RunStopped`
         once the run is asked to stop, so that a long answer ends there.
         """
+        if isinstance(text, str):
+            pieces: AsyncIterable[str] | None = None
+        elif isinstance(text, AsyncIterable):
+            pieces = text
+        else:
+            pieces = _aiter_of(text)
+        if isinstance(text, str):
+            await self._say_piece(text)
+            return
+        assert pieces is not None
+        async for piece in pieces:
+            await self._say_piece(piece)
+
+    async def _say_piece(self, text: str) -> None:
         message = self._current
         if message is None or message.completed:
             self._check_running()
@@ -1542,3 +1567,9 @@ class Runtime:
         if left <= 0:
             return 0.1
         return max(0.1, min(self.heartbeat_interval, left / 3))
+
+
+async def _aiter_of(pieces: Iterable[str]) -> AsyncIterator[str]:
+    """The pieces of a plain iterable, as an async iterator."""
+    for piece in pieces:
+        yield piece
