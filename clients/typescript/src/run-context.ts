@@ -33,7 +33,6 @@ import { LeaseLost, LEASE_NOT_CURRENT, RunStopped, RUNTIME_LOST, STOPPED, STOPPE
 import { Mutex, openStreams, TextStream } from "./text-stream.js";
 import type { StreamBatch, StreamHost } from "./text-stream.js";
 import type { Appended, AuthorityEvent, ProposedEvent, Schemas } from "./types.js";
-import { sleep } from "./wait.js";
 
 /** A run handed to a runtime by a claim. */
 export type Claim = Schemas["Claim"];
@@ -116,8 +115,6 @@ export interface RunContextOptions {
   pollIntervalMs?: number;
 }
 
-/** How long appends and journal reads are tried again through a server that does not answer, in ms. */
-const RETRY_BUDGET_MS = 30_000;
 const HISTORY_PAGE = 1000;
 const CLOSE_TRIES = 5;
 /** With the session's stream followed, the journal is read anyway after this long without a change. */
@@ -153,6 +150,8 @@ export class RunContext {
   readonly signal: AbortSignal;
 
   private readonly controller = new AbortController();
+  /** Aborted when the lease is lost: an append still being tried again stops then. */
+  private readonly leaseGone = new AbortController();
   private readonly state: Journal;
   private readonly writing = new Mutex();
   private readonly host: StreamHost;
@@ -281,6 +280,7 @@ export class RunContext {
     }
     this.lostFlag = true;
     this.controller.abort("lost");
+    this.leaseGone.abort(new LeaseLost(this.runId));
     this.notify();
   }
 
@@ -352,12 +352,16 @@ export class RunContext {
   }
 
   /**
-   * Appends a batch atomically under the run's lease (tried again, the
-   * same batch, while the server does not answer: the eventIds make that
-   * safe). Throws `LeaseLost` when the lease is not current (and marks the
-   * context lost), `NaradError` with the rule when the journal refuses an
-   * event. An open message is not completed first: use the steps, or
-   * {@link finishMessage}, to keep the order you want.
+   * Appends a batch atomically under the run's lease. While the server
+   * does not answer (no connection, a lost answer, 502–504, a restart),
+   * the client sends the same batch again — to its other servers, then
+   * after a backoff, within its `retry.maxElapsedMs` (30 s by default; see
+   * `NaradClient.send`); the eventIds make that safe — and stops once the
+   * lease is lost. Throws `LeaseLost` when the lease is not current (and
+   * marks the context lost), `NaradError` with the rule when the journal
+   * refuses an event, `UnavailableError` when no server answered within
+   * the client's budget. An open message is not completed first: use the
+   * steps, or {@link finishMessage}, to keep the order you want.
    */
   append(events: ProposedEvent[]): Promise<Appended> {
     return this.writing.run(() => this.appendLocked(events));
@@ -375,17 +379,27 @@ export class RunContext {
     if (events.length === 0) {
       return { duplicate: false, events: [] };
     }
-    const appended = await this.patiently(async () => {
-      try {
-        return await this.client.appendEvents(this.sessionId, events, { lease: this.leaseId });
-      } catch (e) {
-        if (e instanceof NaradError && e.status === 409 && e.code === LEASE_NOT_CURRENT) {
-          this._leaseRefused();
-          throw new LeaseLost(this.runId, e);
-        }
-        throw e;
+    let appended: Appended;
+    try {
+      // The client's retry policy is the only one: an append is safe to
+      // send again, so NaradClient.send tries it through restarts and
+      // failover, within the client's budget. This is appendEvents with a
+      // signal, which stops those tries once the lease is lost.
+      appended = await this.client.request<Appended>("POST", `/v1/sessions/${encodeURIComponent(this.sessionId)}/events`, {
+        body: { events },
+        headers: { "Narad-Runtime-Lease": this.leaseId },
+        signal: this.leaseGone.signal,
+      });
+    } catch (e) {
+      if (e instanceof NaradError && e.status === 409 && e.code === LEASE_NOT_CURRENT) {
+        this._leaseRefused();
+        throw new LeaseLost(this.runId, e);
       }
-    });
+      if (this.leaseGone.signal.aborted && !(e instanceof LeaseLost)) {
+        throw new LeaseLost(this.runId);
+      }
+      throw e;
+    }
     const byId = new Map<string, ProposedEvent>(events.map((e) => [e.eventId, e]));
     for (const got of appended.events) {
       const proposed = byId.get(got.eventId);
@@ -408,28 +422,6 @@ export class RunContext {
       }
     }
     return appended;
-  }
-
-  /**
-   * Runs `request`, and again while the server does not answer (no answer,
-   * 502–504, 503 of a database away), with backoff, within the retry
-   * budget, unless the lease is lost meanwhile.
-   */
-  private async patiently<T>(request: () => Promise<T>): Promise<T> {
-    const deadline = Date.now() + RETRY_BUDGET_MS;
-    for (let attempt = 0; ; attempt++) {
-      try {
-        return await request();
-      } catch (e) {
-        const retry =
-          e instanceof NaradError && !(e instanceof LeaseLost) && e.retryable && e.status !== 429 && !this.lostFlag && Date.now() < deadline;
-        if (!retry) {
-          throw e;
-        }
-        const ceiling = Math.min(2000, 100 * 2 ** Math.min(attempt, 10));
-        await sleep(Math.max(e.retryAfterMs ?? 0, ceiling / 2 + Math.random() * (ceiling / 2)));
-      }
-    }
   }
 
   // --- steps ----------------------------------------------------------------
@@ -725,8 +717,9 @@ export class RunContext {
   }
 
   private async readRevision(family: "state" | "ui", scope: string): Promise<number> {
-    const documents = await this.patiently(() =>
-      this.client.request<Schemas["SessionDocuments"]>("GET", `/v1/sessions/${encodeURIComponent(this.sessionId)}/documents`),
+    const documents = await this.client.request<Schemas["SessionDocuments"]>(
+      "GET",
+      `/v1/sessions/${encodeURIComponent(this.sessionId)}/documents`,
     );
     return documents[family].find((d) => d.scope === scope)?.revision ?? 0;
   }

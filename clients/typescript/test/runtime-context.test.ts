@@ -1,6 +1,7 @@
 // The run context's steps (say, think, tool, clientTool, approve, progress,
 // state, finish, fail, cancel), the runtime's handling of errors and stops,
-// takeover after kill -9, and appends through a restart of the only server,
+// takeover after kill -9, appends through a restart of the only server and
+// within the client's one retry budget,
 // against narad servers of their own: started here (NARAD_BIN, else this
 // checkout's target/debug/narad) on fresh databases of the test Postgres
 // (NARAD_TEST_DATABASE_URL, else postgres://postgres@127.0.0.1:5432/postgres,
@@ -15,8 +16,9 @@ import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { after, before, test } from "node:test";
 
-import { Executor, MemoryTokenStore, NaradClient, RunStopped, Runtime, ToolFailed, ident, runEvent } from "../src/index.js";
-import type { Approval, AuthorityEvent, RunContext, RunHandler, RuntimeOptions } from "../src/index.js";
+import { Executor, LeaseLost, MemoryTokenStore, NaradClient, RunStopped, Runtime, ToolFailed, UnavailableError, ident, runEvent } from "../src/index.js";
+import type { Approval, AuthorityEvent, Claim, RunHandler, RuntimeOptions } from "../src/index.js";
+import { RunContext } from "../src/run-context.js";
 import { until } from "./support.js";
 
 // --- a server of our own ----------------------------------------------------
@@ -759,4 +761,65 @@ test("appends through the context survive a restart of the only server: the answ
   } finally {
     await own.stop();
   }
+});
+
+// --- one retry budget: the client's -------------------------------------------
+
+/** A claim made by hand, for a context that claims nothing from a server. */
+function handMadeClaim(runId: string): Claim {
+  return {
+    runId,
+    sessionId: "s-by-hand",
+    cursor: 0,
+    attempt: 1,
+    reason: "started",
+    stopRequested: false,
+    maxAttempts: 1,
+    onLost: "fail",
+    queue: "by-hand",
+    lease: { leaseId: "lease-by-hand", expiresAt: new Date(Date.now() + 60_000).toISOString() },
+  };
+}
+
+/** A fetch whose every connection is refused (nothing answers), counting its calls. */
+function refusing(): { fetch: typeof fetch; calls: () => number } {
+  let calls = 0;
+  const fake = (async () => {
+    calls += 1;
+    throw new TypeError("fetch failed", { cause: Object.assign(new Error("connect ECONNREFUSED 127.0.0.1:1"), { code: "ECONNREFUSED" }) });
+  }) as typeof fetch;
+  return { fetch: fake, calls: () => calls };
+}
+
+test("an append through servers that do not answer is tried again by the client alone, within the client's budget", { timeout: 10_000 }, async () => {
+  const down = refusing();
+  const client = new NaradClient({
+    servers: "http://narad.test",
+    token: "t",
+    fetch: down.fetch,
+    retry: { maxElapsedMs: 500, initialBackoffMs: 20, maxBackoffMs: 100 },
+  });
+  const ctx = new RunContext(client, handMadeClaim("r-budget"));
+  const started = Date.now();
+  await assert.rejects(ctx.append([ctx.event("run.finished", {})]), (e: unknown) => e instanceof UnavailableError && e.status === 0);
+  const took = Date.now() - started;
+  // The client's 0.5 s, not a budget of the context's on top of it.
+  assert.ok(took >= 450 && took < 1500, `gave up after ${took} ms`);
+  assert.ok(down.calls() >= 3, `tried ${down.calls()} times`);
+  assert.equal(ctx.ended, false);
+});
+
+test("an append being tried again stops once the lease is lost", { timeout: 10_000 }, async () => {
+  const down = refusing();
+  // The client's default budget: 30 s.
+  const client = new NaradClient({ servers: "http://narad.test", token: "t", fetch: down.fetch, retry: { initialBackoffMs: 20, maxBackoffMs: 100 } });
+  const ctx = new RunContext(client, handMadeClaim("r-lost"));
+  setTimeout(() => ctx._leaseRefused(), 300);
+  const started = Date.now();
+  await assert.rejects(ctx.append([ctx.event("run.finished", {})]), (e: unknown) => e instanceof LeaseLost);
+  assert.ok(Date.now() - started < 1500, `stopped after ${Date.now() - started} ms`);
+  assert.equal(ctx.lost(), true);
+  const tries = down.calls();
+  await new Promise((r) => setTimeout(r, 300));
+  assert.equal(down.calls(), tries, "nothing sent after");
 });
