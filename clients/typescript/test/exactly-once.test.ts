@@ -85,7 +85,7 @@ async function auditedOnce(direct: NaradClient, sessionId: string, action: strin
   assert.deepEqual(await audited(direct, sessionId, action), { acted: 1, replayed: 1 }, `the audit log's ${action}`);
 }
 
-/** A session of exactly one session: the one the call made. */
+/** The tenant holds one session, the one the call made, audited once as made and once as replayed. */
 async function oneSession({ direct, answer }: Done): Promise<void> {
   const { sessions } = await direct.listSessions();
   const made = (answer as { sessionId: string }).sessionId;
@@ -255,6 +255,7 @@ const CASES: Record<string, Case> = {
       const blobs = server.sql(`select blob_id from blobs where tenant_id = '${org}' and session_id = '${sessionId}'`);
       assert.deepEqual(blobs.split("\n"), [(answer as { blobId: string }).blobId], "one blob");
       assert.equal(await count(direct, sessionId, "attachment.added"), 1, "added once");
+      await auditedOnce(direct, sessionId, "upload-blob");
     },
   },
   streamTicket: {
