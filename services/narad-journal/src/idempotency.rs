@@ -13,7 +13,7 @@
 
 use std::time::Duration;
 
-use crate::{Journal, JournalError, TenantId, in_tenant};
+use crate::{Journal, JournalError, TenantId, in_tenant_at_once};
 
 /// What a request with a key may do.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -56,60 +56,70 @@ impl Journal {
         hold: Duration,
         keep: Duration,
     ) -> Result<KeyClaim, JournalError> {
-        let client = self.pool.get().await?;
         let (hold, keep) = (hold.as_secs_f64(), keep.as_secs_f64());
-        in_tenant(client, tenant, async |c| {
-            // A new key, an expired one, or one whose holder died with the
-            // same request in hand, is claimed in one statement.
-            let claim = c
-                .prepare_cached(
-                    "insert into idempotency_keys \
-                       (tenant_id, key, fingerprint, held_until, expires_at) \
-                     values ($1, $2, $3, now() + $4 * interval '1 second', \
-                             now() + $5 * interval '1 second') \
-                     on conflict (tenant_id, key) do update \
-                       set fingerprint = excluded.fingerprint, held_until = excluded.held_until, \
-                           expires_at = excluded.expires_at, status = null, answer = null, \
-                           content_type = null, session_id = null, created_at = now() \
-                       where idempotency_keys.expires_at < now() \
-                          or (idempotency_keys.status is null \
-                              and idempotency_keys.held_until < now() \
-                              and idempotency_keys.fingerprint = excluded.fingerprint) \
-                     returning 1",
-                )
-                .await?;
-            let claimed = c
-                .query_opt(
-                    &claim,
-                    &[&tenant.as_str(), &key, &fingerprint, &hold, &keep],
-                )
-                .await?;
-            if claimed.is_some() {
-                return Ok(KeyClaim::Claimed);
-            }
-            let kept = c
-                .prepare_cached(
-                    "select fingerprint, status, answer, content_type, \
-                       greatest(extract(epoch from held_until - now()), 0)::float8 \
-                     from idempotency_keys where tenant_id = $1 and key = $2",
-                )
-                .await?;
-            let row = c.query_one(&kept, &[&tenant.as_str(), &key]).await?;
-            if row.get::<_, Vec<u8>>(0) != fingerprint {
-                return Ok(KeyClaim::Reused);
-            }
-            Ok(match row.get::<_, Option<i16>>(1) {
-                None => KeyClaim::InFlight {
-                    held_for: Duration::from_secs_f64(row.get::<_, f64>(4)),
-                },
-                Some(status) => KeyClaim::Answered(KeptAnswer {
-                    status: u16::try_from(status).unwrap_or_default(),
-                    body: row.get::<_, Option<Vec<u8>>>(2).unwrap_or_default(),
-                    content_type: row.get(3),
-                }),
-            })
+        // A new key, an expired one, or one whose holder died with the
+        // same request in hand, is claimed in one statement and one round
+        // trip.
+        // Not waited onto disk: whatever the request then does commits
+        // durably after it, which flushes it too; a claim lost to a crash
+        // before that guarded nothing.
+        let claimed = in_tenant_at_once(
+            self.pool.get().await?,
+            tenant,
+            false,
+            "insert into idempotency_keys \
+               (tenant_id, key, fingerprint, held_until, expires_at) \
+             values ($1, $2, $3, now() + $4 * interval '1 second', \
+                     now() + $5 * interval '1 second') \
+             on conflict (tenant_id, key) do update \
+               set fingerprint = excluded.fingerprint, held_until = excluded.held_until, \
+                   expires_at = excluded.expires_at, status = null, answer = null, \
+                   content_type = null, session_id = null, created_at = now() \
+               where idempotency_keys.expires_at < now() \
+                  or (idempotency_keys.status is null \
+                      and idempotency_keys.held_until < now() \
+                      and idempotency_keys.fingerprint = excluded.fingerprint) \
+             returning 1",
+            &[&tenant.as_str(), &key, &fingerprint, &hold, &keep],
+        )
+        .await?;
+        if !claimed.is_empty() {
+            return Ok(KeyClaim::Claimed);
+        }
+        let rows = in_tenant_at_once(
+            self.pool.get().await?,
+            tenant,
+            false,
+            "select fingerprint, status, answer, content_type, \
+               greatest(extract(epoch from held_until - now()), 0)::float8 \
+             from idempotency_keys where tenant_id = $1 and key = $2",
+            &[&tenant.as_str(), &key],
+        )
+        .await?;
+        let Some(row) = rows.first() else {
+            // Let go between the two statements: claim it again.
+            return Box::pin(self.idempotency_begin(
+                tenant,
+                key,
+                fingerprint,
+                Duration::from_secs_f64(hold),
+                Duration::from_secs_f64(keep),
+            ))
+            .await;
+        };
+        if row.get::<_, Vec<u8>>(0) != fingerprint {
+            return Ok(KeyClaim::Reused);
+        }
+        Ok(match row.get::<_, Option<i16>>(1) {
+            None => KeyClaim::InFlight {
+                held_for: Duration::from_secs_f64(row.get::<_, f64>(4)),
+            },
+            Some(status) => KeyClaim::Answered(KeptAnswer {
+                status: u16::try_from(status).unwrap_or_default(),
+                body: row.get::<_, Option<Vec<u8>>>(2).unwrap_or_default(),
+                content_type: row.get(3),
+            }),
         })
-        .await
     }
 
     /// Pushes the deadline of a key in flight to `hold` from now.
@@ -120,16 +130,16 @@ impl Journal {
         hold: Duration,
     ) -> Result<(), JournalError> {
         let client = self.pool.get().await?;
-        in_tenant(client, tenant, async |c| {
-            c.execute(
-                "update idempotency_keys set held_until = now() + $3 * interval '1 second' \
-                 where tenant_id = $1 and key = $2 and status is null",
-                &[&tenant.as_str(), &key, &hold.as_secs_f64()],
-            )
-            .await?;
-            Ok(())
-        })
-        .await
+        in_tenant_at_once(
+            client,
+            tenant,
+            false,
+            "update idempotency_keys set held_until = now() + $3 * interval '1 second' \
+             where tenant_id = $1 and key = $2 and status is null",
+            &[&tenant.as_str(), &key, &hold.as_secs_f64()],
+        )
+        .await?;
+        Ok(())
     }
 
     /// Keeps `answer` as the answer to `key`, erased with `session` (when
@@ -142,29 +152,24 @@ impl Journal {
         session: Option<&str>,
     ) -> Result<(), JournalError> {
         let client = self.pool.get().await?;
-        in_tenant(client, tenant, async |c| {
-            let complete = c
-                .prepare_cached(
-                    "update idempotency_keys \
-                     set status = $3, answer = $4, content_type = $5, session_id = $6 \
-                     where tenant_id = $1 and key = $2 and status is null",
-                )
-                .await?;
-            c.execute(
-                &complete,
-                &[
-                    &tenant.as_str(),
-                    &key,
-                    &i16::try_from(answer.status).unwrap_or(i16::MAX),
-                    &answer.body,
-                    &answer.content_type,
-                    &session,
-                ],
-            )
-            .await?;
-            Ok(())
-        })
-        .await
+        in_tenant_at_once(
+            client,
+            tenant,
+            true,
+            "update idempotency_keys \
+             set status = $3, answer = $4, content_type = $5, session_id = $6 \
+             where tenant_id = $1 and key = $2 and status is null",
+            &[
+                &tenant.as_str(),
+                &key,
+                &i16::try_from(answer.status).unwrap_or(i16::MAX),
+                &answer.body,
+                &answer.content_type,
+                &session,
+            ],
+        )
+        .await?;
+        Ok(())
     }
 
     /// Lets a key in flight go: the next request with it runs.
@@ -174,16 +179,15 @@ impl Journal {
         key: &str,
     ) -> Result<(), JournalError> {
         let client = self.pool.get().await?;
-        in_tenant(client, tenant, async |c| {
-            c.execute(
-                "delete from idempotency_keys \
-                 where tenant_id = $1 and key = $2 and status is null",
-                &[&tenant.as_str(), &key],
-            )
-            .await?;
-            Ok(())
-        })
-        .await
+        in_tenant_at_once(
+            client,
+            tenant,
+            false,
+            "delete from idempotency_keys where tenant_id = $1 and key = $2 and status is null",
+            &[&tenant.as_str(), &key],
+        )
+        .await?;
+        Ok(())
     }
 
     /// Deletes up to `max` expired keys of every tenant; the number deleted.

@@ -381,6 +381,49 @@ where
     result
 }
 
+/// Runs one statement in a tenant-scoped transaction in one round trip:
+/// begin, the tenant's scope, the statement and commit are sent together
+/// (the statement prepared once per connection). A failing statement
+/// aborts the transaction and the commit then rolls it back; every answer
+/// is read before the connection goes back to the pool.
+///
+/// Unless `durable`, the commit does not wait for its WAL to reach disk
+/// (`synchronous_commit = off`): for writes that a crash may lose because
+/// anything that depends on them commits durably after them (which
+/// flushes the WAL written before it), or because losing them only costs
+/// a later retry.
+pub(crate) async fn in_tenant_at_once(
+    client: deadpool_postgres::Client,
+    tenant: &TenantId,
+    durable: bool,
+    sql: &str,
+    params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
+) -> Result<Vec<tokio_postgres::Row>, JournalError> {
+    let mut guard = Abandoned(Some(client));
+    let c = guard.0.as_ref().expect("held");
+    let (set, statement) = futures::try_join!(c.prepare_cached(SET_TENANT), c.prepare_cached(sql))?;
+    let t = tenant.as_str();
+    let scope: [&(dyn tokio_postgres::types::ToSql + Sync); 1] = [&t];
+    // Polled in order on their first poll, so sent in this order.
+    let begin = if durable {
+        BEGIN_SCOPED
+    } else {
+        "begin; set local synchronous_commit = off"
+    };
+    let (begun, scoped, rows, committed) = futures::join!(
+        c.batch_execute(begin),
+        c.query(&set, &scope),
+        c.query(&statement, params),
+        c.batch_execute("commit"),
+    );
+    drop(guard.0.take());
+    begun?;
+    scoped?;
+    let rows = rows?;
+    committed?;
+    Ok(rows)
+}
+
 /// A connection inside a transaction; dropped before [`in_tenant`] ends
 /// it, the connection is closed rather than returned to the pool.
 pub(crate) struct Abandoned(pub(crate) Option<deadpool_postgres::Client>);
