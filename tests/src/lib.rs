@@ -479,6 +479,16 @@ impl Server {
         }
     }
 
+    /// A superuser connection to the server's database, past row-level
+    /// security: what is really stored.
+    pub async fn admin_db(&self) -> tokio_postgres::Client {
+        let (client, conn) = tokio_postgres::connect(self.db.url(), tokio_postgres::NoTls)
+            .await
+            .expect("a connection");
+        tokio::spawn(conn);
+        client
+    }
+
     /// Sends a request and returns its status, `x-request-id` and JSON
     /// body (`Value::Null` when empty).
     pub async fn call(

@@ -17,16 +17,6 @@ async fn delete(s: &Server, path: &str, token: &str) -> Answer {
         .await
 }
 
-/// A superuser connection to the server's database (no row-level
-/// security): what is really stored.
-async fn admin_db(s: &Server) -> tokio_postgres::Client {
-    let (client, conn) = tokio_postgres::connect(s.db.url(), tokio_postgres::NoTls)
-        .await
-        .expect("a connection");
-    tokio::spawn(conn);
-    client
-}
-
 /// Rows of `session` in every table that holds session content.
 async fn rows_left(db: &tokio_postgres::Client, tenant: &str, session: &str) -> Vec<(String, i64)> {
     let mut left = Vec::new();
@@ -72,7 +62,7 @@ async fn rows_left(db: &tokio_postgres::Client, tenant: &str, session: &str) -> 
 
 /// The sessions `tenant` holds in the database (row-level security aside).
 async fn sessions_held(s: &Server, tenant: &str) -> i64 {
-    admin_db(s)
+    s.admin_db()
         .await
         .query_one(
             "select count(*) from sessions where tenant_id = $1",
@@ -153,7 +143,7 @@ async fn an_erased_session_is_gone_everywhere_and_stays_gone() {
     assert_eq!(erased["eventsErased"], stored, "{erased}");
 
     // Nothing of it is left in any table.
-    let db = admin_db(&s).await;
+    let db = s.admin_db().await;
     assert_eq!(
         rows_left(&db, "acme", "a").await,
         Vec::<(String, i64)>::new()
@@ -443,7 +433,7 @@ async fn retention_lists_what_is_due_then_erases_it() {
     )
     .await
     .expect(200);
-    let db = admin_db(&s).await;
+    let db = s.admin_db().await;
     db.execute(
         "update sessions set archived_at = now() - interval '3 days' \
          where tenant_id = 'acme' and session_id = 'archived'",

@@ -16,15 +16,6 @@ async fn keyed(s: &Server, path: &str, token: &str, body: &Value, key: &str) -> 
         .await
 }
 
-/// What the server stores: a superuser connection, past row-level security.
-async fn admin_db(s: &Server) -> tokio_postgres::Client {
-    let (client, conn) = tokio_postgres::connect(s.db.url(), tokio_postgres::NoTls)
-        .await
-        .expect("a connection");
-    tokio::spawn(conn);
-    client
-}
-
 async fn count(db: &tokio_postgres::Client, sql: &str, tenant: &str) -> i64 {
     db.query_one(sql, &[&tenant]).await.expect("counts").get(0)
 }
@@ -144,7 +135,7 @@ async fn a_key_sent_with_another_request_is_refused_and_nothing_is_done() {
         );
         assert!(refused.body["fields"]["Idempotency-Key"].is_string());
     }
-    let db = admin_db(&s).await;
+    let db = s.admin_db().await;
     assert_eq!(
         count(
             &db,
@@ -210,7 +201,7 @@ async fn a_repeat_while_the_first_runs_is_refused_409_with_retry_after_then_repl
     );
     first.write_all(head.as_bytes()).await.unwrap();
     // The first holds the key: wait until it is in flight.
-    let db = admin_db(&s).await;
+    let db = s.admin_db().await;
     for _ in 0..100 {
         if count(
             &db,
@@ -274,7 +265,7 @@ async fn keys_go_with_their_session_and_expire() {
         .await
         .expect(201);
     }
-    let db = admin_db(&s).await;
+    let db = s.admin_db().await;
     let keys = "select count(*) from idempotency_keys where tenant_id = $1";
     assert_eq!(count(&db, keys, "acme").await, 2);
     s.call(reqwest::Method::DELETE, "/v1/sessions/s-1", Some(&t), None)

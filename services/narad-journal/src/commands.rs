@@ -126,7 +126,7 @@ impl Journal {
         // A runId the caller chose makes the event's id its own: the same
         // start sent again is the same event (a replay, not a conflict).
         let event_id = match &cmd.run_id {
-            Some(run) => repeatable_event_id(session.as_str(), "run.started", run.as_str()),
+            Some(run) => repeatable_event_id(tenant, session, "run.started", run.as_str()),
             None => EventId::new_v7().to_string(),
         };
         let mut proposal = json!({
@@ -544,7 +544,7 @@ impl Journal {
         // A messageId the caller chose makes the event's id its own: the
         // same message sent again is the same event (a replay).
         let event_id = match &cmd.message_id {
-            Some(m) => repeatable_event_id(session.as_str(), "message.user.recorded", m.as_str()),
+            Some(m) => repeatable_event_id(tenant, session, "message.user.recorded", m.as_str()),
             None => EventId::new_v7().to_string(),
         };
         let mut event = json!({
@@ -885,19 +885,7 @@ fn resolution(
 /// The event id of a command's event whose object id (`kind`, `id`) the
 /// caller chose: the same in every attempt, so that the command sent again
 /// appends the same event, which the journal answers as a duplicate
-/// rather than a second event or a conflict. A UUID (version 8) of the
-/// session, kind and id.
-fn repeatable_event_id(session: &str, kind: &str, id: &str) -> String {
-    use sha2::{Digest, Sha256};
-    let mut hash = Sha256::new();
-    for part in [session, kind, id] {
-        hash.update((part.len() as u64).to_be_bytes());
-        hash.update(part.as_bytes());
-    }
-    let digest = hash.finalize();
-    let mut bytes = [0u8; 16];
-    bytes.copy_from_slice(&digest[..16]);
-    uuid::Builder::from_custom_bytes(bytes)
-        .into_uuid()
-        .to_string()
+/// rather than a second event or a conflict.
+fn repeatable_event_id(tenant: &TenantId, session: &SessionId, kind: &str, id: &str) -> String {
+    crate::executors::derived_event_id(&[tenant.as_str(), session.as_str(), kind, id])
 }

@@ -115,7 +115,7 @@ fn token_digest(token: &str) -> Vec<u8> {
 
 /// An eventId derived from `parts` (a UUIDv8 of their SHA-256), so that
 /// every replica proposing the same server event proposes the same id.
-fn derived_event_id(parts: &[&str]) -> String {
+pub(crate) fn derived_event_id(parts: &[&str]) -> String {
     let mut hash = Sha256::new();
     for p in parts {
         hash.update(p.as_bytes());
