@@ -162,7 +162,7 @@ async fn a_key_sent_with_another_request_is_refused_and_nothing_is_done() {
 async fn a_malformed_key_is_refused_with_its_field() {
     let s = Server::start().await;
     let t = token("acme", &[Role::Reader, Role::Writer]);
-    for key in ["", "\"\"", &"k".repeat(256), "tab\tkey"] {
+    for key in ["", "\" \"", "a b", &"k".repeat(256), "tab\tkey"] {
         let refused = keyed(&s, "/v1/sessions", &t, &json!({}), key).await;
         assert_eq!(
             (refused.status, refused.code()),

@@ -147,32 +147,38 @@ impl Keyed {
 }
 
 /// The key a request carries: 1 to [`MAX_KEY_LEN`] printable ASCII
-/// characters, bare or as a structured-field string (`"…"`, as the draft
-/// writes it; the quotes are not part of the key).
+/// characters without spaces, bare or as a structured-field string
+/// (`"…"`, as the draft writes it; the quotes are not part of the key).
+/// [`KEY_PATTERN`] says the same for the OpenAPI document.
 fn key_of(value: &HeaderValue) -> Result<String, ApiError> {
     let refused = || {
         ApiError::new(
             ErrorCode::InvalidParameter,
             format!(
-                "Idempotency-Key must be 1 to {MAX_KEY_LEN} printable ASCII characters (a UUID is \
-                 a good key), bare or in double quotes"
+                "Idempotency-Key must be 1 to {MAX_KEY_LEN} printable ASCII characters without \
+                 spaces (a UUID is a good key), bare or in double quotes"
             ),
         )
-        .with_field("Idempotency-Key", "1 to 255 printable ASCII characters")
+        .with_field(
+            "Idempotency-Key",
+            "1 to 255 printable ASCII characters, no spaces",
+        )
     };
-    let text = value.to_str().map_err(|_| refused())?;
-    let key = text
-        .strip_prefix('"')
-        .and_then(|t| t.strip_suffix('"'))
-        .unwrap_or(text);
-    if key.is_empty()
-        || key.len() > MAX_KEY_LEN
-        || !key.bytes().all(|b| b.is_ascii_graphic() || b == b' ')
-    {
+    let text = value.as_bytes();
+    let quoted = text.len() >= 3 && text.starts_with(b"\"") && text.ends_with(b"\"");
+    let key = if quoted {
+        &text[1..text.len() - 1]
+    } else {
+        text
+    };
+    if key.is_empty() || key.len() > MAX_KEY_LEN || !key.iter().all(u8::is_ascii_graphic) {
         return Err(refused());
     }
-    Ok(key.to_owned())
+    Ok(String::from_utf8_lossy(key).into_owned())
 }
+
+/// The keys [`key_of`] takes, as a pattern of the header's value.
+pub const KEY_PATTERN: &str = "^(?:[!-~]{1,255}|\"[!-~]{1,255}\")$";
 
 /// The request's fingerprint: what must be the same for a repeat to be
 /// the same request.
@@ -482,10 +488,10 @@ pub fn document(op: &mut Value) {
                  (NARAD_IDEMPOTENCY_KEEP_HOURS) with a fingerprint of the request (method, path \
                  and query, media type, caller and {covers}), and the same request with the same \
                  key answers it again with `Idempotent-Replayed: true` instead of acting twice. \
-                 1 to 255 printable ASCII characters, bare or in double quotes; a UUID per \
-                 request is a good key. Answers of 5xx and 429 are not kept."
+                 1 to 255 printable ASCII characters without spaces, bare or in double quotes; a \
+                 UUID per request is a good key. Answers of 5xx and 429 are not kept."
             ),
-            "schema": {"type": "string", "minLength": 1, "maxLength": 257},
+            "schema": {"type": "string", "minLength": 1, "maxLength": 257, "pattern": KEY_PATTERN},
         }));
     let responses = op["responses"]
         .as_object_mut()
@@ -529,11 +535,44 @@ mod tests {
         let key = |s: &str| key_of(&HeaderValue::from_str(s).expect("a header value"));
         assert_eq!(key("abc-123").expect("bare"), "abc-123");
         assert_eq!(key("\"abc-123\"").expect("quoted"), "abc-123");
+        assert_eq!(key("\"\"").expect("two quotes are a key"), "\"\"");
+        assert_eq!(key("\"abc").expect("one quote is part of it"), "\"abc");
         assert!(key("").is_err());
-        assert!(key("\"\"").is_err());
+        assert!(key("\" \"").is_err());
+        assert!(key("a b").is_err());
         assert!(key(&"k".repeat(256)).is_err());
         assert!(key(&"k".repeat(255)).is_ok());
+        assert!(key(&format!("\"{}\"", "k".repeat(255))).is_ok());
         assert!(key("tab\there").is_err());
+    }
+
+    /// The document's pattern takes exactly the keys the server takes, so
+    /// that a schema-valid key is never refused and an invalid one never
+    /// taken.
+    #[test]
+    fn the_documented_pattern_is_the_servers_rule() {
+        let schema = json!({"type": "string", "pattern": KEY_PATTERN});
+        let validator = jsonschema::validator_for(&schema).expect("a schema");
+        let long = "k".repeat(255);
+        let longer = "k".repeat(256);
+        for text in [
+            "abc-123".to_owned(),
+            "\"abc-123\"".to_owned(),
+            "\"\"".to_owned(),
+            "\"abc".to_owned(),
+            String::new(),
+            "\" \"".to_owned(),
+            "a b".to_owned(),
+            "tab\there".to_owned(),
+            "é".to_owned(),
+            long.clone(),
+            longer.clone(),
+            format!("\"{long}\""),
+            format!("\"{longer}\""),
+        ] {
+            let taken = HeaderValue::from_str(&text).is_ok_and(|v| key_of(&v).is_ok());
+            assert_eq!(validator.is_valid(&json!(text)), taken, "{text:?}");
+        }
     }
 
     /// Every keyed operation is a write the audit list knows, so a replay

@@ -5777,7 +5777,7 @@ export interface operations {
         parameters: {
             query?: never;
             header?: {
-                /** @description Makes the request safe to send again: the first answer is kept for 24 hours (NARAD_IDEMPOTENCY_KEEP_HOURS) with a fingerprint of the request (method, path and query, media type, caller and its body), and the same request with the same key answers it again with `Idempotent-Replayed: true` instead of acting twice. 1 to 255 printable ASCII characters, bare or in double quotes; a UUID per request is a good key. Answers of 5xx and 429 are not kept. */
+                /** @description Makes the request safe to send again: the first answer is kept for 24 hours (NARAD_IDEMPOTENCY_KEEP_HOURS) with a fingerprint of the request (method, path and query, media type, caller and its body), and the same request with the same key answers it again with `Idempotent-Replayed: true` instead of acting twice. 1 to 255 printable ASCII characters without spaces, bare or in double quotes; a UUID per request is a good key. Answers of 5xx and 429 are not kept. */
                 "Idempotency-Key"?: string;
             };
             path?: never;
@@ -6904,7 +6904,7 @@ export interface operations {
         parameters: {
             query?: never;
             header?: {
-                /** @description Makes the request safe to send again: the first answer is kept for 24 hours (NARAD_IDEMPOTENCY_KEEP_HOURS) with a fingerprint of the request (method, path and query, media type, caller and its body), and the same request with the same key answers it again with `Idempotent-Replayed: true` instead of acting twice. 1 to 255 printable ASCII characters, bare or in double quotes; a UUID per request is a good key. Answers of 5xx and 429 are not kept. */
+                /** @description Makes the request safe to send again: the first answer is kept for 24 hours (NARAD_IDEMPOTENCY_KEEP_HOURS) with a fingerprint of the request (method, path and query, media type, caller and its body), and the same request with the same key answers it again with `Idempotent-Replayed: true` instead of acting twice. 1 to 255 printable ASCII characters without spaces, bare or in double quotes; a UUID per request is a good key. Answers of 5xx and 429 are not kept. */
                 "Idempotency-Key"?: string;
             };
             path?: never;
@@ -7035,7 +7035,7 @@ export interface operations {
         parameters: {
             query?: never;
             header?: {
-                /** @description Makes the request safe to send again: the first answer is kept for 24 hours (NARAD_IDEMPOTENCY_KEEP_HOURS) with a fingerprint of the request (method, path and query, media type, caller and its body), and the same request with the same key answers it again with `Idempotent-Replayed: true` instead of acting twice. 1 to 255 printable ASCII characters, bare or in double quotes; a UUID per request is a good key. Answers of 5xx and 429 are not kept. */
+                /** @description Makes the request safe to send again: the first answer is kept for 24 hours (NARAD_IDEMPOTENCY_KEEP_HOURS) with a fingerprint of the request (method, path and query, media type, caller and its body), and the same request with the same key answers it again with `Idempotent-Replayed: true` instead of acting twice. 1 to 255 printable ASCII characters without spaces, bare or in double quotes; a UUID per request is a good key. Answers of 5xx and 429 are not kept. */
                 "Idempotency-Key"?: string;
             };
             path?: never;
@@ -7166,7 +7166,7 @@ export interface operations {
         parameters: {
             query?: never;
             header?: {
-                /** @description Makes the request safe to send again: the first answer is kept for 24 hours (NARAD_IDEMPOTENCY_KEEP_HOURS) with a fingerprint of the request (method, path and query, media type, caller and its body), and the same request with the same key answers it again with `Idempotent-Replayed: true` instead of acting twice. 1 to 255 printable ASCII characters, bare or in double quotes; a UUID per request is a good key. Answers of 5xx and 429 are not kept. */
+                /** @description Makes the request safe to send again: the first answer is kept for 24 hours (NARAD_IDEMPOTENCY_KEEP_HOURS) with a fingerprint of the request (method, path and query, media type, caller and its body), and the same request with the same key answers it again with `Idempotent-Replayed: true` instead of acting twice. 1 to 255 printable ASCII characters without spaces, bare or in double quotes; a UUID per request is a good key. Answers of 5xx and 429 are not kept. */
                 "Idempotency-Key"?: string;
             };
             path?: never;
@@ -7288,7 +7288,7 @@ export interface operations {
         parameters: {
             query?: never;
             header?: {
-                /** @description Makes the request safe to send again: the first answer is kept for 24 hours (NARAD_IDEMPOTENCY_KEEP_HOURS) with a fingerprint of the request (method, path and query, media type, caller and its body), and the same request with the same key answers it again with `Idempotent-Replayed: true` instead of acting twice. 1 to 255 printable ASCII characters, bare or in double quotes; a UUID per request is a good key. Answers of 5xx and 429 are not kept. */
+                /** @description Makes the request safe to send again: the first answer is kept for 24 hours (NARAD_IDEMPOTENCY_KEEP_HOURS) with a fingerprint of the request (method, path and query, media type, caller and its body), and the same request with the same key answers it again with `Idempotent-Replayed: true` instead of acting twice. 1 to 255 printable ASCII characters without spaces, bare or in double quotes; a UUID per request is a good key. Answers of 5xx and 429 are not kept. */
                 "Idempotency-Key"?: string;
             };
             path?: never;
@@ -7419,7 +7419,7 @@ export interface operations {
         parameters: {
             query?: never;
             header?: {
-                /** @description Makes the request safe to send again: the first answer is kept for 24 hours (NARAD_IDEMPOTENCY_KEEP_HOURS) with a fingerprint of the request (method, path and query, media type, caller and its body), and the same request with the same key answers it again with `Idempotent-Replayed: true` instead of acting twice. 1 to 255 printable ASCII characters, bare or in double quotes; a UUID per request is a good key. Answers of 5xx and 429 are not kept. */
+                /** @description Makes the request safe to send again: the first answer is kept for 24 hours (NARAD_IDEMPOTENCY_KEEP_HOURS) with a fingerprint of the request (method, path and query, media type, caller and its body), and the same request with the same key answers it again with `Idempotent-Replayed: true` instead of acting twice. 1 to 255 printable ASCII characters without spaces, bare or in double quotes; a UUID per request is a good key. Answers of 5xx and 429 are not kept. */
                 "Idempotency-Key"?: string;
             };
             path?: never;
@@ -7550,7 +7550,7 @@ export interface operations {
         parameters: {
             query?: never;
             header?: {
-                /** @description Makes the request safe to send again: the first answer is kept for 24 hours (NARAD_IDEMPOTENCY_KEEP_HOURS) with a fingerprint of the request (method, path and query, media type, caller and its body), and the same request with the same key answers it again with `Idempotent-Replayed: true` instead of acting twice. 1 to 255 printable ASCII characters, bare or in double quotes; a UUID per request is a good key. Answers of 5xx and 429 are not kept. */
+                /** @description Makes the request safe to send again: the first answer is kept for 24 hours (NARAD_IDEMPOTENCY_KEEP_HOURS) with a fingerprint of the request (method, path and query, media type, caller and its body), and the same request with the same key answers it again with `Idempotent-Replayed: true` instead of acting twice. 1 to 255 printable ASCII characters without spaces, bare or in double quotes; a UUID per request is a good key. Answers of 5xx and 429 are not kept. */
                 "Idempotency-Key"?: string;
             };
             path?: never;
@@ -7681,7 +7681,7 @@ export interface operations {
         parameters: {
             query?: never;
             header?: {
-                /** @description Makes the request safe to send again: the first answer is kept for 24 hours (NARAD_IDEMPOTENCY_KEEP_HOURS) with a fingerprint of the request (method, path and query, media type, caller and its body), and the same request with the same key answers it again with `Idempotent-Replayed: true` instead of acting twice. 1 to 255 printable ASCII characters, bare or in double quotes; a UUID per request is a good key. Answers of 5xx and 429 are not kept. */
+                /** @description Makes the request safe to send again: the first answer is kept for 24 hours (NARAD_IDEMPOTENCY_KEEP_HOURS) with a fingerprint of the request (method, path and query, media type, caller and its body), and the same request with the same key answers it again with `Idempotent-Replayed: true` instead of acting twice. 1 to 255 printable ASCII characters without spaces, bare or in double quotes; a UUID per request is a good key. Answers of 5xx and 429 are not kept. */
                 "Idempotency-Key"?: string;
             };
             path?: never;
@@ -7823,7 +7823,7 @@ export interface operations {
         parameters: {
             query?: never;
             header?: {
-                /** @description Makes the request safe to send again: the first answer is kept for 24 hours (NARAD_IDEMPOTENCY_KEEP_HOURS) with a fingerprint of the request (method, path and query, media type, caller and its body), and the same request with the same key answers it again with `Idempotent-Replayed: true` instead of acting twice. 1 to 255 printable ASCII characters, bare or in double quotes; a UUID per request is a good key. Answers of 5xx and 429 are not kept. */
+                /** @description Makes the request safe to send again: the first answer is kept for 24 hours (NARAD_IDEMPOTENCY_KEEP_HOURS) with a fingerprint of the request (method, path and query, media type, caller and its body), and the same request with the same key answers it again with `Idempotent-Replayed: true` instead of acting twice. 1 to 255 printable ASCII characters without spaces, bare or in double quotes; a UUID per request is a good key. Answers of 5xx and 429 are not kept. */
                 "Idempotency-Key"?: string;
             };
             path?: never;
@@ -7954,7 +7954,7 @@ export interface operations {
         parameters: {
             query?: never;
             header?: {
-                /** @description Makes the request safe to send again: the first answer is kept for 24 hours (NARAD_IDEMPOTENCY_KEEP_HOURS) with a fingerprint of the request (method, path and query, media type, caller and its body), and the same request with the same key answers it again with `Idempotent-Replayed: true` instead of acting twice. 1 to 255 printable ASCII characters, bare or in double quotes; a UUID per request is a good key. Answers of 5xx and 429 are not kept. */
+                /** @description Makes the request safe to send again: the first answer is kept for 24 hours (NARAD_IDEMPOTENCY_KEEP_HOURS) with a fingerprint of the request (method, path and query, media type, caller and its body), and the same request with the same key answers it again with `Idempotent-Replayed: true` instead of acting twice. 1 to 255 printable ASCII characters without spaces, bare or in double quotes; a UUID per request is a good key. Answers of 5xx and 429 are not kept. */
                 "Idempotency-Key"?: string;
             };
             path?: never;
@@ -8085,7 +8085,7 @@ export interface operations {
         parameters: {
             query?: never;
             header?: {
-                /** @description Makes the request safe to send again: the first answer is kept for 24 hours (NARAD_IDEMPOTENCY_KEEP_HOURS) with a fingerprint of the request (method, path and query, media type, caller and its body), and the same request with the same key answers it again with `Idempotent-Replayed: true` instead of acting twice. 1 to 255 printable ASCII characters, bare or in double quotes; a UUID per request is a good key. Answers of 5xx and 429 are not kept. */
+                /** @description Makes the request safe to send again: the first answer is kept for 24 hours (NARAD_IDEMPOTENCY_KEEP_HOURS) with a fingerprint of the request (method, path and query, media type, caller and its body), and the same request with the same key answers it again with `Idempotent-Replayed: true` instead of acting twice. 1 to 255 printable ASCII characters without spaces, bare or in double quotes; a UUID per request is a good key. Answers of 5xx and 429 are not kept. */
                 "Idempotency-Key"?: string;
             };
             path?: never;
@@ -9696,7 +9696,7 @@ export interface operations {
         parameters: {
             query?: never;
             header?: {
-                /** @description Makes the request safe to send again: the first answer is kept for 24 hours (NARAD_IDEMPOTENCY_KEEP_HOURS) with a fingerprint of the request (method, path and query, media type, caller and its body), and the same request with the same key answers it again with `Idempotent-Replayed: true` instead of acting twice. 1 to 255 printable ASCII characters, bare or in double quotes; a UUID per request is a good key. Answers of 5xx and 429 are not kept. */
+                /** @description Makes the request safe to send again: the first answer is kept for 24 hours (NARAD_IDEMPOTENCY_KEEP_HOURS) with a fingerprint of the request (method, path and query, media type, caller and its body), and the same request with the same key answers it again with `Idempotent-Replayed: true` instead of acting twice. 1 to 255 printable ASCII characters without spaces, bare or in double quotes; a UUID per request is a good key. Answers of 5xx and 429 are not kept. */
                 "Idempotency-Key"?: string;
             };
             path?: never;
@@ -9997,7 +9997,7 @@ export interface operations {
             header?: {
                 /** @description Makes the upload resumable: the bytes to come in all (this request may send a part) */
                 "Upload-Length"?: number;
-                /** @description Makes the request safe to send again: the first answer is kept for 24 hours (NARAD_IDEMPOTENCY_KEEP_HOURS) with a fingerprint of the request (method, path and query, media type, caller and its announced lengths (Content-Length, Upload-Length; not its bytes)), and the same request with the same key answers it again with `Idempotent-Replayed: true` instead of acting twice. 1 to 255 printable ASCII characters, bare or in double quotes; a UUID per request is a good key. Answers of 5xx and 429 are not kept. */
+                /** @description Makes the request safe to send again: the first answer is kept for 24 hours (NARAD_IDEMPOTENCY_KEEP_HOURS) with a fingerprint of the request (method, path and query, media type, caller and its announced lengths (Content-Length, Upload-Length; not its bytes)), and the same request with the same key answers it again with `Idempotent-Replayed: true` instead of acting twice. 1 to 255 printable ASCII characters without spaces, bare or in double quotes; a UUID per request is a good key. Answers of 5xx and 429 are not kept. */
                 "Idempotency-Key"?: string;
             };
             path: {
@@ -10772,7 +10772,7 @@ export interface operations {
         parameters: {
             query?: never;
             header?: {
-                /** @description Makes the request safe to send again: the first answer is kept for 24 hours (NARAD_IDEMPOTENCY_KEEP_HOURS) with a fingerprint of the request (method, path and query, media type, caller and its body), and the same request with the same key answers it again with `Idempotent-Replayed: true` instead of acting twice. 1 to 255 printable ASCII characters, bare or in double quotes; a UUID per request is a good key. Answers of 5xx and 429 are not kept. */
+                /** @description Makes the request safe to send again: the first answer is kept for 24 hours (NARAD_IDEMPOTENCY_KEEP_HOURS) with a fingerprint of the request (method, path and query, media type, caller and its body), and the same request with the same key answers it again with `Idempotent-Replayed: true` instead of acting twice. 1 to 255 printable ASCII characters without spaces, bare or in double quotes; a UUID per request is a good key. Answers of 5xx and 429 are not kept. */
                 "Idempotency-Key"?: string;
             };
             path?: never;
