@@ -177,7 +177,8 @@ fn key_of(value: &HeaderValue) -> Result<String, ApiError> {
     Ok(String::from_utf8_lossy(key).into_owned())
 }
 
-/// The keys [`key_of`] takes, as a pattern of the header's value.
+/// The keys the server takes, as a pattern of the header's value (the
+/// OpenAPI document states it on every keyed operation).
 pub const KEY_PATTERN: &str = "^(?:[!-~]{1,255}|\"[!-~]{1,255}\")$";
 
 /// The request's fingerprint: what must be the same for a repeat to be
