@@ -44,6 +44,9 @@ async fn an_organisation_over_its_event_rate_gets_429s_and_nothing_is_written() 
     .await;
     let acme = token("acme", &[Role::Writer, Role::Backend, Role::Reader]);
     let globex = token("globex", &[Role::Writer, Role::Backend, Role::Reader]);
+    // The bucket refills at 10/s while the loop runs; on a slow machine the
+    // loop takes long enough for that to matter, so the bound counts it.
+    let began = std::time::Instant::now();
     open_session(&s, &acme, "a").await;
     open_session(&s, &globex, "g").await;
     // The two appends of open_session took two of acme's ten.
@@ -59,11 +62,12 @@ async fn an_organisation_over_its_event_rate_gets_429s_and_nothing_is_written() 
             }
         }
     }
+    let refill = (10.0 * began.elapsed().as_secs_f64()).ceil() as usize;
     let refused = refused.expect("acme is refused within 30 appends");
     assert_limited(&refused, "NRD-0601", "eventsPerSecond");
     assert!(
-        (7..=12).contains(&accepted),
-        "about the burst passes: {accepted}"
+        (7..=9 + refill).contains(&accepted),
+        "about the burst passes: {accepted} (refill while looping: {refill})"
     );
     // Nothing of the refused append is in the journal.
     let history = whole_history(&s, &acme, "a").await;
