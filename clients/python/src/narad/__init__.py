@@ -54,6 +54,7 @@ from .runs import RunResult, Runs, RunStream
 from .runtime import (
     LeaseLost,
     Message,
+    ReplayDiverged,
     RunContext,
     RunHandler,
     RunStopped,
@@ -95,6 +96,7 @@ __all__ = [
     "NotFoundError",
     "RateLimitedError",
     "ReducedState",
+    "ReplayDiverged",
     "RunContext",
     "RunHandler",
     "RunResult",

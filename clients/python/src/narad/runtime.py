@@ -94,6 +94,7 @@ __all__ = [
     "LEASE_HEADER",
     "LeaseLost",
     "Message",
+    "ReplayDiverged",
     "RunContext",
     "RunHandler",
     "RunStopped",
@@ -140,6 +141,8 @@ _HISTORY_PAGE = 1000
 _MAX_ID = 256
 _ID_NAMESPACE = uuid.UUID("5f3c4c1e-3a52-4f0e-9d8e-6e6172616401")
 _CLOSE_TRIES = 5
+#: The rules a document event breaks when another writer moved the document.
+_REVISION_MOVED = ("state.revision.base", "state.revision.contiguous", "state.revision.regress")
 
 T = TypeVar("T")
 
@@ -210,6 +213,14 @@ class ToolFailed(Exception):
         )
 
 
+class ReplayDiverged(Exception):
+    """A replayed step is not the step the journal holds under its id: the
+    handler (or the framework it drives) took another path than the holder
+    before it, e.g. a call of another tool under the same key. The run cannot
+    go on safely; ``narad.integrations.drive`` ends it ``run.error`` with code
+    ``replay_diverged``."""
+
+
 class _Waiting(Exception):
     """A step waits on a person or a client executor, and the runtime gives runs back then."""
 
@@ -271,6 +282,10 @@ class _Journal:
         self.resolutions: dict[str, Event] = {}
         self.messages: dict[str, _Stream] = {}
         self.reasoning: dict[str, _Stream] = {}
+        #: progressId -> the statuses recorded for it.
+        self.progress: dict[str, set[str]] = {}
+        #: The eventIds of the journal (state steps name their events).
+        self.event_ids: set[str] = set()
 
     def add(self, event: Mapping[str, Any]) -> None:
         """Takes an event of the session: kept when it belongs to this journal."""
@@ -290,6 +305,7 @@ class _Journal:
             if isinstance(session_sequence, int):
                 self.session_through = max(self.session_through, session_sequence)
             self._fold(event)
+            self.event_ids.add(str(event.get("eventId")))
             self.events.append(event)
             folded.append(event)
         return folded
@@ -346,6 +362,8 @@ class _Journal:
             stream = self._stream(e)
             if stream is not None:
                 stream.completed = True
+        elif kind == "progress.recorded":
+            self.progress.setdefault(str(e.get("progressId")), set()).add(str(e.get("status")))
 
     def _stream(self, e: Event) -> _Stream | None:
         if str(e.get("type")).startswith("message."):
@@ -410,8 +428,9 @@ class Message:
     is completed as it stands and the text goes out in a new one.
     """
 
-    def __init__(self, ctx: RunContext, step: int, role: str) -> None:
-        """A message of ``ctx`` at step ``step`` (made by :meth:`RunContext.message`)."""
+    def __init__(self, ctx: RunContext, step: int | str, role: str) -> None:
+        """A message of ``ctx`` at step ``step``, a position or a key (made by
+        :meth:`RunContext.message`)."""
         self._ctx = ctx
         self.role = role
         self._base_id = _ident(ctx.run_id, step, "message")
@@ -822,10 +841,25 @@ class RunContext:
         self._steps += 1
         return self._steps
 
-    def message(self, role: str = "assistant") -> Message:
+    def _step(self, key: str | None) -> int | str:
+        """The next step's position, or ``key`` when the caller names its steps.
+
+        A keyed step's ids are ``{runId}.{key}.{kind}``: a framework that
+        resumes from state of its own and names its steps by its own ids (a
+        model's tool-call id, an interrupt's id) finds them in the journal
+        whatever their position. Keys are the caller's to keep unique per run.
+        """
+        if key is None:
+            return self._next_step()
+        if not key:
+            raise ValueError("a step key is a non-empty string")
+        return key
+
+    def message(self, role: str = "assistant", *, key: str | None = None) -> Message:
         """Opens the next message (``assistant`` or ``system``); its first use
-        completes the message opened before it."""
-        message = Message(self, self._next_step(), role)
+        completes the message opened before it. ``key`` names the step
+        instead of its position."""
+        message = Message(self, self._step(key), role)
         self._messages.append(message)
         self._current = message
         return message
@@ -883,11 +917,12 @@ class RunContext:
         for message, batch in batches:
             message._sent_batch(batch)
 
-    async def think(self, text: str) -> None:
-        """Records a reasoning block (``reasoning.started`` / ``.delta`` / ``.completed``)."""
+    async def think(self, text: str, *, key: str | None = None) -> None:
+        """Records a reasoning block (``reasoning.started`` / ``.delta`` / ``.completed``).
+        ``key`` names the step instead of its position."""
         await self.finish_message()
         self._check_running()
-        step = self._next_step()
+        step = self._step(key)
         reasoning_id = _ident(self.run_id, step, "thought")
         known = self._journal.reasoning.get(reasoning_id)
         if known is not None and known.completed:
@@ -904,20 +939,25 @@ class RunContext:
         name: str,
         args: Mapping[str, Any] | None,
         fn: Callable[[dict[str, Any]], Any],
+        *,
+        key: str | None = None,
     ) -> Any:
         """Calls backend tool ``name``: ``tool.call.started``, ``fn(args)``, then
         ``tool.call.finished``. Answers what ``fn`` returned (or awaited to),
         which must be JSON. When ``fn`` raises, the call finishes ``error``
         (code ``tool_error``, the exception's text as message) and
         :class:`ToolFailed` is raised from the exception. On replay a finished
-        call answers its recorded response without calling ``fn``.
+        call answers its recorded response without calling ``fn``; a recorded
+        call of another tool raises :class:`ReplayDiverged`. ``key`` names the
+        step instead of its position (a model's tool-call id).
         """
         await self.finish_message()
         self._check_running()
-        step = self._next_step()
+        step = self._step(key)
         base = _ident(self.run_id, step, "tool")
         arguments = dict(args or {})
         earlier = self._journal.step_ids(base, self._journal.calls)
+        self._same_tool(earlier, name)
         if earlier:
             last = earlier[-1]
             finished = self._journal.finished.get(last)
@@ -964,7 +1004,19 @@ class RunContext:
         )
         return response
 
-    async def client_tool(self, name: str, args: Mapping[str, Any] | None = None) -> Any:
+    def _same_tool(self, earlier: list[str], name: str) -> None:
+        """Raises :class:`ReplayDiverged` when the journal's call of this step is another tool's."""
+        if earlier:
+            recorded = self._journal.calls[earlier[-1]].get("toolName")
+            if recorded != name:
+                raise ReplayDiverged(
+                    f"run {self.run_id}: step {earlier[-1]} is a call of {recorded!r} in the "
+                    f"journal, and the replay calls {name!r}"
+                )
+
+    async def client_tool(
+        self, name: str, args: Mapping[str, Any] | None = None, *, key: str | None = None
+    ) -> Any:
         """Calls tool ``name`` on the run's client executor and waits for its result.
 
         Appends ``tool.call.started`` with ``executor: "client"`` (the server
@@ -978,9 +1030,10 @@ class RunContext:
         self._check_running()
         if self.client_executor_id is None:
             raise ValueError(f"run {self.run_id} is bound to no client executor")
-        step = self._next_step()
+        step = self._step(key)
         base = _ident(self.run_id, step, "client")
         earlier = self._journal.step_ids(base, self._journal.calls)
+        self._same_tool(earlier, name)
         if earlier:
             call_id = earlier[-1]
         else:
@@ -1012,6 +1065,7 @@ class RunContext:
         input: Any = None,
         expires_at: datetime | str | None = None,
         reason: str = "narad.approval",
+        key: str | None = None,
     ) -> str:
         """Asks a person: ``interrupt.requested`` and ``run.paused`` (one batch,
         as §7.6 wants them consecutive), waits — the lease kept alive — for
@@ -1023,7 +1077,7 @@ class RunContext:
         """
         await self.finish_message()
         self._check_running()
-        step = self._next_step()
+        step = self._step(key)
         interrupt_id = _ident(self.run_id, step, "approval")
         wait_id = _ident(self.run_id, step, "wait")
         if interrupt_id not in self._journal.interrupts:
@@ -1063,6 +1117,102 @@ class RunContext:
             await self.append([self.event("run.resumed", waitId=wait_id)])
         return str(resolved.get("decision"))
 
+    async def progress(
+        self,
+        label: str,
+        *,
+        status: str = "active",
+        category: str = "step",
+        detail: str | None = None,
+        privacy: str = "public",
+        key: str | None = None,
+    ) -> None:
+        """Records ``progress.recorded``: a step of the run (``active``, then
+        ``completed``, ``failed`` or ``cancelled`` under the same ``key``).
+        On replay a status the journal holds for the step is not recorded again.
+        """
+        await self.finish_message()
+        self._check_running()
+        progress_id = _ident(self.run_id, self._step(key), "progress")
+        if status in self._journal.progress.get(progress_id, ()):
+            return
+        fields: dict[str, Any] = {
+            "progressId": progress_id,
+            "category": category,
+            "label": label,
+            "status": status,
+            "privacy": privacy,
+        }
+        if detail is not None:
+            fields["detail"] = detail
+        await self.append([self.event("progress.recorded", **fields)])
+
+    async def read_state(self, scope: str = "session", *, ui: bool = False) -> tuple[int, Any]:
+        """The session's state document of ``scope`` (``ui``: the UI profile's):
+        its revision and value; ``(0, None)`` when it has none."""
+        documents = await self.client.request(
+            "GET", f"/v1/sessions/{self.session_id}/documents", idempotent=True
+        )
+        for document in documents["ui" if ui else "state"]:
+            if document["scope"] == scope:
+                return int(document["revision"]), document["state"]
+        return 0, None
+
+    async def put_state(
+        self, state: Any, *, scope: str = "session", ui: bool = False, key: str | None = None
+    ) -> int:
+        """Replaces the state document of ``scope`` (``state.snapshot``, or
+        ``ui.state.snapshot`` with ``ui``); answers its new revision."""
+        kind = "ui.state.snapshot" if ui else "state.snapshot"
+        return await self._document(
+            scope, ui, key, lambda revision: self.event(kind, revision=revision + 1, state=state)
+        )
+
+    async def patch_state(
+        self,
+        patch: Sequence[Mapping[str, Any]],
+        *,
+        scope: str = "session",
+        ui: bool = False,
+        key: str | None = None,
+    ) -> int:
+        """Changes the state document of ``scope`` by an RFC 6902 ``patch``
+        (``state.delta``, or ``ui.state.delta`` with ``ui``); answers its new revision."""
+        kind = "ui.state.delta" if ui else "state.delta"
+        operations = [dict(op) for op in patch]
+        return await self._document(
+            scope,
+            ui,
+            key,
+            lambda revision: self.event(
+                kind, baseRevision=revision, revision=revision + 1, patch=operations
+            ),
+        )
+
+    async def _document(
+        self, scope: str, ui: bool, key: str | None, make: Callable[[int], Event]
+    ) -> int:
+        """Appends a document event made for the document's current revision;
+        reads the revision again when another writer moved it. The event's id
+        is the step's, so a replayed step is not written twice."""
+        await self.finish_message()
+        self._check_running()
+        event_id = _ident(self.run_id, self._step(key), "state")
+        for attempt in range(_CLOSE_TRIES):
+            revision, _ = await self.read_state(scope, ui=ui)
+            if event_id in self._journal.event_ids:
+                return revision
+            event = {**make(revision), "scope": scope, "eventId": event_id}
+            try:
+                await self.append([event])
+            except NaradError as e:
+                moved = e.status == 409 and e.rule in _REVISION_MOVED
+                if not moved or attempt + 1 == _CLOSE_TRIES:
+                    raise
+                continue
+            return int(event["revision"])
+        raise AssertionError("unreachable")
+
     async def finish(self, **fields: Any) -> None:
         """Ends the run with ``run.finished`` (``fields``: e.g. ``usage=``),
         completing the open message in the same batch. Does nothing once
@@ -1077,23 +1227,32 @@ class RunContext:
             await self._append_locked(events)
             self._sent_batches(batches)
 
-    async def cancel(self, code: str = STOPPED, message: str = STOPPED_MESSAGE) -> None:
+    async def cancel(
+        self,
+        code: str = STOPPED,
+        message: str = STOPPED_MESSAGE,
+        *,
+        usage: Mapping[str, float] | None = None,
+    ) -> None:
         """Closes the run's open work and ends it with ``run.cancelled``.
 
         In one batch: the open message completed (with what was said), open
         tool calls finished ``cancelled``, open interrupts resolved
         ``expired``, the open pause resumed, nested runs first, then the run.
         What the runtime does when a handler leaves a stopped run open.
+        ``usage``: what the run used so far, on its terminal.
         """
-        await self._close("run.cancelled", code, message)
+        await self._close("run.cancelled", code, message, usage)
 
-    async def fail(self, code: str, message: str) -> None:
+    async def fail(
+        self, code: str, message: str, *, usage: Mapping[str, float] | None = None
+    ) -> None:
         """Closes the run's open work (as :meth:`cancel`) and ends it with ``run.error``.
 
         A backend may close a client tool call only under a stop: with one
         open and no stop, the journal refuses this.
         """
-        await self._close("run.error", code, message)
+        await self._close("run.error", code, message, usage)
 
     # --- waiting and closing -------------------------------------------------
 
@@ -1159,7 +1318,7 @@ class RunContext:
         )
 
     def _closing_events(
-        self, terminal: str, code: str, message: str
+        self, terminal: str, code: str, message: str, usage: Mapping[str, float] | None = None
     ) -> tuple[list[tuple[Message, _Batch]], list[Event]]:
         """The events that close the journal's open runs (see :meth:`cancel`),
         with the batches of the open messages among them."""
@@ -1189,16 +1348,25 @@ class RunContext:
                 )
             if run.pause is not None:
                 events.append(self.event("run.resumed", runId=run.run_id, waitId=run.pause[0]))
-            events.append(self.event(terminal, runId=run.run_id, code=code, message=message))
+            ending: dict[str, Any] = {"code": code, "message": message}
+            if usage and run.run_id == self.run_id:
+                ending["usage"] = dict(usage)
+            events.append(self.event(terminal, runId=run.run_id, **ending))
         return batches, events
 
-    async def _close(self, terminal: str, code: str, message: str) -> None:
+    async def _close(
+        self,
+        terminal: str,
+        code: str,
+        message: str,
+        usage: Mapping[str, float] | None = None,
+    ) -> None:
         self._abandon_timers()
         for attempt in range(_CLOSE_TRIES):
             if self.ended:
                 return
             async with self._writing:
-                batches, events = self._closing_events(terminal, code, message)
+                batches, events = self._closing_events(terminal, code, message, usage)
                 try:
                     await self._append_locked(events)
                 except NaradError as e:
