@@ -267,8 +267,9 @@ async def test_the_callers_key_is_sent_and_a_repeat_is_answered_by_the_replay(
     assert again.message_id == first.message_id
     assert (reused.value.status, reused.value.code) == (422, "NRD-0211")
     assert await count(writer, session_id, "message.user.recorded") == 1
-    with pytest.raises(ValueError):
-        await writer.record_user_message(session_id, "x", idempotency_key="no\nnewlines")
+    for bad in ("no\nnewlines", "no spaces", "", "k" * 256):
+        with pytest.raises(ValueError):
+            await writer.record_user_message(session_id, "x", idempotency_key=bad)
 
 
 async def test_a_request_without_a_key_is_not_sent_again_after_a_read_error(

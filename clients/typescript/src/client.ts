@@ -42,7 +42,7 @@ export interface CallOptions {
    * The call's `Idempotency-Key`: the same key with the same request is
    * answered once, however often it is sent (a retry, a failover, or the
    * caller's own resend after a crash). Default: a new UUID for this call,
-   * kept across every retry of it. 1 to 255 printable ASCII characters.
+   * kept across every retry of it. 1 to 255 visible ASCII characters (no spaces).
    */
   idempotencyKey?: string;
   signal?: AbortSignal;
@@ -481,10 +481,10 @@ function keyed(request: RequestOptions, options: CallOptions): RequestOptions {
   return out;
 }
 
-/** An `Idempotency-Key` as given, when it is one: 1 to 255 printable ASCII characters, not starting or ending with a space. */
+/** An `Idempotency-Key` as given, when it is one: 1 to 255 visible ASCII characters (no spaces). */
 function checkedKey(key: string): string {
-  if (!/^[\x21-\x7e](?:[\x20-\x7e]{0,253}[\x21-\x7e])?$/.test(key)) {
-    throw new TypeError(`an Idempotency-Key is 1 to 255 printable ASCII characters, not starting or ending with a space: ${JSON.stringify(key)}`);
+  if (!/^[\x21-\x7e]{1,255}$/.test(key)) {
+    throw new TypeError(`an Idempotency-Key is 1 to 255 visible ASCII characters (no spaces), not ${JSON.stringify(key)}`);
   }
   return key;
 }

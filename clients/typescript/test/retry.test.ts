@@ -110,6 +110,8 @@ test("every keyed call sends a new key, the caller's when given, the same on eve
   await assert.rejects(client.command("stop-run", { runId: "r1" }, { idempotencyKey: "" }), TypeError);
   await assert.rejects(client.command("stop-run", { runId: "r1" }, { idempotencyKey: "x".repeat(256) }), TypeError);
   await assert.rejects(client.command("stop-run", { runId: "r1" }, { idempotencyKey: "é" }), TypeError);
+  // The server refuses a key with a space (400): the SDK says so before sending.
+  await assert.rejects(client.command("stop-run", { runId: "r1" }, { idempotencyKey: "two words" }), TypeError);
 });
 
 test("a request not safe to send again goes to another server only when it never reached one", async () => {

@@ -86,7 +86,8 @@ _MIN_RATE_LIMIT_WAIT = 0.25
 _APPEND = re.compile(r"^/v1/sessions/[^/]+/events$")
 _LEASE = re.compile(r"^/v1/runtime/leases/[^/]+/(heartbeat|controls|release)$")
 _EXECUTOR = re.compile(r"^/v1/executors/[^/]+/(heartbeat|controls|finish)$")
-_KEY = re.compile(r"^[\x20-\x7e]{1,255}$")
+#: What the server takes as an Idempotency-Key: 1 to 255 visible ASCII characters.
+_KEY = re.compile(r"^[!-~]{1,255}$")
 
 
 def _segment(value: str) -> str:
@@ -102,7 +103,10 @@ def _key(given: str | None) -> str:
     if given is None:
         return new_idempotency_key()
     if not _KEY.match(given):
-        raise ValueError("an idempotency key is 1 to 255 printable ASCII characters")
+        raise ValueError(
+            "an idempotency key is 1 to 255 visible ASCII characters (no spaces), "
+            f"not {given!r}"
+        )
     return given
 
 
