@@ -1,0 +1,490 @@
+"""``narad.integrations.langgraph`` against a real ``narad serve``, driven by
+langchain-core's fake chat model (streamed word by word, with tool calls and
+``usage_metadata``): a streamed answer, backend tools (a result and an
+error), a client tool run by an executor, ``interrupt()`` approved and
+denied, a stop mid-stream, a graph error, and a runtime killed with SIGKILL
+mid-run whose run another runtime resumes from the graph's checkpoint.
+Each run's journal goes through the SDK's reducer, and its transcript is
+what the graph produced."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import pickle
+import re
+import signal
+import sys
+import textwrap
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import REPO, NaradServer
+from test_runtime import (  # noqa: F401
+    ROLES,
+    SHORT_LEASES,
+    client,
+    executor_api,
+    has,
+    of_type,
+    serving,
+    start,
+    wait_history,
+)
+
+from narad import Client, Event, SessionReducer
+
+pytest.importorskip("langgraph")
+
+from langchain_core.callbacks import AsyncCallbackManagerForLLMRun  # noqa: E402
+from langchain_core.language_models.fake_chat_models import GenericFakeChatModel  # noqa: E402
+from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage  # noqa: E402
+from langchain_core.outputs import ChatGenerationChunk  # noqa: E402
+from langchain_core.tools import tool  # noqa: E402
+from langgraph.checkpoint.memory import InMemorySaver  # noqa: E402
+from langgraph.graph import END, START, MessagesState, StateGraph  # noqa: E402
+from langgraph.prebuilt import ToolNode, tools_condition  # noqa: E402
+from langgraph.pregel import Pregel  # noqa: E402
+from langgraph.types import interrupt  # noqa: E402
+from pydantic import BaseModel  # noqa: E402
+
+from narad.integrations.langgraph import client_tool, handler  # noqa: E402
+
+
+# --- the model and the graphs ----------------------------------------------
+
+
+class Scripted(GenericFakeChatModel):
+    """A fake chat model that answers ``script[n]`` to a conversation holding n
+    answers already (so a graph resumed in another process answers the same),
+    streamed word by word (``delay`` apart), then its tool calls and usage."""
+
+    script: list[AIMessage]
+    delay: float = 0.0
+    messages: Iterator[AIMessage | str] = iter(())
+
+    async def _astream(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: AsyncCallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> AsyncIterator[ChatGenerationChunk]:
+        answered = sum(1 for m in messages if isinstance(m, AIMessage))
+        reply = self.script[answered]
+        if reply.content == "RAISE":
+            raise ValueError("the model is down")
+        words = [w for w in re.split(r"(\s)", str(reply.content)) if w]
+        for word in words:
+            chunk = ChatGenerationChunk(message=AIMessageChunk(content=word))
+            if run_manager:
+                await run_manager.on_llm_new_token(word, chunk=chunk)
+            yield chunk
+            if self.delay:
+                await asyncio.sleep(self.delay)
+        last = AIMessageChunk(
+            content="",
+            chunk_position="last",
+            tool_call_chunks=[
+                {"name": c["name"], "args": json.dumps(c["args"]), "id": c["id"], "index": i}
+                for i, c in enumerate(reply.tool_calls)
+            ],
+            usage_metadata=reply.usage_metadata,
+        )
+        chunk = ChatGenerationChunk(message=last)
+        if run_manager:
+            await run_manager.on_llm_new_token("", chunk=chunk)
+        yield chunk
+
+
+def said(text: str, *calls: tuple[str, str, dict[str, Any]], tokens: int = 10) -> AIMessage:
+    """A scripted answer: its text, tool calls (id, name, args) and usage."""
+    return AIMessage(
+        content=text,
+        tool_calls=[{"id": i, "name": n, "args": a} for i, n, a in calls],
+        usage_metadata={"input_tokens": tokens, "output_tokens": 2, "total_tokens": tokens + 2},
+    )
+
+
+class State(MessagesState):
+    turns: int
+    verdict: str
+
+
+@tool
+def add(a: int, b: int) -> int:
+    """Adds two numbers."""
+    return a + b
+
+
+@tool
+def explode(reason: str) -> str:
+    """Always fails."""
+    raise RuntimeError(f"exploded: {reason}")
+
+
+class DeleteArgs(BaseModel):
+    path: str
+
+
+def build(
+    script: Sequence[AIMessage],
+    tools: Sequence[Any] = (),
+    *,
+    delay: float = 0.0,
+    review: bool = False,
+    handle_tool_errors: bool = True,
+    checkpointer: Any = None,
+) -> Pregel:
+    """agent ⇄ tools, then (``review``) a node that asks a person with ``interrupt()``."""
+    model = Scripted(script=list(script), delay=delay)
+
+    async def agent(state: State) -> dict[str, Any]:
+        reply = await model.ainvoke(state["messages"])
+        return {"messages": [reply], "turns": state.get("turns", 0) + 1}
+
+    def ask(state: State) -> dict[str, Any]:
+        decision = interrupt({"message": "Publish the answer?", "actions": ["approve", "deny"]})
+        return {"verdict": decision}
+
+    graph = StateGraph(State)
+    graph.add_node("agent", agent)
+    after = "review" if review else END
+    if review:
+        graph.add_node("review", ask)
+        graph.add_edge("review", END)
+    if tools:
+        graph.add_node("tools", ToolNode(list(tools), handle_tool_errors=handle_tool_errors))
+        graph.add_conditional_edges("agent", tools_condition, {"tools": "tools", END: after})
+        graph.add_edge("tools", "agent")
+    else:
+        graph.add_edge("agent", after)
+    graph.add_edge(START, "agent")
+    return graph.compile(checkpointer=checkpointer or InMemorySaver())
+
+
+# --- checks -----------------------------------------------------------------
+
+
+def transcript(events: list[Event]) -> list[str]:
+    """The assistant messages of the reduced journal (every event accepted)."""
+    reducer = SessionReducer()
+    for event in events:
+        assert reducer.deliver(event) in ("applied", "recorded"), event
+    return [
+        str(item["content"])
+        for item in reducer.transcript()
+        if item["item"] == "message" and item["role"] == "assistant"
+    ]
+
+
+async def produced(graph: Pregel, run: str) -> list[str]:
+    """The graph's own AI message texts of the run's thread."""
+    state = await graph.aget_state({"configurable": {"thread_id": run}})
+    return [
+        str(m.content)
+        for m in state.values.get("messages", ())
+        if isinstance(m, AIMessage) and m.content
+    ]
+
+
+def one_each(events: list[Event]) -> None:
+    """No event was journaled twice (the same id or the same step)."""
+    ids = [str(e["eventId"]) for e in events]
+    assert len(ids) == len(set(ids))
+    for kind, field in (
+        ("tool.call.started", "toolCallId"),
+        ("tool.call.finished", "toolCallId"),
+        ("message.text.started", "messageId"),
+        ("message.text.completed", "messageId"),
+        ("interrupt.requested", "interruptId"),
+    ):
+        keys = [e[field] for e in of_type(events, kind)]
+        assert len(keys) == len(set(keys)), (kind, keys)
+
+
+# --- tests ------------------------------------------------------------------
+
+
+async def test_a_streamed_answer_with_progress_state_and_usage(client: Client) -> None:
+    graph = build([said("Hello there, how are you?", tokens=7)], delay=0.01)
+    async with serving(client, handler(graph)):
+        session, run = await start(client, prompt="hi")
+        events = await wait_history(client, session, has("run.finished", runId=run))
+    assert transcript(events) == await produced(graph, run) == ["Hello there, how are you?"]
+    assert len(of_type(events, "message.text.delta")) >= 1
+    finished = of_type(events, "run.finished")[0]
+    assert finished["usage"] == {"inputTokens": 7, "outputTokens": 2, "totalTokens": 9}
+    progress = [(p["label"], p["status"]) for p in of_type(events, "progress.recorded")]
+    assert progress == [("agent", "active"), ("agent", "completed")]
+    snapshot = of_type(events, "state.snapshot")[0]
+    assert "messages" not in snapshot["state"]
+    deltas = of_type(events, "state.delta")
+    assert {"op": "add", "path": "/turns", "value": 1} in [op for d in deltas for op in d["patch"]]
+    one_each(events)
+
+
+async def test_backend_tools_a_result_and_an_error(client: Client) -> None:
+    graph = build(
+        [
+            said("Let me add.", ("call_add", "add", {"a": 2, "b": 3})),
+            said("Now this.", ("call_boom", "explode", {"reason": "test"})),
+            said("The sum is 5."),
+        ],
+        [add, explode],
+    )
+    async with serving(client, handler(graph)):
+        session, run = await start(client, prompt="add 2 and 3")
+        events = await wait_history(client, session, has("run.finished", runId=run))
+    started = of_type(events, "tool.call.started")
+    assert [(s["toolCallId"], s["toolName"], s["args"]) for s in started] == [
+        (f"{run}.call_add.tool", "add", {"a": 2, "b": 3}),
+        (f"{run}.call_boom.tool", "explode", {"reason": "test"}),
+    ]
+    finished = of_type(events, "tool.call.finished")
+    assert (finished[0]["outcome"], finished[0]["response"]) == ("success", "5")
+    assert (finished[1]["outcome"], finished[1]["code"]) == ("error", "tool_error")
+    assert "exploded: test" in finished[1]["message"]
+    assert transcript(events) == await produced(graph, run)
+    assert transcript(events) == ["Let me add.", "Now this.", "The sum is 5."]
+    assert of_type(events, "run.finished")[0]["usage"]["inputTokens"] == 30
+    one_each(events)
+
+
+async def test_a_tool_error_the_graph_does_not_handle_fails_the_run(client: Client) -> None:
+    graph = build(
+        [said("Trying.", ("call_boom", "explode", {"reason": "x"}))],
+        [explode],
+        handle_tool_errors=False,
+    )
+    async with serving(client, handler(graph)):
+        session, run = await start(client)
+        events = await wait_history(client, session, has("run.error", runId=run))
+    error = of_type(events, "run.error")[0]
+    assert error["code"] == "tool_error" and "exploded: x" in error["message"]
+    assert error["usage"]["inputTokens"] == 10
+    assert of_type(events, "tool.call.finished")[0]["outcome"] == "error"
+    transcript(events)
+
+
+async def test_a_graph_error_fails_the_run_with_partial_usage(client: Client) -> None:
+    graph = build(
+        [said("Adding.", ("c1", "add", {"a": 1, "b": 1})), AIMessage("RAISE")], [add]
+    )
+    async with serving(client, handler(graph)):
+        session, run = await start(client)
+        events = await wait_history(client, session, has("run.error", runId=run))
+    error = of_type(events, "run.error")[0]
+    assert error["code"] == "graph_error" and error["message"] == "the model is down"
+    assert error["usage"] == {"inputTokens": 10, "outputTokens": 2, "totalTokens": 12}
+    assert [(p["label"], p["status"]) for p in of_type(events, "progress.recorded")][-1] == (
+        "agent",
+        "failed",
+    )
+    assert transcript(events) == ["Adding."]
+
+
+async def test_a_client_tool_runs_on_the_executor(
+    narad_server: NaradServer, client: Client, org: str
+) -> None:
+    desk = f"desk-{uuid.uuid4().hex[:6]}"
+    executor, lease, controls = await executor_api(narad_server, org, desk)
+    delete = client_tool("fs.delete", "Deletes a file on the user's machine.", DeleteArgs)
+    graph = build(
+        [said("Deleting.", ("call_del", "fs.delete", {"path": "/tmp/x"})), said("Done: gone.")],
+        [delete],
+    )
+    async with executor, serving(client, handler(graph, client_tools=("fs.delete",))):
+        session, run = await start(client, client_executor_id=desk)
+        calls: list[dict[str, Any]] = []
+        while not calls:
+            calls = await controls()
+        assert (calls[0]["toolName"], calls[0]["args"]) == ("fs.delete", {"path": "/tmp/x"})
+        await executor.request(
+            "POST",
+            f"/v1/executors/{desk}/finish",
+            json={
+                "type": "client.tool.finish",
+                "protocolVersion": "narad/v1",
+                "executionToken": calls[0]["executionToken"],
+                "toolCallId": calls[0]["toolCallId"],
+                "clientExecutorId": desk,
+                "leaseId": lease,
+                "outcome": "success",
+                "response": {"deleted": True},
+            },
+        )
+        events = await wait_history(client, session, has("run.finished", runId=run))
+    started = of_type(events, "tool.call.started")[0]
+    assert (started["toolCallId"], started["executor"]) == (f"{run}.call_del.client", "client")
+    state = await graph.aget_state({"configurable": {"thread_id": run}})
+    answers = [m for m in state.values["messages"] if m.type == "tool"]
+    assert [json.loads(str(m.content)) for m in answers] == [{"deleted": True}]
+    assert transcript(events) == await produced(graph, run) == ["Deleting.", "Done: gone."]
+
+
+@pytest.mark.parametrize("decision", ["approve", "deny"])
+async def test_interrupt_is_an_approval_and_its_decision_resumes_the_graph(
+    client: Client, decision: str
+) -> None:
+    graph = build([said("Here is the draft.")], review=True)
+    async with serving(client, handler(graph)):
+        session, run = await start(client)
+        events = await wait_history(client, session, has("run.paused", runId=run))
+        requested = of_type(events, "interrupt.requested")[0]
+        assert requested["message"] == "Publish the answer?"
+        assert requested["actions"] == ["approve", "deny"]
+        await client.resolve_interrupt(
+            session, interrupt_id=requested["interruptId"], decision=decision
+        )
+        events = await wait_history(client, session, has("run.finished", runId=run))
+    state = await graph.aget_state({"configurable": {"thread_id": run}})
+    assert state.values["verdict"] == decision
+    assert ["interrupt.resolved", "run.resumed"] == [
+        e["type"] for e in events if e["type"] in ("interrupt.resolved", "run.resumed")
+    ]
+    review = [p["status"] for p in of_type(events, "progress.recorded") if p["label"] == "review"]
+    assert review == ["active", "completed"]
+    assert transcript(events) == await produced(graph, run)
+    one_each(events)
+
+
+async def test_a_stop_mid_stream_cancels_the_graph_with_partial_usage(client: Client) -> None:
+    words = " ".join(f"w{i}" for i in range(200))
+    graph = build(
+        [said("Adding.", ("c1", "add", {"a": 1, "b": 1})), said(words)], [add], delay=0.02
+    )
+    async with serving(client, handler(graph)):
+        session, run = await start(client)
+        await wait_history(
+            client, session, lambda ev: len(of_type(ev, "message.text.started")) == 2
+        )
+        await client.stop_run(session, run_id=run)
+        events = await wait_history(client, session, has("run.cancelled", runId=run))
+    cancelled = of_type(events, "run.cancelled")[0]
+    assert cancelled["code"] == "stopped"
+    assert cancelled["usage"] == {"inputTokens": 10, "outputTokens": 2, "totalTokens": 12}
+    texts = transcript(events)
+    assert texts[0] == "Adding." and words.startswith(texts[1]) and texts[1] != words
+    assert len(of_type(events, "message.text.completed")) == 2
+
+
+# --- takeover -----------------------------------------------------------------
+
+
+class FileSaver(InMemorySaver):
+    """An ``InMemorySaver`` kept in a file after every write: durable across processes."""
+
+    def __init__(self, path: str) -> None:
+        super().__init__()
+        self.path = Path(path)
+        if self.path.exists():
+            storage, writes, blobs = pickle.loads(self.path.read_bytes())
+            for thread, namespaces in storage.items():
+                for ns, checkpoints in namespaces.items():
+                    self.storage[thread][ns].update(checkpoints)
+            self.writes.update(writes)
+            self.blobs.update(blobs)
+
+    def _save(self) -> None:
+        storage = {t: {n: dict(c) for n, c in ns.items()} for t, ns in self.storage.items()}
+        data = pickle.dumps((storage, dict(self.writes), dict(self.blobs)))
+        temp = self.path.with_suffix(".tmp")
+        temp.write_bytes(data)
+        os.replace(temp, self.path)
+
+    def put(self, *args: Any, **kwargs: Any) -> Any:
+        got = super().put(*args, **kwargs)
+        self._save()
+        return got
+
+    def put_writes(self, *args: Any, **kwargs: Any) -> None:
+        super().put_writes(*args, **kwargs)
+        self._save()
+
+
+LONG = " ".join(f"word{i}" for i in range(60))
+
+#: The graph both runtimes run: a tool call, then a long answer.
+TAKEOVER_SCRIPT = [
+    said("Adding first.", ("call_t1", "add", {"a": 20, "b": 22})),
+    said(LONG),
+]
+
+AGENT = textwrap.dedent(
+    """
+    import asyncio, os, sys
+    sys.path[:0] = [os.environ["TESTS"], os.environ["INTEGRATION_TESTS"]]
+    from narad import Client, Runtime
+    from narad.integrations.langgraph import handler
+    from test_langgraph import FileSaver, TAKEOVER_SCRIPT, add, build
+
+    async def main():
+        graph = build(TAKEOVER_SCRIPT, [add], delay=0.1, checkpointer=FileSaver(os.environ["SAVER"]))
+        async with Client(os.environ["NARAD"], os.environ["NARAD_TOKEN"]) as client:
+            await Runtime(client, handler(graph), queue="lg-takeover", claim_wait=1.0).run()
+
+    asyncio.run(main())
+    """
+)
+
+
+async def test_a_runtime_killed_mid_run_is_resumed_from_the_checkpoint(
+    start_server: Callable[..., NaradServer], org: str, tmp_path: Path
+) -> None:
+    server = start_server(**SHORT_LEASES)
+    saver = tmp_path / "checkpoints.pickle"
+    program = tmp_path / "agent.py"
+    program.write_text(AGENT)
+    here = Path(__file__).resolve().parent
+    env = {
+        **os.environ,
+        "NARAD": server.base,
+        "NARAD_TOKEN": server.token(ROLES, org=org),
+        "SAVER": str(saver),
+        "TESTS": str(here.parent),
+        "INTEGRATION_TESTS": str(here),
+        "PYTHONPATH": os.pathsep.join([str(REPO / "clients" / "python" / "src")]),
+    }
+    async with Client(server.base, server.token(ROLES, org=org)) as narad:
+        session = f"s-{uuid.uuid4().hex[:10]}"
+        run = f"r-{uuid.uuid4().hex[:10]}"
+        await narad.create_session(session)
+        from narad import RuntimeOptions
+
+        await narad.start_run(
+            session, run_id=run, input={"prompt": "add"}, runtime=RuntimeOptions(queue="lg-takeover")
+        )
+        first = await asyncio.create_subprocess_exec(
+            sys.executable, str(program), env=env, stdout=asyncio.subprocess.DEVNULL
+        )
+
+        def text(events: list[Event]) -> str:
+            return "".join(str(d["delta"]) for d in of_type(events, "message.text.delta"))
+
+        try:
+            await wait_history(narad, session, lambda ev: "word10" in text(ev), timeout=30)
+            first.send_signal(signal.SIGKILL)
+            await asyncio.wait_for(first.wait(), timeout=10)
+        finally:
+            if first.returncode is None:
+                first.kill()
+                await first.wait()
+        graph = build(TAKEOVER_SCRIPT, [add], checkpointer=FileSaver(str(saver)))
+        async with serving(narad, handler(graph), queue="lg-takeover"):
+            events = await wait_history(narad, session, has("run.finished", runId=run), timeout=30)
+    one_each(events)
+    assert len(of_type(events, "tool.call.started")) == 1
+    assert of_type(events, "tool.call.finished")[0]["response"] == "42"
+    assert transcript(events) == await produced(graph, run) == ["Adding first.", LONG]
+    holders = {str(e["eventId"]).split("@")[1].split(".")[0] for e in events if "@" in e["eventId"]}
+    assert holders == {"1", "2"}, holders
+    assert of_type(events, "run.finished")[0]["usage"]["inputTokens"] == 20
+
+
+def test_the_example_module_is_importable() -> None:
+    assert (REPO / "examples" / "langgraph_agent.py").exists()
