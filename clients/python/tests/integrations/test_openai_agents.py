@@ -18,14 +18,13 @@ from pathlib import Path
 from typing import Any, cast
 
 import pytest
-from agents import Agent, ModelResponse, RunConfig, function_tool, set_tracing_disabled
+from agents import Agent, ModelResponse, function_tool, set_tracing_disabled
 from agents.agent_output import AgentOutputSchemaBase
 from agents.handoffs import Handoff
 from agents.items import TResponseInputItem, TResponseStreamEvent
 from agents.model_settings import ModelSettings
 from agents.models.interface import Model, ModelTracing
 from agents.tool import Tool
-from agents.usage import Usage as AgentsUsage
 from conftest import REPO, NaradServer
 from openai.types.responses import (
     Response,
@@ -44,7 +43,7 @@ from openai.types.responses import (
 from openai.types.responses.response_prompt_param import ResponsePromptParam
 from openai.types.responses.response_reasoning_item import Summary
 from openai.types.responses.response_usage import InputTokensDetails, OutputTokensDetails
-from test_runtime import ROLES, SHORT_LEASES, has, of_type, serving, start, wait_history
+from test_runtime import ROLES, has, of_type, serving, start, wait_history
 
 from narad import Client, Event, Executor, RuntimeOptions, SessionReducer
 from narad.integrations.openai_agents import handler, state_scope
@@ -321,3 +320,305 @@ async def test_a_streamed_answer_with_reasoning_and_usage(client: Client) -> Non
     started = of_type(events, "message.text.started")[0]
     assert started["messageId"] == f"{run}.1.1.msg_1_1.message"
     assert reduced(events) == [answer]
+
+
+# --- backend tools: a result and an error --------------------------------------------
+
+
+@function_tool
+def add(a: int, b: int) -> int:
+    """Adds two numbers."""
+    return a + b
+
+
+@function_tool
+def broken(path: str) -> str:
+    """Always fails."""
+    raise OSError(f"disk on fire at {path}")
+
+
+async def test_backend_tools_are_journaled_with_arguments_results_and_errors(
+    client: Client,
+) -> None:
+    def reply(items: list[dict[str, Any]]) -> list[Part]:
+        outputs = [str(i["output"]) for i in items if i.get("type") == "function_call_output"]
+        if not outputs:
+            return [
+                Say("Let me see."),
+                Call("add", {"a": 2, "b": 3}),
+                Call("broken", {"path": "/x"}),
+            ]
+        return [Say(f"The sum is {outputs[0]}; the other tool said: {outputs[1]}")]
+
+    agent = Agent(name="calc", model=Script(reply), tools=[add, broken])
+    _, run, events = await run_to_end(client, agent)
+    assert of_type(events, "run.finished")[0]["usage"] == usage_of(2)
+    started = of_type(events, "tool.call.started")
+    assert [(s["toolName"], s["args"], s["executor"]) for s in started] == [
+        ("add", {"a": 2, "b": 3}, "backend"),
+        ("broken", {"path": "/x"}, "backend"),
+    ]
+    assert started[0]["toolCallId"] == f"{run}.call_add_1_1.tool"
+    finished = {f["toolCallId"]: f for f in of_type(events, "tool.call.finished")}
+    ok, failed = (finished[s["toolCallId"]] for s in started)
+    assert (ok["outcome"], ok["response"]) == ("success", 5)
+    assert (failed["outcome"], failed["code"]) == ("error", "tool_error")
+    assert "disk on fire at /x" in failed["message"]
+    # The model was told what the SDK tells it of a failed tool.
+    told = "An error occurred while running the tool. Please try again."
+    final = f"The sum is 5; the other tool said: {told}"
+    assert reduced(events) == ["Let me see.", final]
+
+
+# --- a client tool ----------------------------------------------------------------
+
+
+@function_tool
+def clock_now(tz: str) -> str:
+    """The time of day on the user's machine."""
+    raise AssertionError("a client tool's body never runs in the runtime")
+
+
+async def test_a_client_tool_is_run_by_the_executor_and_its_result_goes_to_the_model(
+    client: Client, narad_server: NaradServer, org: str
+) -> None:
+    def reply(items: list[dict[str, Any]]) -> list[Part]:
+        output = last_output(items)
+        return [Call("clock_now", {"tz": "UTC"})] if output is None else [Say(f"It is {output}.")]
+
+    agent = Agent(name="clock", model=Script(reply), tools=[clock_now])
+    desk = f"desk-{uuid.uuid4().hex[:8]}"
+    ran: list[dict[str, Any]] = []
+
+    def now(args: dict[str, Any]) -> Any:
+        ran.append(args)
+        return {"time": "12:00", "tz": args["tz"]}
+
+    async with (
+        Client(
+            narad_server.base, narad_server.token("executor", org=org, sub="desk")
+        ) as desk_client,
+        serving(client, handler(agent, client_tools=["clock_now"]), queue=QUEUE),
+    ):
+        executor = Executor(desk_client, desk, {"clock_now": now}, poll_wait=2)
+        running = asyncio.create_task(executor.run())
+        try:
+            session, run = await start(
+                client, runtime=RuntimeOptions(queue=QUEUE), client_executor_id=desk
+            )
+            events = await wait_history(client, session, terminal(run))
+        finally:
+            executor.stop()
+            await asyncio.wait_for(running, 30)
+    assert ran == [{"tz": "UTC"}]
+    (call,) = of_type(events, "tool.call.started")
+    assert (call["toolName"], call["executor"], call["args"]) == (
+        "clock_now",
+        "client",
+        {"tz": "UTC"},
+    )
+    assert of_type(events, "tool.call.finished")[0]["outcome"] == "success"
+    assert not of_type(events, "interrupt.requested")  # a client tool asks nobody
+    assert of_type(events, "run.finished")[0]["usage"] == usage_of(2)
+    assert reduced(events) == ['It is {"time": "12:00", "tz": "UTC"}.']
+    # The SDK paused at the call: its RunState was kept before the wait.
+    snapshots = of_type(events, "state.snapshot")
+    assert [s["scope"] for s in snapshots] == [state_scope(run)]
+
+
+# --- approvals ----------------------------------------------------------------------
+
+
+deleted: list[str] = []
+
+
+@function_tool(needs_approval=True)
+def delete_file(path: str) -> str:
+    """Deletes a file."""
+    deleted.append(path)
+    return f"deleted {path}"
+
+
+def deleting(items: list[dict[str, Any]]) -> list[Part]:
+    output = last_output(items)
+    if output is None:
+        return [Say("I will delete it."), Call("delete_file", {"path": "/tmp/x"})]
+    return [Say(f"Done: {output}")]
+
+
+@pytest.mark.parametrize("decision", ["approve", "deny"])
+async def test_a_tool_that_needs_approval_waits_for_a_person(client: Client, decision: str) -> None:
+    deleted.clear()
+    agent = Agent(name="janitor", model=Script(deleting), tools=[delete_file])
+    async with serving(client, handler(agent), queue=QUEUE):
+        session, run = await start(client, runtime=RuntimeOptions(queue=QUEUE))
+        events = await wait_history(client, session, has("run.paused", runId=run))
+        (asked,) = of_type(events, "interrupt.requested")
+        assert asked["interruptId"] == f"{run}.call_delete_file_1_1.approval"
+        assert asked["input"] == {"tool": "delete_file", "args": {"path": "/tmp/x"}}
+        assert asked["actions"] == ["approve", "deny"]
+        assert not of_type(events, "tool.call.started") and deleted == []
+        # The state was kept before the run paused.
+        assert of_type(events, "state.snapshot")[0]["scope"] == state_scope(run)
+        await client.resolve_interrupt(
+            session, interrupt_id=asked["interruptId"], decision=decision
+        )
+        events = await wait_history(client, session, terminal(run))
+    assert of_type(events, "run.finished")[0]["usage"] == usage_of(2)
+    if decision == "approve":
+        assert deleted == ["/tmp/x"]
+        (finished,) = of_type(events, "tool.call.finished")
+        assert finished["response"] == "deleted /tmp/x"
+        assert reduced(events) == ["I will delete it.", "Done: deleted /tmp/x"]
+    else:
+        assert deleted == [] and not of_type(events, "tool.call.started")
+        assert reduced(events) == ["I will delete it.", "Done: Tool execution was not approved."]
+
+
+# --- a stop, errors --------------------------------------------------------------------
+
+
+async def test_a_stop_mid_stream_cancels_the_run_with_partial_usage(client: Client) -> None:
+    long = " ".join(f"word{i}" for i in range(200))
+
+    def reply(items: list[dict[str, Any]]) -> list[Part]:
+        return [Call("add", {"a": 1, "b": 1})] if last_output(items) is None else [Say(long)]
+
+    model = Script(reply, delay=0.05)
+    agent = Agent(name="talker", model=model, tools=[add])
+    async with serving(client, handler(agent), queue=QUEUE):
+        session, run = await start(client, runtime=RuntimeOptions(queue=QUEUE))
+        await wait_history(client, session, lambda events: "word5" in said(events, run))
+        await client.stop_run(session, run_id=run)
+        events = await wait_history(client, session, terminal(run))
+        calls = model.calls
+        await asyncio.sleep(0.5)
+    assert model.calls == calls == 2  # the streaming stopped; no more model calls
+    (cancelled,) = of_type(events, "run.cancelled")
+    assert cancelled["code"] == "stopped"
+    assert cancelled["usage"] == usage_of(1)  # the first response; the second never completed
+    text = said(events, run)
+    assert text and long.startswith(text) and text != long
+    assert len(of_type(events, "message.text.completed")) == 1
+    assert reduced(events) == [text]
+
+
+async def test_framework_errors_end_the_run_with_a_code_and_partial_usage(client: Client) -> None:
+    looping = Agent(
+        name="looper", model=Script(lambda items: [Call("add", {"a": 1, "b": 2})]), tools=[add]
+    )
+    _, _, events = await run_to_end(client, looping, max_turns=2)
+    (error,) = of_type(events, "run.error")
+    assert error["code"] == "max_turns_exceeded", error
+    assert error["usage"] == usage_of(2)
+    assert len(of_type(events, "tool.call.finished")) == 2
+
+    def down(items: list[dict[str, Any]]) -> list[Part]:
+        raise ConnectionError("the provider is down")
+
+    failing = Agent(name="down", model=Script(down))
+    _, _, events = await run_to_end(client, failing)
+    (error,) = of_type(events, "run.error")
+    assert (error["code"], error["message"]) == ("connection_error", "the provider is down")
+    assert "usage" not in error
+
+
+# --- kill -9 and takeover ---------------------------------------------------------------
+
+TESTS = Path(__file__).resolve().parents[1]
+LONG = " ".join(f"word{i}" for i in range(60))
+
+
+def takeover_agent(delay: float) -> Agent[Any]:
+    """The agent of the takeover test: asked to delete, it calls a tool that
+    needs approval; asked anything else, it talks at length."""
+
+    def reply(items: list[dict[str, Any]]) -> list[Part]:
+        if "delete" in str(items[0].get("content")):
+            return deleting(items)
+        return [Say(LONG)]
+
+    return Agent(name="survivor", model=Script(reply, delay=delay), tools=[delete_file])
+
+
+#: The first holder: a runtime process of its own serving the takeover agent.
+FIRST_HOLDER = textwrap.dedent(
+    """
+    import asyncio, os, sys
+    sys.path[:0] = [os.environ["TESTS"]]
+    from integrations.test_openai_agents import takeover_agent
+    from narad import Client, Runtime
+    from narad.integrations.openai_agents import handler
+
+    async def main():
+        async with Client(os.environ["NARAD"], os.environ["NARAD_TOKEN"]) as client:
+            agent = handler(takeover_agent(0.1))
+            await Runtime(client, agent, queue="takeover", claim_wait=1.0).run()
+
+    asyncio.run(main())
+    """
+)
+
+
+async def test_a_runtime_killed_with_sigkill_is_taken_over_without_writing_anything_twice(
+    short_server: NaradServer, short_client: Client, org: str, tmp_path: Path
+) -> None:
+    client = short_client
+    deleted.clear()
+    program = tmp_path / "first_holder.py"
+    program.write_text(FIRST_HOLDER)
+    env = {
+        **os.environ,
+        "NARAD": short_server.base,
+        "NARAD_TOKEN": short_server.token(ROLES, org=org),
+        "TESTS": str(TESTS),
+        "PYTHONPATH": os.pathsep.join(
+            [str(REPO / "clients" / "python" / "src"), os.environ.get("PYTHONPATH", "")]
+        ),
+    }
+    first = await asyncio.create_subprocess_exec(
+        sys.executable, str(program), env=env, stdout=asyncio.subprocess.DEVNULL
+    )
+    queue = RuntimeOptions(queue="takeover")
+    try:
+        # Run A pauses for an approval (its RunState kept); run B is cut mid-answer.
+        session_a, run_a = await start(client, prompt="delete /tmp/x", runtime=queue)
+        session_b, run_b = await start(client, prompt="talk", runtime=queue)
+        await wait_history(client, session_a, has("run.paused", runId=run_a), timeout=30)
+        await wait_history(client, session_b, lambda events: "word8" in said(events, run_b))
+        first.send_signal(signal.SIGKILL)
+        await asyncio.wait_for(first.wait(), timeout=10)
+    finally:
+        if first.returncode is None:
+            first.kill()
+            await first.wait()
+    assert first.returncode == -signal.SIGKILL
+    cut = said(await wait_history(client, session_b, lambda _: True), run_b)
+    asked = of_type(await wait_history(client, session_a, lambda _: True), "interrupt.requested")
+    await client.resolve_interrupt(
+        session_a, interrupt_id=asked[0]["interruptId"], decision="approve"
+    )
+
+    async with serving(client, handler(takeover_agent(0.0)), queue="takeover"):
+        events_a = await wait_history(client, session_a, terminal(run_a))
+        events_b = await wait_history(client, session_b, terminal(run_b))
+
+    # A: resumed from its RunState; nothing of the first holder written again.
+    assert of_type(events_a, "run.finished"), [e["type"] for e in events_a]
+    assert len(of_type(events_a, "interrupt.requested")) == 1
+    assert len(of_type(events_a, "state.snapshot")) == 1
+    assert len(of_type(events_a, "tool.call.started")) == 1 and deleted == ["/tmp/x"]
+    assert reduced(events_a) == ["I will delete it.", "Done: deleted /tmp/x"]
+    holders = {
+        str(e["eventId"]).split("@")[1].split(".")[0]
+        for e in of_type(events_a, "message.text.delta")
+    }
+    assert holders == {"1", "2"}
+    assert of_type(events_a, "run.finished")[0]["usage"] == usage_of(2)  # the RunState's count too
+
+    # B: no state to resume from, and the journal holds the first holder's words.
+    (error,) = of_type(events_b, "run.error")
+    assert error["code"] == "no_resumable_state", error
+    assert len(of_type(events_b, "message.text.started")) == 1
+    assert said(events_b, run_b) == cut and LONG.startswith(cut)
+    assert reduced(events_b) == [cut]

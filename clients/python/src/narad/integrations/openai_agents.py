@@ -534,4 +534,3 @@ def _reasoning_text(item: Any) -> str:
     if not any(parts):
         parts = [getattr(c, "text", "") for c in (getattr(item, "content", None) or [])]
     return "\n".join(p for p in parts if p)
-
