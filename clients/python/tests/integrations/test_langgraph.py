@@ -24,36 +24,31 @@ from typing import Any
 
 import pytest
 from conftest import REPO, NaradServer
-from test_runtime import (  # noqa: F401
+from langchain_core.callbacks import AsyncCallbackManagerForLLMRun
+from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
+from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage
+from langchain_core.outputs import ChatGenerationChunk
+from langchain_core.tools import tool
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.graph import END, START, MessagesState, StateGraph
+from langgraph.prebuilt import ToolNode, tools_condition
+from langgraph.pregel import Pregel
+from langgraph.types import interrupt
+from pydantic import BaseModel
+from test_runtime import (
     ROLES,
     SHORT_LEASES,
-    client,
     executor_api,
     has,
     of_type,
     serving,
     start,
+    types,
     wait_history,
 )
 
-from narad import Client, Event, SessionReducer
-
-pytest.importorskip("langgraph")
-
-from langchain_core.callbacks import AsyncCallbackManagerForLLMRun  # noqa: E402
-from langchain_core.language_models.fake_chat_models import GenericFakeChatModel  # noqa: E402
-from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage  # noqa: E402
-from langchain_core.outputs import ChatGenerationChunk  # noqa: E402
-from langchain_core.tools import tool  # noqa: E402
-from langgraph.checkpoint.memory import InMemorySaver  # noqa: E402
-from langgraph.graph import END, START, MessagesState, StateGraph  # noqa: E402
-from langgraph.prebuilt import ToolNode, tools_condition  # noqa: E402
-from langgraph.pregel import Pregel  # noqa: E402
-from langgraph.types import interrupt  # noqa: E402
-from pydantic import BaseModel  # noqa: E402
-
-from narad.integrations.langgraph import client_tool, handler  # noqa: E402
-
+from narad import Client, Event, RuntimeOptions, SessionReducer
+from narad.integrations.langgraph import client_tool, handler
 
 # --- the model and the graphs ----------------------------------------------
 
@@ -78,6 +73,10 @@ class Scripted(GenericFakeChatModel):
         reply = self.script[answered]
         if reply.content == "RAISE":
             raise ValueError("the model is down")
+        thought = reply.additional_kwargs.get("reasoning_content")
+        if thought:
+            first = AIMessageChunk(content="", additional_kwargs={"reasoning_content": thought})
+            yield ChatGenerationChunk(message=first)
         words = [w for w in re.split(r"(\s)", str(reply.content)) if w]
         for word in words:
             chunk = ChatGenerationChunk(message=AIMessageChunk(content=word))
@@ -90,7 +89,13 @@ class Scripted(GenericFakeChatModel):
             content="",
             chunk_position="last",
             tool_call_chunks=[
-                {"name": c["name"], "args": json.dumps(c["args"]), "id": c["id"], "index": i}
+                {
+                    "type": "tool_call_chunk",
+                    "name": c["name"],
+                    "args": json.dumps(c["args"]),
+                    "id": c["id"],
+                    "index": i,
+                }
                 for i, c in enumerate(reply.tool_calls)
             ],
             usage_metadata=reply.usage_metadata,
@@ -139,7 +144,7 @@ def build(
     review: bool = False,
     handle_tool_errors: bool = True,
     checkpointer: Any = None,
-) -> Pregel:
+) -> Pregel[Any, Any, Any, Any]:
     """agent ⇄ tools, then (``review``) a node that asks a person with ``interrupt()``."""
     model = Scripted(script=list(script), delay=delay)
 
@@ -170,19 +175,18 @@ def build(
 # --- checks -----------------------------------------------------------------
 
 
-def transcript(events: list[Event]) -> list[str]:
-    """The assistant messages of the reduced journal (every event accepted)."""
+def transcript(events: list[Event], item: str = "message") -> list[str]:
+    """The assistant messages (or reasoning) of the reduced journal, every event accepted."""
     reducer = SessionReducer()
     for event in events:
         assert reducer.deliver(event) in ("applied", "recorded"), event
-    return [
-        str(item["content"])
-        for item in reducer.transcript()
-        if item["item"] == "message" and item["role"] == "assistant"
-    ]
+    got = reducer.transcript()
+    if item == "reasoning":
+        return [str(i["text"]) for i in got if i["item"] == "reasoning" and i["completed"]]
+    return [str(i["content"]) for i in got if i["item"] == "message" and i["role"] == "assistant"]
 
 
-async def produced(graph: Pregel, run: str) -> list[str]:
+async def produced(graph: Pregel[Any, Any, Any, Any], run: str) -> list[str]:
     """The graph's own AI message texts of the run's thread."""
     state = await graph.aget_state({"configurable": {"thread_id": run}})
     return [
@@ -211,11 +215,15 @@ def one_each(events: list[Event]) -> None:
 
 
 async def test_a_streamed_answer_with_progress_state_and_usage(client: Client) -> None:
-    graph = build([said("Hello there, how are you?", tokens=7)], delay=0.01)
+    answer = said("Hello there, how are you?", tokens=7)
+    answer.additional_kwargs["reasoning_content"] = "They greeted me."
+    graph = build([answer], delay=0.01)
     async with serving(client, handler(graph)):
         session, run = await start(client, prompt="hi")
         events = await wait_history(client, session, has("run.finished", runId=run))
     assert transcript(events) == await produced(graph, run) == ["Hello there, how are you?"]
+    assert transcript(events, "reasoning") == ["They greeted me."]
+    assert types(events).index("reasoning.completed") < types(events).index("message.text.started")
     assert len(of_type(events, "message.text.delta")) >= 1
     finished = of_type(events, "run.finished")[0]
     assert finished["usage"] == {"inputTokens": 7, "outputTokens": 2, "totalTokens": 9}
@@ -272,9 +280,7 @@ async def test_a_tool_error_the_graph_does_not_handle_fails_the_run(client: Clie
 
 
 async def test_a_graph_error_fails_the_run_with_partial_usage(client: Client) -> None:
-    graph = build(
-        [said("Adding.", ("c1", "add", {"a": 1, "b": 1})), AIMessage("RAISE")], [add]
-    )
+    graph = build([said("Adding.", ("c1", "add", {"a": 1, "b": 1})), AIMessage("RAISE")], [add])
     async with serving(client, handler(graph)):
         session, run = await start(client)
         events = await wait_history(client, session, has("run.error", runId=run))
@@ -288,8 +294,9 @@ async def test_a_graph_error_fails_the_run_with_partial_usage(client: Client) ->
     assert transcript(events) == ["Adding."]
 
 
+@pytest.mark.parametrize("release", [False, True])
 async def test_a_client_tool_runs_on_the_executor(
-    narad_server: NaradServer, client: Client, org: str
+    narad_server: NaradServer, client: Client, org: str, release: bool
 ) -> None:
     desk = f"desk-{uuid.uuid4().hex[:6]}"
     executor, lease, controls = await executor_api(narad_server, org, desk)
@@ -298,7 +305,8 @@ async def test_a_client_tool_runs_on_the_executor(
         [said("Deleting.", ("call_del", "fs.delete", {"path": "/tmp/x"})), said("Done: gone.")],
         [delete],
     )
-    async with executor, serving(client, handler(graph, client_tools=("fs.delete",))):
+    agent = handler(graph, client_tools=("fs.delete",))
+    async with executor, serving(client, agent, release_when_waiting=release):
         session, run = await start(client, client_executor_id=desk)
         calls: list[dict[str, Any]] = []
         while not calls:
@@ -327,12 +335,14 @@ async def test_a_client_tool_runs_on_the_executor(
     assert transcript(events) == await produced(graph, run) == ["Deleting.", "Done: gone."]
 
 
-@pytest.mark.parametrize("decision", ["approve", "deny"])
+@pytest.mark.parametrize(
+    ("decision", "release"), [("approve", False), ("deny", False), ("approve", True)]
+)
 async def test_interrupt_is_an_approval_and_its_decision_resumes_the_graph(
-    client: Client, decision: str
+    client: Client, decision: str, release: bool
 ) -> None:
     graph = build([said("Here is the draft.")], review=True)
-    async with serving(client, handler(graph)):
+    async with serving(client, handler(graph), release_when_waiting=release):
         session, run = await start(client)
         events = await wait_history(client, session, has("run.paused", runId=run))
         requested = of_type(events, "interrupt.requested")[0]
@@ -407,6 +417,8 @@ class FileSaver(InMemorySaver):
         self._save()
 
 
+HERE = Path(__file__).resolve().parent
+
 LONG = " ".join(f"word{i}" for i in range(60))
 
 #: The graph both runtimes run: a tool call, then a long answer.
@@ -424,7 +436,8 @@ AGENT = textwrap.dedent(
     from test_langgraph import FileSaver, TAKEOVER_SCRIPT, add, build
 
     async def main():
-        graph = build(TAKEOVER_SCRIPT, [add], delay=0.1, checkpointer=FileSaver(os.environ["SAVER"]))
+        saver = FileSaver(os.environ["SAVER"])
+        graph = build(TAKEOVER_SCRIPT, [add], delay=0.1, checkpointer=saver)
         async with Client(os.environ["NARAD"], os.environ["NARAD_TOKEN"]) as client:
             await Runtime(client, handler(graph), queue="lg-takeover", claim_wait=1.0).run()
 
@@ -440,7 +453,7 @@ async def test_a_runtime_killed_mid_run_is_resumed_from_the_checkpoint(
     saver = tmp_path / "checkpoints.pickle"
     program = tmp_path / "agent.py"
     program.write_text(AGENT)
-    here = Path(__file__).resolve().parent
+    here = HERE
     env = {
         **os.environ,
         "NARAD": server.base,
@@ -454,10 +467,11 @@ async def test_a_runtime_killed_mid_run_is_resumed_from_the_checkpoint(
         session = f"s-{uuid.uuid4().hex[:10]}"
         run = f"r-{uuid.uuid4().hex[:10]}"
         await narad.create_session(session)
-        from narad import RuntimeOptions
-
         await narad.start_run(
-            session, run_id=run, input={"prompt": "add"}, runtime=RuntimeOptions(queue="lg-takeover")
+            session,
+            run_id=run,
+            input={"prompt": "add"},
+            runtime=RuntimeOptions(queue="lg-takeover"),
         )
         first = await asyncio.create_subprocess_exec(
             sys.executable, str(program), env=env, stdout=asyncio.subprocess.DEVNULL

@@ -47,7 +47,7 @@ import json
 import logging
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import jsonpatch
 from langchain_core.messages import (
@@ -64,7 +64,7 @@ from langgraph.errors import GraphBubbleUp, GraphRecursionError
 from langgraph.prebuilt import ToolNode
 from langgraph.prebuilt.tool_node import ToolCallRequest
 from langgraph.pregel import Pregel
-from langgraph.types import Command, Interrupt
+from langgraph.types import Command, Interrupt, StreamMode
 from pydantic import BaseModel
 
 from ..runtime import (
@@ -92,7 +92,7 @@ RECURSION_LIMIT = "recursion_limit"
 TOOL_ERROR = "tool_error"
 
 #: The stream modes the adapter reads.
-STREAM_MODES = ["messages", "updates", "tasks", "values"]
+STREAM_MODES: list[StreamMode] = ["messages", "updates", "tasks", "values"]
 
 #: Events that say an earlier holder of the run did work.
 _WORK = frozenset(
@@ -109,6 +109,7 @@ _WORK = frozenset(
 
 _CONTROL = (RunStopped, LeaseLost, ReplayDiverged, _Waiting)
 
+Graph = Pregel[Any, Any, Any, Any]
 InputFactory = Callable[[RunContext, list[Turn]], Any]
 ResumeFactory = Callable[[str, Interrupt], Any]
 StateView = Callable[[Any], Any]
@@ -173,11 +174,12 @@ def _intercept(node: ToolNode) -> None:
         if original_async is not None:
             return await original_async(request, execute)
         if original_sync is not None:
-            input_type = "list" if isinstance(request.state, list) else "dict"
             config = request.runtime.config
 
             def run_sync(req: ToolCallRequest) -> Any:
-                return node._execute_tool_sync(req, input_type, config)
+                if isinstance(req.state, list):
+                    return node._execute_tool_sync(req, "list", config)
+                return node._execute_tool_sync(req, "dict", config)
 
             return original_sync(request, run_sync)
         return await execute(request)
@@ -274,7 +276,7 @@ class _Counts:
         if isinstance(message, AIMessage) and usage and message.id:
             self.whole[message.id] = {
                 k: int(v)
-                for k, v in dict(usage).items()
+                for k, v in usage.items()
                 if k in ("input_tokens", "output_tokens", "total_tokens") and isinstance(v, int)
             }
 
@@ -479,7 +481,7 @@ class _Run:
 
     # --- interrupts ----------------------------------------------------------
 
-    async def decide(self, interrupts: Sequence[Interrupt]) -> Command:
+    async def decide(self, interrupts: Sequence[Interrupt]) -> Command[Any]:
         resume: dict[str, Any] = {}
         for interrupt in interrupts:
             value = interrupt.value
@@ -503,7 +505,7 @@ class _Run:
         return Command(resume=resume)
 
 
-def _update_messages(command: Command) -> list[Any]:
+def _update_messages(command: Command[Any]) -> list[Any]:
     update = command.update
     if isinstance(update, Mapping):
         messages = update.get("messages")
@@ -555,9 +557,7 @@ def _state_document(values: Any) -> Any:
 
 def _default_input(ctx: RunContext, turns: list[Turn]) -> Any:
     return {
-        "messages": [
-            HumanMessage(t.text) if t.role == "user" else AIMessage(t.text) for t in turns
-        ]
+        "messages": [HumanMessage(t.text) if t.role == "user" else AIMessage(t.text) for t in turns]
     }
 
 
@@ -566,14 +566,14 @@ def _default_resume(decision: str, interrupt: Interrupt) -> Any:
     return decision
 
 
-def _has_checkpointer(graph: Pregel) -> bool:
+def _has_checkpointer(graph: Graph) -> bool:
     return isinstance(getattr(graph, "checkpointer", None), BaseCheckpointSaver)
 
 
 class _Adapter:
     def __init__(
         self,
-        graph: Pregel,
+        graph: Graph,
         *,
         client_tools: Collection[str],
         input: InputFactory | None,
@@ -597,8 +597,9 @@ class _Adapter:
             _intercept(node)
 
     def config_of(self, ctx: RunContext) -> RunnableConfig:
-        configurable = {**dict(self.config.get("configurable") or {}), "thread_id": ctx.run_id}
-        return {**self.config, "configurable": configurable}  # type: ignore[typeddict-item]
+        given = self.config.get("configurable")
+        configurable = {**(given if isinstance(given, Mapping) else {}), "thread_id": ctx.run_id}
+        return cast("RunnableConfig", {**self.config, "configurable": configurable})
 
     async def __call__(self, ctx: RunContext) -> None:
         run = _Run(self, ctx)
@@ -633,9 +634,7 @@ class _Adapter:
                 pending = await run.decide(interrupts)
             elif not snapshot.next:
                 return
-        elif any(
-            e.get("type") in _WORK and e.get("runId") == ctx.run_id for e in ctx.journal
-        ):
+        elif any(e.get("type") in _WORK and e.get("runId") == ctx.run_id for e in ctx.journal):
             raise _NoCheckpoint(
                 f"run {ctx.run_id} was taken over and its graph has no checkpoint to resume "
                 "from (compile it with a durable checkpointer)"
@@ -662,9 +661,9 @@ class _Adapter:
         if _has_checkpointer(self.graph):
             options["durability"] = self.durability
         try:
-            async for mode, data in self.graph.astream(
-                pending, config, stream_mode=STREAM_MODES, **options
-            ):
+            parts = self.graph.astream(pending, config, stream_mode=STREAM_MODES, **options)
+            async for part in parts:
+                mode, data = cast("tuple[str, Any]", part)
                 if mode == "messages":
                     message, meta = data
                     await run.on_message(message, meta)
@@ -688,7 +687,7 @@ class _NoCheckpoint(Exception):
 
 
 def handler(
-    graph: Pregel,
+    graph: Graph,
     *,
     client_tools: Collection[str] = (),
     input: InputFactory | None = None,
