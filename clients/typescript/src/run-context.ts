@@ -16,6 +16,14 @@
  * `runtime_lost` runs again under a new toolCallId (`{runId}.3.tool.2`: a
  * retry that may repeat side effects takes a new id, §11.3). Replay assumes
  * the handler takes the same steps in the same order for the same journal.
+ *
+ * **Keyed steps.** A step given a `key` ({@link StepOptions}) derives its
+ * ids from the key instead of its position (`{runId}.{key}.tool`,
+ * `{runId}.{key}.approval`), and takes no position: a framework that names
+ * its steps by ids of its own (a model's toolCallId) finds them in the
+ * journal whatever order they come in. A key names one step of a run; a
+ * journal that holds a call of another tool under it throws
+ * {@link ReplayDiverged}.
  * EventIds are `{runId}@{attempt}.{lease}.{n}`: fixed when an event is
  * built, so a batch sent again after a lost answer is recognised by the
  * server as the same batch.
@@ -59,8 +67,39 @@ export interface Approval {
   readonly event: JournalEvent;
 }
 
+/** What every step takes. */
+export interface StepOptions {
+  /**
+   * Names the step: its ids are `{runId}.{key}.{kind}` instead of
+   * `{runId}.{position}.{kind}`, and it takes no position. Unique per run
+   * and step kind; not all digits (those are positions).
+   */
+  key?: string;
+}
+
+/**
+ * A replayed step is not what the journal holds under its id: the handler
+ * (or the framework it drives) took another path than the holder before it,
+ * e.g. a call of another tool under the same key. The run cannot go on
+ * safely; end it (`run.error`, code {@link REPLAY_DIVERGED}).
+ */
+export class ReplayDiverged extends Error {
+  /** The step id the journal holds otherwise. */
+  readonly stepId: string;
+
+  /** The divergence at step `stepId`, told by `message`. */
+  constructor(stepId: string, message: string) {
+    super(message);
+    this.name = "ReplayDiverged";
+    this.stepId = stepId;
+  }
+}
+
+/** The code of the `run.error` a run whose replay diverged ends in. */
+export const REPLAY_DIVERGED = "replay_diverged";
+
 /** How {@link RunContext.approve} asks. */
-export interface ApproveOptions {
+export interface ApproveOptions extends StepOptions {
   /** A title for the person's inbox. */
   title?: string;
   /** The decisions offered (default `["approve", "deny"]`). */
@@ -76,7 +115,7 @@ export interface ApproveOptions {
 }
 
 /** How {@link RunContext.progress} records an activity. */
-export interface ProgressOptions {
+export interface ProgressOptions extends StepOptions {
   /** The activity item it updates (default: a new one, `{runId}.{step}.progress`). */
   progressId?: string;
   /** `active` (the default), `completed`, `failed` or `cancelled`. */
@@ -90,7 +129,7 @@ export interface ProgressOptions {
 }
 
 /** Which document a state step writes. */
-export interface DocumentOptions {
+export interface DocumentOptions extends StepOptions {
   /** The document's scope (default `session`). */
   scope?: string;
   /** The UI document of that scope (`ui.state.*`) instead of the state document (`state.*`). */
@@ -431,13 +470,38 @@ export class RunContext {
     return this.steps;
   }
 
+  /** The next step's position, or its key when the caller names it (see {@link StepOptions}). */
+  private step(key: string | undefined): number | string {
+    if (key === undefined) {
+      return this.nextStep();
+    }
+    if (key === "" || /^[0-9]+$/.test(key)) {
+      throw new RangeError(`a step key is a non-empty string, not all digits: ${JSON.stringify(key)}`);
+    }
+    return key;
+  }
+
+  /** Throws {@link ReplayDiverged} when the journal's call of this step is another tool's. */
+  private sameTool(earlier: string[], name: string): void {
+    const last = earlier[earlier.length - 1];
+    if (last === undefined) {
+      return;
+    }
+    const recorded = this.state.calls.get(last)?.["toolName"];
+    if (recorded !== name) {
+      throw new ReplayDiverged(last, `run ${this.runId}: step ${last} is a call of ${JSON.stringify(recorded)} in the journal, and the replay calls ${JSON.stringify(name)}`);
+    }
+  }
+
   /**
    * Opens the next message (`assistant` or `system`) as a step of its own;
    * its first use completes the message opened before it. `ctx.say` opens
-   * one when none is open.
+   * one when none is open. With a `key`, the message is that step's (see
+   * {@link StepOptions}).
    */
-  message(role: "assistant" | "system" = "assistant"): TextStream {
-    const stream = new TextStream(this.host, this.nextStep(), "message", role);
+  message(role: "assistant" | "system" = "assistant", options: StepOptions = {}): TextStream {
+    // A step is a position or a key: the stream derives its ids from either.
+    const stream = new TextStream(this.host, this.step(options.key) as number, "message", role);
     this.open.push(stream);
     this.current = stream;
     return stream;
@@ -481,17 +545,29 @@ export class RunContext {
    * Records reasoning (`reasoning.started` / `.delta` / `.completed`): a
    * string, or an (async) iterable's chunks streamed as they come. A block
    * the journal holds completed is not recorded again; one a lost holder
-   * left half-way is carried on.
+   * left half-way is carried on. With a `key`, the block is that step's.
    */
-  async think(text: string | Iterable<string> | AsyncIterable<string>): Promise<void> {
-    await this.finishMessage();
-    this.checkRunning();
-    const stream = new TextStream(this.host, this.nextStep(), "reasoning");
-    this.open.push(stream);
+  async think(text: string | Iterable<string> | AsyncIterable<string>, options: StepOptions = {}): Promise<void> {
+    const stream = await this.reasoning(options);
     for await (const chunk of chunks(text)) {
       await stream.say(chunk);
     }
     await stream.complete();
+  }
+
+  /**
+   * Opens a reasoning block (`reasoning.*`) to stream into as its text
+   * comes ({@link TextStream.say}, then {@link TextStream.complete}):
+   * what {@link think} does with a whole text. Completes the open message
+   * first. With a `key`, the block is that step's.
+   */
+  async reasoning(options: StepOptions = {}): Promise<TextStream> {
+    await this.finishMessage();
+    this.checkRunning();
+    // A step is a position or a key: the stream derives its ids from either.
+    const stream = new TextStream(this.host, this.step(options.key) as number, "reasoning");
+    this.open.push(stream);
+    return stream;
   }
 
   /**
@@ -502,17 +578,22 @@ export class RunContext {
    * `ToolFailed` is thrown with the error as its cause. On replay a
    * finished call answers its recorded response without calling `fn`; a
    * call a lost holder left open is closed (`cancelled`/`runtime_lost`,
-   * unless the server did) and runs again under the next toolCallId.
+   * unless the server did) and runs again under the next toolCallId. With
+   * a `key` (a model's toolCallId), the call is that step's
+   * (`{runId}.{key}.tool`); a journal that holds a call of another tool
+   * under the step's id throws {@link ReplayDiverged}.
    */
   async tool<A extends Record<string, unknown>, R>(
     name: string,
     args: A,
     fn: (args: A, call: ToolCall) => R | Promise<R>,
+    options: StepOptions = {},
   ): Promise<R> {
     await this.finishMessage();
     this.checkRunning();
-    const base = ident(this.runId, this.nextStep(), "tool");
+    const base = ident(this.runId, this.step(options.key), "tool");
     const earlier = this.state.stepIds(base, this.state.calls.keys());
+    this.sameTool(earlier, name);
     const last = earlier[earlier.length - 1];
     if (last !== undefined) {
       const finished = this.state.finished.get(last);
@@ -555,16 +636,18 @@ export class RunContext {
    * the lease kept alive — until the journal holds its
    * `tool.call.finished`: answers its response, throws `ToolFailed` for
    * `error`/`cancelled`, or `RunStopped` when the run is asked to stop
-   * meanwhile (the run's closing then cancels the call).
+   * meanwhile (the run's closing then cancels the call). With a `key`, the
+   * call is that step's (`{runId}.{key}.client`; see {@link tool}).
    */
-  async clientTool<R = unknown>(name: string, args: Record<string, unknown> = {}): Promise<R> {
+  async clientTool<R = unknown>(name: string, args: Record<string, unknown> = {}, options: StepOptions = {}): Promise<R> {
     await this.finishMessage();
     this.checkRunning();
     if (this.clientExecutorId === undefined) {
       throw new Error(`run ${this.runId} is bound to no client executor`);
     }
-    const base = ident(this.runId, this.nextStep(), "client");
+    const base = ident(this.runId, this.step(options.key), "client");
     const earlier = this.state.stepIds(base, this.state.calls.keys());
+    this.sameTool(earlier, name);
     let toolCallId = earlier[earlier.length - 1];
     if (toolCallId === undefined) {
       toolCallId = base;
@@ -586,12 +669,13 @@ export class RunContext {
    * `run.resumed`, and answers the decision (one of `actions`, or
    * `expired`) with who decided. Throws `RunStopped` when the run is asked
    * to stop meanwhile (the run's closing then resolves the interrupt
-   * `expired`).
+   * `expired`). With a `key`, the interrupt is that step's
+   * (`{runId}.{key}.approval`): asked once, its decision answered to every replay.
    */
   async approve(message: string, options: ApproveOptions = {}): Promise<Approval> {
     await this.finishMessage();
     this.checkRunning();
-    const step = this.nextStep();
+    const step = this.step(options.key);
     const interruptId = ident(this.runId, step, "approval");
     const waitId = ident(this.runId, step, "wait");
     if (!this.state.interrupts.has(interruptId)) {
@@ -640,7 +724,7 @@ export class RunContext {
    */
   async progress(label: string, options: ProgressOptions = {}): Promise<string> {
     this.checkRunning();
-    const eventId = ident(this.runId, this.nextStep(), "progress");
+    const eventId = ident(this.runId, this.step(options.key), "progress");
     const progressId = options.progressId ?? eventId;
     if (!this.state.eventIds.has(eventId)) {
       const fields: EventFields<"progress.recorded"> = {
@@ -693,7 +777,7 @@ export class RunContext {
     this.checkRunning();
     const scope = options.scope ?? "session";
     const family = options.ui ? "ui" : "state";
-    const eventId = ident(this.runId, this.nextStep(), "state");
+    const eventId = ident(this.runId, this.step(options.key), "state");
     const written = this.state.eventIds.get(eventId);
     if (written !== undefined) {
       return Number(written["revision"]);
