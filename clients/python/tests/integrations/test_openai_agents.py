@@ -622,3 +622,76 @@ async def test_a_runtime_killed_with_sigkill_is_taken_over_without_writing_anyth
     assert len(of_type(events_b, "message.text.started")) == 1
     assert said(events_b, run_b) == cut and LONG.startswith(cut)
     assert reduced(events_b) == [cut]
+
+
+async def test_a_runtime_that_releases_waiting_runs_resumes_them_from_the_run_state(
+    client: Client,
+) -> None:
+    deleted.clear()
+    agent = Agent(name="janitor", model=Script(deleting), tools=[delete_file])
+    inner = handler(agent)
+    claims: list[int] = []
+
+    async def counted(ctx: Any) -> None:
+        claims.append(ctx.attempt)
+        await inner(ctx)
+
+    async with serving(client, counted, queue=QUEUE, release_when_waiting=True):
+        session, run = await start(client, runtime=RuntimeOptions(queue=QUEUE))
+        events = await wait_history(client, session, has("run.paused", runId=run))
+        await asyncio.sleep(0.3)
+        assert len(claims) == 1  # given back while it waits
+        (asked,) = of_type(events, "interrupt.requested")
+        await client.resolve_interrupt(
+            session, interrupt_id=asked["interruptId"], decision="approve"
+        )
+        events = await wait_history(client, session, terminal(run))
+    assert len(claims) == 2, claims
+    assert of_type(events, "run.finished")[0]["usage"] == usage_of(2)
+    assert deleted == ["/tmp/x"] and len(of_type(events, "tool.call.started")) == 1
+    assert len(of_type(events, "interrupt.requested")) == 1
+    assert len(of_type(events, "state.snapshot")) == 1
+    assert reduced(events) == ["I will delete it.", "Done: deleted /tmp/x"]
+
+
+# --- the example -------------------------------------------------------------------
+
+
+async def test_the_example_answers_a_run_with_the_sdk_scripted_model(
+    client: Client, narad_server: NaradServer, org: str, tmp_path: Path
+) -> None:
+    env = {
+        **os.environ,
+        "NARAD_URL": narad_server.base,
+        "NARAD_TOKEN": narad_server.token(ROLES, org=org),
+        "PYTHONPATH": os.pathsep.join(
+            [str(REPO / "clients" / "python" / "src"), os.environ.get("PYTHONPATH", "")]
+        ),
+    }
+    env.pop("OPENAI_API_KEY", None)
+    output = tmp_path / "example.out"
+    with open(output, "wb") as out:  # noqa: ASYNC230 (a file for the child's output)
+        process = await asyncio.create_subprocess_exec(
+            sys.executable,
+            str(REPO / "examples" / "openai_agents_agent.py"),
+            "--queue",
+            "openai-agents-example",
+            stdout=out,
+            stderr=asyncio.subprocess.STDOUT,
+            env=env,
+        )
+    try:
+        queue = RuntimeOptions(queue="openai-agents-example")
+        session, run = await start(client, prompt="Weather in Paris?", runtime=queue)
+        events = await wait_history(client, session, terminal(run), timeout=30)
+    finally:
+        process.send_signal(signal.SIGTERM)
+        try:
+            await asyncio.wait_for(process.wait(), timeout=15)
+        except asyncio.TimeoutError:
+            process.kill()
+            await process.wait()
+    assert of_type(events, "run.finished"), output.read_text()
+    (finished,) = of_type(events, "tool.call.finished")
+    assert finished["outcome"] == "success" and finished["response"] == "Sunny in Paris, 21 °C"
+    assert reduced(events) == ["Here is the weather: Sunny in Paris, 21 °C"]
