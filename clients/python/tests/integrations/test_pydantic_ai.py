@@ -20,6 +20,7 @@ import textwrap
 import time
 import uuid
 from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +50,8 @@ from pydantic_ai.models.function import (
     DeltaToolCalls,
     FunctionModel,
 )
+from pydantic_ai.tools import ToolDefinition
+from pydantic_ai.toolsets import ExternalToolset
 from pydantic_ai.usage import UsageLimits
 
 from narad.client import Client, Event, RuntimeOptions
@@ -699,3 +702,72 @@ def test_the_example_answers_a_run_with_its_test_model(
     assert of_type(events, "tool.call.finished")[0]["outcome"] == "success"
     ((kind, text),) = transcript(events)
     assert kind == "assistant" and text
+
+
+# --- external tools, structured output, an unreadable state -----------------------
+
+
+@dataclass
+class Forecast:
+    city: str
+    sky: str
+
+
+async def test_an_external_tool_runs_on_the_executor_and_a_structured_output_is_said(
+    narad_server: NaradServer, org: str, client: Client, no_refusals: None
+) -> None:
+    async def stream(messages: list[ModelMessage], info: AgentInfo) -> AsyncIterator[Item]:
+        returns = returns_of(messages[-1])
+        if not returns:
+            yield call("lookup", '{"city": "Paris"}', "call-ext")
+        else:
+            sky = str(returns[0].content)
+            yield call(info.output_tools[0].name, f'{{"city": "Paris", "sky": "{sky}"}}', "out")
+
+    schema = {"type": "object", "properties": {"city": {"type": "string"}}}
+    agent: Agent[None, Forecast] = Agent(
+        FunctionModel(stream_function=stream),
+        output_type=Forecast,
+        toolsets=[ExternalToolset([ToolDefinition(name="lookup", parameters_json_schema=schema)])],
+    )
+    desk = f"desk-{uuid.uuid4().hex[:8]}"
+    token = narad_server.token("executor", org=org, sub="desk")
+    async with Client(narad_server.base, token) as desk_client:
+        executor = Executor(desk_client, desk, {"lookup": lambda args: "sunny"}, poll_wait=5)
+        running = asyncio.create_task(executor.run())
+        try:
+            session, run = await start(client, "forecast", executor=desk)
+            async with serving(client, handler(agent)):
+                events = await wait_for(client, session, ended(run))
+        finally:
+            executor.stop()
+            await asyncio.wait_for(running, 30)
+    assert terminal(events, run)["type"] == "run.finished"
+    (started,) = of_type(events, "tool.call.started")
+    assert (started["toolCallId"], started["executor"]) == (f"{run}.call-ext.client", "client")
+    assert transcript(events) == [("assistant", '{"city": "Paris", "sky": "sunny"}')]
+
+
+async def test_a_state_document_that_cannot_be_read_back_ends_the_run_no_resumable_state(
+    client: Client, no_refusals: None
+) -> None:
+    session = f"s-{uuid.uuid4().hex[:10]}"
+    run = f"r-{uuid.uuid4().hex[:10]}"
+    await client.create_session(session)
+    bogus = {
+        "protocolVersion": "narad/v1",
+        "type": "state.snapshot",
+        "eventId": f"{session}-bogus",
+        "scope": state_scope(run),
+        "revision": 1,
+        "state": {"messages": "not a history"},
+    }
+    await client.append(session, [bogus])
+    await client.start_run(
+        session, run_id=run, input={"prompt": "hi"}, runtime=RuntimeOptions(queue="pydantic")
+    )
+    async with serving(client, handler(Agent(scripted(["never said"])))):
+        events = await wait_for(client, session, ended(run))
+    error = terminal(events, run)
+    assert (error["type"], error["code"]) == ("run.error", "no_resumable_state")
+    assert transcript(events) == []

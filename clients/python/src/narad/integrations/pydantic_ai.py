@@ -333,9 +333,12 @@ class _Run:
                     f"The tool call was denied ({decision})."
                 )
         for call in requests.calls:
-            results.calls[call.tool_call_id] = await self._client_call(
-                call.tool_name, _args_of(call), call.tool_call_id
-            )
+            try:
+                results.calls[call.tool_call_id] = await self._client_call(
+                    call.tool_name, _args_of(call), call.tool_call_id
+                )
+            except pai.ToolFailed as failed:
+                results.calls[call.tool_call_id] = failed
         return results
 
     async def _client_call(self, name: str, args: dict[str, Any], key: str) -> Any:
