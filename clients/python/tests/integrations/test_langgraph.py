@@ -500,5 +500,67 @@ async def test_a_runtime_killed_mid_run_is_resumed_from_the_checkpoint(
     assert of_type(events, "run.finished")[0]["usage"]["inputTokens"] == 20
 
 
-def test_the_example_module_is_importable() -> None:
-    assert (REPO / "examples" / "langgraph_agent.py").exists()
+async def test_the_example_answers_a_run_with_the_fake_model(
+    narad_server: NaradServer, client: Client, tmp_path: Path, org: str
+) -> None:
+    env = {
+        **os.environ,
+        "NARAD_URL": narad_server.base,
+        "NARAD_TOKEN": narad_server.token(ROLES, org=org),
+    }
+    env.pop("OPENAI_API_KEY", None)
+    example = str(REPO / "examples" / "langgraph_agent.py")
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, example, "--queue", "lg-example", env=env, stdout=asyncio.subprocess.DEVNULL
+    )
+    try:
+        session, run = await start(client, runtime=RuntimeOptions(queue="lg-example"))
+        events = await wait_history(client, session, has("run.finished", runId=run), timeout=30)
+    finally:
+        process.send_signal(signal.SIGTERM)
+        try:
+            await asyncio.wait_for(process.wait(), timeout=15)
+        except asyncio.TimeoutError:
+            process.kill()
+            await process.wait()
+    finished = of_type(events, "tool.call.finished")
+    assert [(f["outcome"], f["response"]) for f in finished] == [
+        ("success", "Sunny in Paris, 21 °C")
+    ]
+    assert transcript(events) == ["It is sunny in Paris."]
+
+
+@tool
+def publish(title: str) -> str:
+    """Publishes a post once a person approves."""
+    if interrupt({"message": f"Publish {title}?"}) != "approve":
+        return "not published"
+    return f"published {title}"
+
+
+async def test_an_interrupt_inside_a_tool_runs_the_tool_after_the_decision(client: Client) -> None:
+    graph = build(
+        [said("Publishing.", ("call_pub", "publish", {"title": "news"})), said("Done.")],
+        [publish],
+    )
+    async with serving(client, handler(graph)):
+        session, run = await start(client)
+        events = await wait_history(client, session, has("run.paused", runId=run))
+        requested = of_type(events, "interrupt.requested")[0]
+        assert requested["message"] == "Publish news?"
+        await client.resolve_interrupt(
+            session, interrupt_id=requested["interruptId"], decision="approve"
+        )
+        events = await wait_history(client, session, has("run.finished", runId=run))
+    calls = [
+        (e["toolCallId"], e.get("outcome"), e.get("code"))
+        for e in events
+        if e["type"] == "tool.call.finished"
+    ]
+    assert calls == [
+        (f"{run}.call_pub.tool", "cancelled", "interrupted"),
+        (f"{run}.call_pub.tool.2", "success", None),
+    ]
+    finished = [f for f in of_type(events, "tool.call.finished") if f["outcome"] == "success"]
+    assert [f["response"] for f in finished] == ["published news"]
+    assert transcript(events) == await produced(graph, run) == ["Publishing.", "Done."]

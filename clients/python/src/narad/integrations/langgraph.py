@@ -91,6 +91,9 @@ RECURSION_LIMIT = "recursion_limit"
 #: The code of a run a backend tool's exception ended (``handle_tool_errors`` off).
 TOOL_ERROR = "tool_error"
 
+#: The code of a tool call an ``interrupt()`` in its tool ended (it runs again on resume).
+INTERRUPTED = "interrupted"
+
 #: The stream modes the adapter reads.
 STREAM_MODES: list[StreamMode] = ["messages", "updates", "tasks", "values"]
 
@@ -124,6 +127,15 @@ class _Escape(GraphBubbleUp):
     error handling says."""
 
     def __init__(self, inner: BaseException) -> None:
+        super().__init__(str(inner))
+        self.inner = inner
+
+
+class _Bubbling(BaseException):
+    """A ``GraphBubbleUp`` (an ``interrupt()`` in the tool) carried past the
+    step's error handling: the call stays open and runs again on resume."""
+
+    def __init__(self, inner: GraphBubbleUp) -> None:
         super().__init__(str(inner))
         self.inner = inner
 
@@ -358,7 +370,10 @@ class _Run:
         outcome: list[Any] = []
 
         async def run(_: dict[str, Any]) -> Any:
-            result = await plain(request, execute)
+            try:
+                result = await plain(request, execute)
+            except GraphBubbleUp as e:
+                raise _Bubbling(e) from e
             outcome.append(result)
             if isinstance(result, ToolMessage):
                 if result.status == "error":
@@ -376,6 +391,9 @@ class _Run:
 
         try:
             response = await self.ctx.tool(name, args, run, key=call_id)
+        except _Bubbling as e:
+            await self._close_interrupted(call_id)
+            raise e.inner from None
         except ToolFailed as e:
             cause = e.__cause__
             if isinstance(cause, _HandledToolError):
@@ -388,6 +406,32 @@ class _Run:
         if outcome:
             return outcome[0]
         return _tool_message(request.tool_call, response)
+
+    async def _close_interrupted(self, key: str) -> None:
+        """Closes the call an ``interrupt()`` in its tool left open (``cancelled``,
+        code ``interrupted``): the tool runs again, as a new call, on resume."""
+        base = f"{self.ctx.run_id}.{key}.tool"
+        started = [
+            str(e.get("toolCallId"))
+            for e in self.ctx.journal
+            if e.get("type") == "tool.call.started" and str(e.get("toolCallId")).startswith(base)
+        ]
+        finished = {
+            str(e.get("toolCallId"))
+            for e in self.ctx.journal
+            if e.get("type") == "tool.call.finished"
+        }
+        open_calls = [c for c in started if c not in finished]
+        if open_calls:
+            closing = self.ctx.event(
+                "tool.call.finished",
+                toolCallId=open_calls[-1],
+                outcome="cancelled",
+                response=None,
+                code=INTERRUPTED,
+                message="the tool asked a person (interrupt); it runs again once answered",
+            )
+            await self.ctx.append([closing])
 
     # --- the stream ----------------------------------------------------------
 

@@ -1,0 +1,88 @@
+"""A LangGraph agent served by narad (``narad.integrations.langgraph``).
+
+A model node and a ``ToolNode`` loop until the model answers. The model is
+langchain-core's fake chat model (it calls ``weather``, then answers), or
+OpenAI when ``OPENAI_API_KEY`` is set (``pip install langchain-openai``).
+``publish`` asks a person first (``interrupt()``: a narad approval);
+``clock_now`` runs on the run's client executor (``narad executor``).
+
+    NARAD_URL=http://127.0.0.1:8080 NARAD_TOKEN=... python examples/langgraph_agent.py
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib
+import os
+import signal
+from typing import Any
+
+from langchain_core.language_models.fake_chat_models import FakeMessagesListChatModel
+from langchain_core.messages import AIMessage
+from langchain_core.tools import tool
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.graph import START, MessagesState, StateGraph
+from langgraph.prebuilt import ToolNode, tools_condition
+from langgraph.types import interrupt
+from pydantic import BaseModel
+
+from narad import Client, Runtime
+from narad.integrations.langgraph import client_tool, handler
+
+
+@tool
+def weather(city: str) -> str:
+    """Today's weather in ``city``."""
+    return f"Sunny in {city}, 21 °C"
+
+
+@tool
+def publish(text: str) -> str:
+    """Publishes ``text`` once a person approves."""
+    return "published" if interrupt({"message": f"Publish {text!r}?"}) == "approve" else "denied"
+
+
+class NoArgs(BaseModel):
+    pass
+
+
+tools = [weather, publish, client_tool("clock_now", "The user's local time.", NoArgs)]
+if os.environ.get("OPENAI_API_KEY"):
+    model: Any = importlib.import_module("langchain_openai").ChatOpenAI(model="gpt-4o-mini")
+    model = model.bind_tools(tools)
+else:
+    call = {"id": "call_1", "name": "weather", "args": {"city": "Paris"}}
+    model = FakeMessagesListChatModel(
+        responses=[AIMessage("", tool_calls=[call]), AIMessage("It is sunny in Paris.")]
+    )
+
+
+async def agent(state: MessagesState) -> dict[str, Any]:
+    return {"messages": [await model.ainvoke(state["messages"])]}
+
+
+builder = StateGraph(MessagesState)
+builder.add_node("agent", agent)
+builder.add_node("tools", ToolNode(tools))
+builder.add_edge(START, "agent")
+builder.add_conditional_edges("agent", tools_condition)
+builder.add_edge("tools", "agent")
+# A durable checkpointer (e.g. langgraph-checkpoint-postgres) lets another runtime take over.
+graph = builder.compile(checkpointer=InMemorySaver())
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description="A LangGraph agent on narad")
+    parser.add_argument("--queue", default="langgraph")
+    args = parser.parse_args()
+    async with Client(os.environ["NARAD_URL"], os.environ["NARAD_TOKEN"]) as client:
+        runtime = Runtime(client, handler(graph, client_tools=["clock_now"]), queue=args.queue)
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            asyncio.get_running_loop().add_signal_handler(sig, runtime.stop)
+        print(f"langgraph agent is serving queue {args.queue}", flush=True)
+        await runtime.run()
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
