@@ -587,7 +587,11 @@ TAKEOVER_AGENT = textwrap.dedent(
 
 
 async def test_a_runtime_killed_mid_answer_is_taken_over_and_nothing_is_written_twice(
-    start_server: Callable[..., NaradServer], org: str, tmp_path: Path, no_refusals: None
+    start_server: Callable[..., NaradServer],
+    org: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    no_refusals: None,
 ) -> None:
     server = start_server(**SHORT_LEASES)
     program = tmp_path / "takeover_agent.py"
@@ -621,7 +625,7 @@ async def test_a_runtime_killed_mid_answer_is_taken_over_and_nothing_is_written_
         scopes = [d["scope"] for d in documents["state"]]
         assert state_scope(run) in scopes
 
-        os.environ["SIDE_EFFECTS"] = str(side_effects)
+        monkeypatch.setenv("SIDE_EFFECTS", str(side_effects))
         sys.path.insert(0, str(tmp_path))
         try:
             import takeover_agent  # type: ignore[import-not-found]
@@ -629,6 +633,7 @@ async def test_a_runtime_killed_mid_answer_is_taken_over_and_nothing_is_written_
             agent = takeover_agent.make(0.0)
         finally:
             sys.path.remove(str(tmp_path))
+            sys.modules.pop("takeover_agent", None)
         async with serving(client, handler(agent)):
             events = await wait_for(client, session, ended(run), timeout=30)
     assert terminal(events, run)["type"] == "run.finished"
