@@ -1,25 +1,22 @@
-"""A LangGraph agent served by narad (``narad.integrations.langgraph``).
-
-A model node and a ``ToolNode`` loop until the model answers. The model is
-langchain-core's fake chat model (it calls ``weather``, then answers), or
-OpenAI when ``OPENAI_API_KEY`` is set (``pip install langchain-openai``).
-``publish`` asks a person first (``interrupt()``: a narad approval);
-``clock_now`` runs on the run's client executor (``narad executor``).
-
-    NARAD_URL=http://127.0.0.1:8080 NARAD_TOKEN=... python examples/langgraph_agent.py
+"""A LangGraph agent served by narad (``narad.integrations.langgraph``): a model
+node and a ``ToolNode`` loop until the model answers. The model is
+langchain-core's fake (it calls ``weather``, then answers), or OpenAI when
+``OPENAI_API_KEY`` is set (``pip install langchain-openai``). ``publish`` asks
+a person (``interrupt()``: a narad approval); ``clock_now`` runs on the run's
+client executor. ``NARAD_URL=... NARAD_TOKEN=... python examples/langgraph_agent.py``
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import importlib
 import os
 import signal
+import sys
 from typing import Any
 
 from langchain_core.language_models.fake_chat_models import FakeMessagesListChatModel
-from langchain_core.messages import AIMessage
+from langchain_core.messages import AIMessage, BaseMessage
 from langchain_core.tools import tool
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import START, MessagesState, StateGraph
@@ -43,19 +40,14 @@ def publish(text: str) -> str:
     return "published" if interrupt({"message": f"Publish {text!r}?"}) == "approve" else "denied"
 
 
-class NoArgs(BaseModel):
-    pass
-
-
-tools = [weather, publish, client_tool("clock_now", "The user's local time.", NoArgs)]
+tools = [weather, publish, client_tool("clock_now", "The user's local time.", BaseModel)]
 if os.environ.get("OPENAI_API_KEY"):
-    model: Any = importlib.import_module("langchain_openai").ChatOpenAI(model="gpt-4o-mini")
-    model = model.bind_tools(tools)
+    openai: Any = importlib.import_module("langchain_openai")
+    model: Any = openai.ChatOpenAI(model="gpt-4o-mini").bind_tools(tools)
 else:
     call = {"id": "call_1", "name": "weather", "args": {"city": "Paris"}}
-    model = FakeMessagesListChatModel(
-        responses=[AIMessage("", tool_calls=[call]), AIMessage("It is sunny in Paris.")]
-    )
+    answers: list[BaseMessage] = [AIMessage("", tool_calls=[call]), AIMessage("Sunny in Paris.")]
+    model = FakeMessagesListChatModel(responses=answers)
 
 
 async def agent(state: MessagesState) -> dict[str, Any]:
@@ -68,21 +60,17 @@ builder.add_node("tools", ToolNode(tools))
 builder.add_edge(START, "agent")
 builder.add_conditional_edges("agent", tools_condition)
 builder.add_edge("tools", "agent")
-# A durable checkpointer (e.g. langgraph-checkpoint-postgres) lets another runtime take over.
-graph = builder.compile(checkpointer=InMemorySaver())
+graph = builder.compile(checkpointer=InMemorySaver())  # a durable one survives a takeover
 
 
-async def main() -> None:
-    parser = argparse.ArgumentParser(description="A LangGraph agent on narad")
-    parser.add_argument("--queue", default="langgraph")
-    args = parser.parse_args()
+async def main(queue: str) -> None:
     async with Client(os.environ["NARAD_URL"], os.environ["NARAD_TOKEN"]) as client:
-        runtime = Runtime(client, handler(graph, client_tools=["clock_now"]), queue=args.queue)
+        runtime = Runtime(client, handler(graph, client_tools=["clock_now"]), queue=queue)
         for sig in (signal.SIGINT, signal.SIGTERM):
             asyncio.get_running_loop().add_signal_handler(sig, runtime.stop)
-        print(f"langgraph agent is serving queue {args.queue}", flush=True)
+        print(f"langgraph agent is serving queue {queue}", flush=True)
         await runtime.run()
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    asyncio.run(main(sys.argv[2] if sys.argv[1:2] == ["--queue"] else "langgraph"))

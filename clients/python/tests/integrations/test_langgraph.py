@@ -527,7 +527,7 @@ async def test_the_example_answers_a_run_with_the_fake_model(
     assert [(f["outcome"], f["response"]) for f in finished] == [
         ("success", "Sunny in Paris, 21 °C")
     ]
-    assert transcript(events) == ["It is sunny in Paris."]
+    assert transcript(events) == ["Sunny in Paris."]
 
 
 @tool
