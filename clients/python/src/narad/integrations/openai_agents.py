@@ -134,8 +134,8 @@ def handler(
 
 def error_code(error: BaseException) -> str:
     """The ``run.error`` code of an exception: its class name in snake case."""
-    name = type(error).__name__
-    return re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", name).lower() or "framework_error"
+    name = re.sub(r"([A-Z]+)([A-Z][a-z])", r"\1_\2", type(error).__name__)
+    return re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", name).lower() or "framework_error"
 
 
 # ------------------------------------------------------------------ usage
