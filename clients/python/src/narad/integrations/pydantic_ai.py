@@ -279,20 +279,21 @@ class _Run:
         async for event in stream:
             if isinstance(event, PartStartEvent):
                 if isinstance(event.part, TextPart):
-                    message = messages.get(event.index)
-                    if message is None:
-                        message = self.ctx.message(key=f"r{step}.p{event.index}")
-                        messages[event.index] = message
-                    if event.part.content:
-                        await message.say(event.part.content)
+                    # A part started again at the same index replaces what
+                    # was streamed; what was said stays said.
+                    if event.index not in messages:
+                        opened = self.ctx.message(key=f"r{step}.p{event.index}")
+                        messages[event.index] = opened
+                        if event.part.content:
+                            await opened.say(event.part.content)
                 elif isinstance(event.part, ThinkingPart):
                     thoughts[event.index] = event.part.content
             elif isinstance(event, PartDeltaEvent):
                 delta = event.delta
                 if isinstance(delta, TextPartDelta) and delta.content_delta:
-                    message = messages.get(event.index)
-                    if message is not None:
-                        await message.say(delta.content_delta)
+                    streaming = messages.get(event.index)
+                    if streaming is not None:
+                        await streaming.say(delta.content_delta)
             elif isinstance(event, PartEndEvent):
                 await self._part_done(step, event.index, event.part, messages)
                 thoughts.pop(event.index, None)
