@@ -570,3 +570,69 @@ test("examples/ai_sdk_agent.mjs runs as written with its mock model and ends its
     rmSync(project, { recursive: true, force: true });
   }
 });
+
+// --- keyed steps, and what the package's main entry loads ------------------------
+
+test("keyed steps: a key names a tool call whatever its position; another tool under a recorded key is ReplayDiverged, and the adapter ends such a run replay_diverged", async () => {
+  const { ReplayDiverged } = await import("../src/ai-sdk.js");
+  let ran = 0;
+  let diverged: unknown;
+  const inner = aiSdkHandler({
+    model: scripted([[call("call-x", "weather", { city: "Oslo" }), finish("tool-calls")], [...text("t", "Never said."), finish("stop")]]),
+    tools: { weather: tool({ inputSchema: jsonSchema<{ city: string }>({ type: "object" }), execute: async () => ({ celsius: 1 }) }) },
+  });
+  const queue = newQueue();
+  const errors: unknown[] = [];
+  const runtime = new Runtime(narad, {
+    queue,
+    waitMs: 1000,
+    onError: (e) => errors.push(e),
+    handler: async (ctx) => {
+      const first = await ctx.tool("lookup", { q: 1 }, () => ({ n: ++ran }), { key: "call-x" });
+      const again = await ctx.tool("lookup", { q: 1 }, () => ({ n: ++ran }), { key: "call-x" });
+      assert.deepEqual([first, again], [{ n: 1 }, { n: 1 }], "the recorded result, not a second run");
+      await assert.rejects(ctx.tool("lookup", {}, () => null, { key: "12" }), RangeError);
+      diverged = await ctx.tool("other", {}, () => ++ran, { key: "call-x" }).catch((e: unknown) => e);
+      await inner(ctx); // the model calls "weather" as call-x, which the journal holds as "lookup"
+    },
+  });
+  const running = runtime.run();
+  try {
+    const sessionId = await session();
+    const runId = `r-${Math.random().toString(36).slice(2, 10)}`;
+    await narad.command("start-run", { sessionId, runId, runtime: { queue }, input: { prompt: "Weather?" } });
+    const result = await narad.runs.join(sessionId, runId);
+    assert.equal(result.status, "error");
+    assert.equal(fieldOf(result.terminal, "code"), "replay_diverged");
+    assert.deepEqual(result.violations.map(String), []);
+    assert.deepEqual(ofType(result.events, "tool.call.started").map((e) => e["toolCallId"]), [`${runId}.call-x.tool`]);
+  } finally {
+    runtime.stop();
+    await running;
+  }
+  assert.ok(diverged instanceof ReplayDiverged, `ReplayDiverged: ${String(diverged)}`);
+  assert.equal(diverged.stepId, `${diverged.stepId.split(".")[0]}.call-x.tool`);
+  assert.equal(ran, 1);
+  assert.deepEqual(errors.map(String), []);
+});
+
+test("the package's main entry never loads ai: only @narad/client/ai-sdk imports it", async () => {
+  const { readFileSync } = await import("node:fs");
+  const seen = new Set<string>();
+  const imports: string[] = [];
+  const walk = (file: string) => {
+    if (seen.has(file)) return;
+    seen.add(file);
+    const source = readFileSync(file, "utf8");
+    for (const m of source.matchAll(/(?:import|export)\s[^;]*?from\s+"([^"]+)"|import\("([^"]+)"\)/g)) {
+      const spec = (m[1] ?? m[2]) as string;
+      imports.push(spec);
+      if (spec.startsWith(".")) walk(join(dirname(file), spec));
+    }
+  };
+  walk(join(BUILT, "index.js"));
+  walk(join(BUILT, "node.js"));
+  assert.ok(seen.size > 10, `read ${seen.size} modules`);
+  assert.deepEqual(imports.filter((s) => !s.startsWith(".") && !s.startsWith("node:")), [], "no package imported");
+  assert.ok(![...seen].some((f) => f.endsWith("ai-sdk.js")));
+});
