@@ -47,7 +47,7 @@ from test_runtime import (
     wait_history,
 )
 
-from narad import Client, Event, RuntimeOptions, SessionReducer
+from narad import Client, Event, Runtime, RuntimeOptions, SessionReducer
 from narad.integrations.langgraph import client_tool, handler
 
 # --- the model and the graphs ----------------------------------------------
@@ -564,3 +564,28 @@ async def test_an_interrupt_inside_a_tool_runs_the_tool_after_the_decision(clien
     finished = [f for f in of_type(events, "tool.call.finished") if f["outcome"] == "success"]
     assert [f["response"] for f in finished] == ["published news"]
     assert transcript(events) == await produced(graph, run) == ["Publishing.", "Done."]
+
+
+async def test_a_takeover_without_a_checkpoint_fails_the_run_cleanly(short_client: Client) -> None:
+    words = " ".join(f"w{i}" for i in range(100))
+    model = Scripted(script=[said(words)], delay=0.05)
+
+    async def agent(state: State) -> dict[str, Any]:
+        return {"messages": [await model.ainvoke(state["messages"])]}
+
+    builder = StateGraph(State)
+    builder.add_node("agent", agent)
+    builder.add_edge(START, "agent")
+    graph = builder.compile()  # no checkpointer
+    first = Runtime(short_client, handler(graph), queue="default", claim_wait=1.0)
+    task = asyncio.create_task(first.run())
+    session, run = await start(short_client)
+    await wait_history(short_client, session, lambda ev: len(of_type(ev, "message.text.delta")) > 2)
+    task.cancel()  # the runtime is lost: nothing released
+    await asyncio.gather(task, return_exceptions=True)
+    async with serving(short_client, handler(graph)):
+        events = await wait_history(short_client, session, has("run.error", runId=run))
+    error = of_type(events, "run.error")[0]
+    assert error["code"] == "no_checkpoint"
+    assert len(of_type(events, "message.text.started")) == 1
+    transcript(events)
