@@ -475,6 +475,28 @@ async def test_a_tool_that_needs_approval_waits_for_a_person(client: Client, dec
         assert reduced(events) == ["I will delete it.", "Done: Tool execution was not approved."]
 
 
+async def test_a_handoff_is_recorded_as_progress_and_the_next_agent_answers(
+    client: Client,
+) -> None:
+    def reply(items: list[dict[str, Any]]) -> list[Part]:
+        if last_output(items) is None:
+            return [Call("transfer_to_billing")]
+        return [Call("add", {"a": 40, "b": 2})] if len(items) < 4 else [Say("You owe 42.")]
+
+    model = Script(reply)
+    billing = Agent(name="billing", model=model, tools=[add])
+    triage = Agent(name="triage", model=model, handoffs=[billing])
+    _, _, events = await run_to_end(client, triage)
+    (handoff,) = of_type(events, "progress.recorded")
+    assert (handoff["category"], handoff["status"]) == ("handoff", "completed")
+    assert handoff["label"] == "triage handed off to billing"
+    # The next agent's tools are journaled too.
+    (call,) = of_type(events, "tool.call.finished")
+    assert call["response"] == 42
+    assert reduced(events) == ["You owe 42."]
+    assert of_type(events, "run.finished")[0]["usage"] == usage_of(3)
+
+
 # --- a stop, errors --------------------------------------------------------------------
 
 
