@@ -62,8 +62,7 @@ export interface AiSdkHandlerOptions {
   /** The language model (a provider's, or `MockLanguageModelV4` from `ai/test`). */
   model: LanguageModel;
   /** The tools (`tool({...})` of `ai`). Their `execute` runs through the run's journal. */
-  // eslint-disable-next-line @typescript-eslint/no-explicit-any -- any tool, as streamText's own ToolSet
-  tools?: Record<string, Tool<any, any, any>>;
+  tools?: Record<string, Tool<any, any, any>>; // any tool, as streamText's own ToolSet
   /**
    * Tools run by the run's client executor rather than here: their calls go
    * to the executor the run is bound to (`clientExecutorId`), and its
