@@ -104,8 +104,7 @@ def _key(given: str | None) -> str:
         return new_idempotency_key()
     if not _KEY.match(given):
         raise ValueError(
-            "an idempotency key is 1 to 255 visible ASCII characters (no spaces), "
-            f"not {given!r}"
+            f"an idempotency key is 1 to 255 visible ASCII characters (no spaces), not {given!r}"
         )
     return given
 
