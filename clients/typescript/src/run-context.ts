@@ -501,7 +501,7 @@ export class RunContext {
    */
   message(role: "assistant" | "system" = "assistant", options: StepOptions = {}): TextStream {
     // A step is a position or a key: the stream derives its ids from either.
-    const stream = new TextStream(this.host, this.step(options.key) as number, "message", role);
+    const stream = new TextStream(this.host, this.step(options.key), "message", role);
     this.open.push(stream);
     this.current = stream;
     return stream;
@@ -565,7 +565,7 @@ export class RunContext {
     await this.finishMessage();
     this.checkRunning();
     // A step is a position or a key: the stream derives its ids from either.
-    const stream = new TextStream(this.host, this.step(options.key) as number, "reasoning");
+    const stream = new TextStream(this.host, this.step(options.key), "reasoning");
     this.open.push(stream);
     return stream;
   }

@@ -96,8 +96,8 @@ export class TextStream {
   private timer: ReturnType<typeof setTimeout> | undefined;
   private failure: unknown;
 
-  /** The stream of step `step` of the host's run (made by the run context). */
-  constructor(host: StreamHost, step: number, kind: StreamKind, role: "assistant" | "system" = "assistant") {
+  /** The stream of step `step` (a position, or a key the caller names it by) of the host's run (made by the run context). */
+  constructor(host: StreamHost, step: number | string, kind: StreamKind, role: "assistant" | "system" = "assistant") {
     this.host = host;
     this.kind = kind;
     this.role = role;
