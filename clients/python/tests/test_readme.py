@@ -18,6 +18,15 @@ run started for that queue must end ``run.finished`` with the block's tool
 call and its answer. ``<!-- executor-python -->`` is a client executor
 ``desk-1`` with an ``echo`` tool: a client call of a run bound to it must
 finish with the echoed arguments. Each block runs as its own process.
+
+The framework agents of "Bring your agent", ``<!-- langgraph-python -->``,
+``<!-- openai-agents-python -->`` and ``<!-- pydantic-ai-python -->``, each
+at most 30 lines of code, serve the queue they name on the framework's
+offline test model: a run started there with a prompt must end
+``run.finished``, its ``weather`` tool call journaled, with an assistant
+message in the reduced transcript whose text is the one the block's fake
+model is scripted to say (read from the block). Each framework's doc
+(docs/integrations/) shows its block under the same marker, the same text.
 """
 
 from __future__ import annotations
@@ -36,7 +45,7 @@ from typing import Any
 import pytest
 from conftest import REPO, NaradServer
 
-from narad import Client, Event
+from narad import Client, Event, SessionReducer
 
 README = REPO / "README.md"
 PACKAGE_README = REPO / "clients" / "python" / "README.md"
@@ -284,3 +293,82 @@ def test_the_package_readme_runs_agent_and_executor_run_together_as_written(
     ], lines
     assert "would delete /var/log/app.log" in output(tmp_path / "fs-executor-python.out")
     assert (tmp_path / "desk-1.tokens").stat().st_size > 0
+
+
+#: The framework agents of "Bring your agent": marker → where the block's
+#: fake model's last answer is written (its text is the first group).
+FRAMEWORK_BLOCKS = {
+    "langgraph-python": r'AIMessage\("([^"]+)"\)',
+    "openai-agents-python": r'assistant_message\("([^"]+)"\)',
+    "pydantic-ai-python": r'custom_output_text="([^"]+)"',
+}
+FRAMEWORK_MAX_LINES = 30
+#: The framework docs that show the README's block, the same text.
+FRAMEWORK_DOCS = {
+    "langgraph-python": REPO / "docs" / "integrations" / "langgraph.md",
+    "openai-agents-python": REPO / "docs" / "integrations" / "openai_agents.md",
+    "pydantic-ai-python": REPO / "docs" / "integrations" / "pydantic_ai.md",
+}
+
+
+def code_lines(code: str) -> list[str]:
+    """The lines of code of a block: neither blank nor only a comment."""
+    return [line for line in code.splitlines() if line.strip() and not line.strip().startswith("#")]
+
+
+@pytest.mark.parametrize("marker", sorted(FRAMEWORK_BLOCKS))
+def test_each_framework_agent_is_at_most_30_lines_of_code(marker: str) -> None:
+    code = code_lines(block(marker))
+    assert len(code) <= FRAMEWORK_MAX_LINES, f"{len(code)} lines of code:\n" + "\n".join(code)
+
+
+@pytest.mark.parametrize("marker", sorted(FRAMEWORK_BLOCKS))
+def test_each_framework_doc_shows_the_readme_agent(marker: str) -> None:
+    assert block(marker, FRAMEWORK_DOCS[marker]) == block(marker), FRAMEWORK_DOCS[marker]
+
+
+@pytest.mark.parametrize("marker", sorted(FRAMEWORK_BLOCKS))
+async def test_each_framework_agent_runs_as_written(
+    marker: str,
+    narad_server: NaradServer,
+    org: str,
+    tmp_path: Path,
+    program: list[subprocess.Popen[bytes]],
+) -> None:
+    code = block(marker)
+    said = re.findall(FRAMEWORK_BLOCKS[marker], code)
+    assert said, f"{marker}: no scripted answer matching {FRAMEWORK_BLOCKS[marker]}"
+    queue = re.findall(r'queue="([^"]+)"', code)
+    assert len(queue) == 1, f"{marker} names no queue, or several: {queue}"
+    token = narad_server.token(org=org, sub=f"readme-{marker}")
+    env = {"NARAD_URL": narad_server.base, "NARAD_TOKEN": token}
+    process = run_block(marker, tmp_path, narad_server, env)
+    program.append(process)
+    session_id = f"s-{uuid.uuid4().hex[:12]}"
+    async with Client(narad_server.base, token) as client:
+        await client.create_session(session_id)
+        await client.start_run(
+            session_id,
+            run_id="run-readme",
+            queue=queue[0],
+            input={"prompt": "What is the weather in Paris?"},
+        )
+        history = await until_event(
+            client, session_id, "run.finished", process, tmp_path / f"{marker}.out"
+        )
+    assert not [e for e in history if e["type"] in ("run.error", "run.cancelled")], history
+    started = [e for e in history if e["type"] == "tool.call.started"]
+    finished = [e for e in history if e["type"] == "tool.call.finished"]
+    assert [e["toolName"] for e in started] == ["weather"], started
+    assert [(e["toolCallId"], e["outcome"]) for e in finished] == [
+        (started[0]["toolCallId"], "success")
+    ], finished
+    reducer = SessionReducer()
+    for event in history:
+        assert reducer.deliver(event) in ("applied", "recorded"), event
+    answers = [
+        item.get("content")
+        for item in reducer.transcript()
+        if item["item"] == "message" and item["role"] == "assistant" and item["completed"]
+    ]
+    assert answers == [said[-1]], (answers, output(tmp_path / f"{marker}.out"))
