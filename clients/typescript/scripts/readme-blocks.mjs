@@ -23,13 +23,22 @@
 //   runs              runs to its end against the two above, while an approver
 //                     here approves every open interrupt (as a person would from
 //                     an inbox): streams a run, waits for a second, joins it.
+//   ai-sdk            the AI SDK agent (@narad/client/ai-sdk, its mock model from
+//                     ai/test), served while this script asks the queue it names
+//                     something: the run must end run.finished, its transcript's
+//                     one assistant message the text the block's model streams
+//                     (its text-delta chunks); at most 30 lines of code. The top
+//                     README and docs/integrations/ai-sdk.md show it too, as the
+//                     same text.
 // The served blocks are then stopped with SIGTERM (each block stops on it).
 // Every block must exit 0 having written nothing to stderr (a handler's
 // error would), within 30 s (runs: 60 s). The scenarios run side by side.
 //
 // Usage: node scripts/readme-blocks.mjs [--list] [--readme README.md] --project DIR
-//   --list   only lists the blocks and checks markers, entries and the agent's
-//            length (no server needed).
+//   --list   only lists the blocks and checks markers, entries, the blocks'
+//            lengths and the copies in other READMEs (no server needed).
+// The project has @narad/client installed from the packed tarball, and ws and
+// ai (the devDependencies' versions) beside it.
 // Environment: NARAD_URL (the server), NARAD_TOKEN (roles reader, writer,
 // backend), NARAD_EXECUTOR_TOKEN (role executor), NARAD_APPROVER_TOKEN
 // (roles reader, approver).
@@ -49,6 +58,7 @@ const option = (name) => {
 const readme = resolve(option("--readme") ?? join(here, "..", "README.md"));
 const listOnly = args.includes("--list");
 const AGENT_MAX_LINES = 25;
+const FRAMEWORK_MAX_LINES = 30;
 const WAIT_MS = 30_000;
 
 /** The fences that hold code a user runs: each must be a marked block. */
@@ -209,6 +219,38 @@ const BLOCKS = {
       expectEqual(c.approved, 2, "interrupts approved");
     },
   },
+  "ai-sdk": {
+    serve: true,
+    maxLines: FRAMEWORK_MAX_LINES,
+    /** Shown in these READMEs too (relative to this one), as the same text. */
+    copies: ["../../README.md", "../../docs/integrations/ai-sdk.md"],
+    env: (c) => ({ NARAD_TOKEN: c.token }),
+    /** Asks the queue the block serves something; answers the run's result. */
+    async drive(c, sdk, code) {
+      const queues = [...code.matchAll(/queue: "([^"]+)"/g)].map((m) => m[1]);
+      if (queues.length !== 1) fail(`the block names no queue, or several: ${JSON.stringify(queues)}`);
+      const narad = new sdk.NaradClient({ servers: c.url.split(","), token: c.token });
+      const { sessionId } = await narad.createSession({ title: "The AI SDK, as the README has it" });
+      return narad.runs.wait({ sessionId, message: "Hello?", queue: queues[0] });
+    },
+    check(out, c, result, code) {
+      // What the block's mock model streams: its text-delta chunks, in order.
+      const said = [...code.matchAll(/type: "text-delta", id: "[^"]*", delta: "([^"]*)"/g)].map((m) => m[1]).join("");
+      if (said === "") fail("the block's model streams no text-delta");
+      expectEqual(result.terminal.type, "run.finished", "the run's terminal event");
+      expectEqual(result.status, "finished", "the run's status");
+      const answers = result.output
+        .filter((i) => i.item === "message" && i.role === "assistant")
+        .map((i) => [i.content, i.completed]);
+      expectEqual(answers, [[said, true]], "the run's assistant messages (text, completed)");
+      expectEqual(
+        result.transcript.filter((i) => i.item === "message").map((i) => [i.role, i.content]),
+        [["user", "Hello?"], ["assistant", said]],
+        "the session's transcript",
+      );
+      expectEqual(out, "", "what the block printed");
+    },
+  },
 };
 
 // --- running ------------------------------------------------------------------------------
@@ -290,9 +332,47 @@ function approver(c, sdk) {
   };
 }
 
+/**
+ * A served block this script drives itself: started, asked by
+ * `entry.drive`, stopped with SIGTERM, then checked with what the drive
+ * answered.
+ */
+async function driven(marker, blocks, c, sdk) {
+  const entry = BLOCKS[marker];
+  const t0 = Date.now();
+  const block = blocks.get(marker);
+  const served = start(block, c, entry.env(c));
+  try {
+    const driving = entry.drive(c, sdk, block.code);
+    driving.catch(() => {}); // handled by the race below, or moot once the block failed
+    const exited = Symbol("exited");
+    const late = Symbol("late");
+    let timer;
+    const result = await Promise.race([
+      driving,
+      served.ended.then(() => exited),
+      new Promise((r) => (timer = setTimeout(() => r(late), WAIT_MS))),
+    ]).finally(() => clearTimeout(timer));
+    if (result === exited) fail(`${marker} exited while it was asked: ${describe(served)}`);
+    if (result === late) fail(`${marker}: no answer within ${WAIT_MS / 1000} s: ${describe(served)}`);
+    served.child.kill("SIGTERM");
+    if (!(await ended(served, 10_000))) fail(`${marker} did not stop within 10 s of SIGTERM: ${describe(served)}`);
+    if (served.exit.code !== 0 || served.stderr !== "") fail(`${marker} stopped badly: ${describe(served)}`);
+    try {
+      entry.check(served.stdout, c, result, block.code);
+    } catch (e) {
+      fail(`${marker}: ${e.message}\n${describe(served)}`);
+    }
+    console.log(`ok ${marker} (${((Date.now() - t0) / 1000).toFixed(1)} s)`);
+  } finally {
+    if (served.exit === undefined) served.child.kill("SIGKILL");
+  }
+}
+
 /** Runs one scenario: its served blocks, its approver, the block run to its end. */
 async function scenario(marker, blocks, c, sdk) {
   const entry = BLOCKS[marker];
+  if (entry.drive) return driven(marker, blocks, c, sdk);
   const t0 = Date.now();
   const served = [];
   for (const name of entry.serving ?? []) {
@@ -361,8 +441,19 @@ async function main() {
     }
   }
   for (const [marker, entry] of Object.entries(BLOCKS)) {
-    if (entry.serve && !Object.values(BLOCKS).some((e) => e.serving?.includes(marker))) {
+    if (entry.serve && !entry.drive && !Object.values(BLOCKS).some((e) => e.serving?.includes(marker))) {
       problems.push(`served block ${marker} is served by no block that runs`);
+    }
+  }
+  // A block another README shows must be the same text there (and so tested here).
+  for (const [marker, entry] of Object.entries(BLOCKS)) {
+    for (const other of entry.copies ?? []) {
+      const path = resolve(dirname(readme), other);
+      const copies = blocksOf(path).filter((b) => b.marker === marker);
+      if (copies.length !== 1) problems.push(`${path}: ${copies.length} blocks marked ${marker}, not one`);
+      else if (blocks.has(marker) && copies[0].code !== blocks.get(marker).code) {
+        problems.push(`${path}:${copies[0].line}: block ${marker} is not the text of README.md's`);
+      }
     }
   }
   if (problems.length > 0) {
@@ -388,7 +479,7 @@ async function main() {
   };
   const t0 = Date.now();
   try {
-    const runs = Object.keys(BLOCKS).filter((m) => BLOCKS[m].run);
+    const runs = Object.keys(BLOCKS).filter((m) => BLOCKS[m].run || BLOCKS[m].drive);
     const results = await Promise.allSettled(runs.map((m) => scenario(m, blocks, c, sdk)));
     const failed = results.filter((r) => r.status === "rejected");
     for (const r of failed) console.error(`FAILED ${r.reason?.message ?? r.reason}`);
