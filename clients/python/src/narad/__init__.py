@@ -59,6 +59,7 @@ from .runtime import (
     RunHandler,
     RunStopped,
     Runtime,
+    ToolError,
     ToolFailed,
 )
 from .sse import SseEvent, SseParser, parse_sse
@@ -114,6 +115,7 @@ __all__ = [
     "TokenStore",
     "TokenStoreError",
     "Tool",
+    "ToolError",
     "ToolFailed",
     "ToolResult",
     "UnavailableError",

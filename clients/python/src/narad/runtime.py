@@ -99,6 +99,7 @@ __all__ = [
     "RunHandler",
     "RunStopped",
     "Runtime",
+    "ToolError",
     "ToolFailed",
 ]
 
@@ -190,6 +191,19 @@ class LeaseLost(ConflictError):
             retry_after=error.retry_after,
             request_id=error.request_id,
         )
+
+
+class ToolError(Exception):
+    """Raised by a backend tool's function to say how its call failed: the
+    call finishes ``error`` with this ``code`` (instead of ``tool_error``) and
+    ``message``. A framework adapter raises it ``from`` the framework's own
+    exception to keep the kind of failure in the journal (e.g. ``retry``)."""
+
+    def __init__(self, code: str, message: str) -> None:
+        """A failure of code ``code`` (1 to 256 characters) and ``message``."""
+        super().__init__(message)
+        self.code = code
+        self.message = message
 
 
 class ToolFailed(Exception):
@@ -946,7 +960,8 @@ class RunContext:
         ``tool.call.finished``. Answers what ``fn`` returned (or awaited to),
         which must be JSON. When ``fn`` raises, the call finishes ``error``
         (code ``tool_error``, the exception's text as message) and
-        :class:`ToolFailed` is raised from the exception. On replay a finished
+        :class:`ToolFailed` is raised from the exception (a :class:`ToolError`
+        chooses the code). On replay a finished
         call answers its recorded response without calling ``fn``; a recorded
         call of another tool raises :class:`ReplayDiverged`. ``key`` names the
         step instead of its position (a model's tool-call id).
@@ -990,7 +1005,7 @@ class RunContext:
                 toolCallId=call_id,
                 outcome="error",
                 response=None,
-                code=TOOL_ERROR,
+                code=e.code if isinstance(e, ToolError) else TOOL_ERROR,
                 message=text[:500],
             )
             await self.append([finished_event])

@@ -11,7 +11,7 @@ from typing import Any
 
 from test_runtime import has, of_type, serving, start, wait_history
 
-from narad import Client, ReplayDiverged, RunContext, RuntimeOptions
+from narad import Client, ReplayDiverged, RunContext, RuntimeOptions, ToolError, ToolFailed
 from narad.integrations import Usage, conversation, drive
 
 
@@ -154,3 +154,25 @@ async def test_conversation_is_the_chat_before_the_run(client: Client) -> None:
         await wait_history(client, session, has("run.finished", runId=second))
     assert heard[0] == [("user", "first")]
     assert heard[1] == [("assistant", "reply 1"), ("user", "and now?"), ("user", "second")]
+
+
+async def test_a_tool_error_chooses_the_code_its_call_finishes_with(client: Client) -> None:
+    async def missing(args: dict[str, Any]) -> Any:
+        raise ToolError("not_found", f"no city named {args['city']}")
+
+    async def handler(ctx: RunContext) -> None:
+        try:
+            await ctx.tool("weather", {"city": "Atlantis"}, missing, key="w")
+        except ToolFailed as e:
+            assert isinstance(e.__cause__, ToolError)
+            await ctx.finish()
+
+    async with serving(client, handler):
+        session, run = await start(client)
+        events = await wait_history(client, session, has("run.finished", runId=run))
+    finished = of_type(events, "tool.call.finished")[0]
+    assert (finished["outcome"], finished["code"], finished["message"]) == (
+        "error",
+        "not_found",
+        "no city named Atlantis",
+    )

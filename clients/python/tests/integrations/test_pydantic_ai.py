@@ -338,10 +338,11 @@ async def test_backend_tools_are_journaled_with_results_and_failures_with_a_code
     assert finished[add_id]["outcome"] == "success"
     assert finished[add_id]["response"] == 3
     assert finished[city_id]["outcome"] == "error"
-    assert finished[city_id]["code"] == "tool_error"
-    assert finished[city_id]["message"] == "failed: no city named Atlantis"
+    assert finished[city_id]["code"] == "tool_failed"
+    assert finished[city_id]["message"] == "no city named Atlantis"
     # A ModelRetry is the framework's: the call ends error, the model calls again.
-    assert finished[f"{run}.call-flaky.tool"]["message"] == "retry: try again"
+    flaky = finished[f"{run}.call-flaky.tool"]
+    assert (flaky["code"], flaky["message"]) == ("retry", "try again")
     assert finished[f"{run}.call-flaky-2.tool"]["response"] == "steady"
     ran.clear()
     here = await local(agent, "add and look")

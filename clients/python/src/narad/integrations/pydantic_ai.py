@@ -73,21 +73,22 @@ from ..runtime import (
     RunContext,
     RunHandler,
     RunStopped,
+    ToolError,
     _Waiting,
 )
 from ..runtime import ToolFailed as NaradToolFailed
 from ._drive import Turn, Usage, conversation, drive
 
-__all__ = ["NO_RESUMABLE_STATE", "error_code", "handler", "state_scope"]
+__all__ = ["NO_RESUMABLE_STATE", "RETRY", "TOOL_FAILED", "error_code", "handler", "state_scope"]
 
 #: The code of a run taken over whose state document cannot be read back.
 NO_RESUMABLE_STATE = "no_resumable_state"
 
-#: How a tool call's journaled error message starts, by what the tool raised:
-#: a ``ModelRetry`` (the model is asked again) or a ``ToolFailed`` (the model
-#: is told). Anything else a tool raises fails the run.
-_RETRY = "retry: "
-_FAILED = "failed: "
+#: The code of a tool call's journaled error, by what the tool raised: a
+#: ``ModelRetry`` (the model is asked again) or a ``ToolFailed`` (the model is
+#: told). Anything else a tool raises is ``tool_error`` and fails the run.
+RETRY = "retry"
+TOOL_FAILED = "tool_failed"
 
 _CONTROL = (RunStopped, LeaseLost, ReplayDiverged, _Waiting)
 
@@ -365,9 +366,9 @@ class _Run:
             try:
                 result = await run(args)
             except (pai.ModelRetry, pai.ToolRetryError) as e:
-                raise _Marked(_RETRY + str(e)) from e
+                raise ToolError(RETRY, str(e)) from e
             except (pai.ToolFailed, pai.ToolFailedError) as e:
-                raise _Marked(_FAILED + str(e)) from e
+                raise ToolError(TOOL_FAILED, str(e)) from e
             live.append(result)
             return to_jsonable_python(result, fallback=str)
 
@@ -375,16 +376,16 @@ class _Run:
             recorded = await self.ctx.tool(call.tool_name, args, execute, key=key)
         except NaradToolFailed as e:
             cause = e.__cause__
-            if isinstance(cause, _Marked):
+            if isinstance(cause, ToolError):
                 cause = cause.__cause__
             if cause is not None:
                 raise cause from None
-            # Replayed: what the tool raised then, from its journaled message.
+            # Replayed: what the tool raised then, from its journaled code.
             text = e.message or ""
-            if text.startswith(_RETRY):
-                raise pai.ModelRetry(text[len(_RETRY) :]) from None
-            if text.startswith(_FAILED):
-                raise pai.ToolFailed(text[len(_FAILED) :]) from None
+            if e.code == RETRY:
+                raise pai.ModelRetry(text) from None
+            if e.code == TOOL_FAILED:
+                raise pai.ToolFailed(text) from None
             raise _ToolError(text) from None
         return live[0] if live else recorded
 
@@ -439,10 +440,6 @@ class _Journaling(AbstractCapability[Any]):
         handler: WrapToolExecuteHandler,
     ) -> Any:
         return await self._run.tool(call, tool_def, args, handler)
-
-
-class _Marked(Exception):
-    """A ``ModelRetry`` or ``ToolFailed`` on its way through the journal."""
 
 
 class _ToolError(Exception):
