@@ -46,7 +46,7 @@ export type { Json, PatchOperation } from "./jsonpatch.js";
 export type { SseEvent } from "./sse.js";
 export type * from "./types.js";
 export type { components, paths, operations } from "./generated/api.js";
-export { HANDLER_ERROR, LeaseLost, RunStopped, RUNTIME_LOST, STOPPED, TOOL_ERROR, ToolFailed } from "./run-errors.js";
+export { HANDLER_ERROR, LeaseLost, RunStopped, RunWaiting, RUNTIME_LOST, STOPPED, TOOL_ERROR, ToolFailed } from "./run-errors.js";
 export { REPLAY_DIVERGED, ReplayDiverged } from "./run-context.js";
 export type { Actor, Approval, ApproveOptions, DocumentOptions, ProgressOptions, RunContextOptions, StepOptions, ToolCall, Usage } from "./run-context.js";
 export type { RunFailure } from "./runtime.js";

@@ -39,6 +39,28 @@ export class RunStopped extends Error {
 }
 
 /**
+ * A step waits on a person (an approval) or a client executor (a client
+ * tool call), and the runtime gives runs back while they wait
+ * (`releaseWhenWaiting`): thrown by that step once what it waits for is
+ * asked (its `interrupt.requested` / `tool.call.started` in the journal).
+ * Let it propagate: the runtime completes the open messages and releases
+ * the run; the answer queues it again, and the handler runs from the top,
+ * replaying its finished steps to where it waited. A handler that catches
+ * errors rethrows it, as it does `LeaseLost`.
+ */
+export class RunWaiting extends Error {
+  /** The run that waits. */
+  readonly runId: string;
+
+  /** Run `runId` waits on a person or a client executor. */
+  constructor(runId: string) {
+    super(`run ${runId} waits on a decision or a client tool's result; it is given back meanwhile`);
+    this.name = "RunWaiting";
+    this.runId = runId;
+  }
+}
+
+/**
  * The run's lease is no longer current (`409 NRD-0501`): it lapsed or was
  * released. Nothing of the refused request was written. Stop working on
  * the run: the server retries it on another runtime or ends it, as its

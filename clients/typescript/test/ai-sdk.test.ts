@@ -456,13 +456,16 @@ const { jsonSchema, tool } = await import("ai");
 const { MockLanguageModelV4, simulateReadableStream } = await import("ai/test");
 const say = (line) => process.stdout.write(line + "\\n");
 const usage = { inputTokens: { total: 10, noCache: 10 }, outputTokens: { total: 5, text: 5 } };
+// IDS=fresh: a real provider's ids, new on every call (a replayed call is answered under other ids).
+let calls = 0;
+const id = (base) => (process.env.IDS === "fresh" ? base + "-" + process.pid + "-" + ++calls : base);
 const words = process.env.ANSWER.split(" ").map((w, i) => (i === 0 ? w : " " + w));
 const model = new MockLanguageModelV4({
   doStream: async ({ prompt }) => {
     const chunks = prompt.some((m) => m.role === "tool")
-      ? [{ type: "text-start", id: "a" }, ...words.map((delta) => ({ type: "text-delta", id: "a", delta })), { type: "text-end", id: "a" },
-         { type: "finish", finishReason: { unified: "stop" }, usage }]
-      : [{ type: "tool-call", toolCallId: "call-s", toolName: "search", input: "{}" }, { type: "finish", finishReason: { unified: "tool-calls" }, usage }];
+      ? ((a) => [{ type: "text-start", id: a }, ...words.map((delta) => ({ type: "text-delta", id: a, delta })), { type: "text-end", id: a },
+         { type: "finish", finishReason: { unified: "stop" }, usage }])(id("a"))
+      : [{ type: "tool-call", toolCallId: id("call-s"), toolName: "search", input: "{}" }, { type: "finish", finishReason: { unified: "tool-calls" }, usage }];
     return { stream: simulateReadableStream({ chunks, chunkDelayInMs: Number(process.env.WORD_MS), initialDelayInMs: null }) };
   },
 });
@@ -477,10 +480,10 @@ const runtime = new Runtime(narad, {
 await runtime.run();
 `;
 
-function holder(queue: string, wordMs: number, answer: string): { lines: string[]; kill(): Promise<void> } {
+function holder(queue: string, wordMs: number, answer: string, ids: "fixed" | "fresh" = "fixed"): { lines: string[]; kill(): Promise<void> } {
   const proc = spawn(process.execPath, ["--input-type=module", "-e", HOLDER], {
     cwd: PACKAGE,
-    env: { ...process.env, SDK: new URL("../src", import.meta.url).href, URL: base, TOKEN: token("reader,writer,backend"), QUEUE: queue, ANSWER: answer, WORD_MS: String(wordMs) },
+    env: { ...process.env, SDK: new URL("../src", import.meta.url).href, URL: base, TOKEN: token("reader,writer,backend"), QUEUE: queue, ANSWER: answer, WORD_MS: String(wordMs), IDS: ids },
     stdio: ["ignore", "pipe", "inherit"],
   });
   const lines: string[] = [];
@@ -538,6 +541,126 @@ test("kill -9 of the runtime mid-answer: the next one replays, the finished tool
     await first.kill();
     await second?.kill();
   }
+});
+
+/** Starts a run of `queue` after a user's message; answers its session and run. */
+async function queued(queue: string, content: string): Promise<{ sessionId: string; runId: string }> {
+  const sessionId = await session();
+  const runId = `r-${Math.random().toString(36).slice(2, 10)}`;
+  await narad.command("record-user-message", { sessionId, messageId: `${runId}-m`, messageScope: "session", content });
+  await narad.command("start-run", { sessionId, runId, runtime: { queue, onLost: "retry", maxAttempts: 4 } });
+  return { sessionId, runId };
+}
+
+test("kill -9 after a tool step, with a model whose ids change on every call: the next runtime resumes from the state document, the tool runs once and no text is written twice", { timeout: 90_000 }, async () => {
+  const answer = "A provider answers a replayed call under new ids, so the journal alone cannot tell what was done";
+  const queue = newQueue();
+  const { sessionId, runId } = await queued(queue, "Search, then answer");
+  const messageId = `${runId}.step1.text0.message`;
+  const deltas = (events: AuthorityEvent[]) => ofType(events, "message.text.delta").filter((e) => e["messageId"] === messageId).map((e) => String(e["delta"]));
+  const first = holder(queue, 120, answer, "fresh");
+  let second: ReturnType<typeof holder> | undefined;
+  try {
+    await until("some words", async () => (deltas(await historyOf(sessionId)).join("").split(" ").length >= 3 ? true : undefined), 30);
+    await first.kill();
+    const killed = await historyOf(sessionId);
+    const before = deltas(killed).join("");
+    assert.ok(before.length < answer.length, "killed mid-answer");
+    second = holder(queue, 0, answer, "fresh");
+    const done = second;
+    await until("run.finished", async () => ((await historyOf(sessionId)).some((e) => e.type === "run.finished") ? true : undefined), 40);
+    await until("the second runtime's last line", async () => (done.lines.includes("finished") ? true : undefined));
+    assert.deepEqual(first.lines.slice(0, 2), ["claimed 1", "searched"]);
+    assert.deepEqual(second.lines, ["claimed 2", "finished"], "the second runtime never searched");
+    const result = await narad.runs.join(sessionId, runId);
+    assert.equal(result.status, "finished");
+    assert.deepEqual(result.violations.map(String), []);
+    const events = result.events;
+    assert.equal(ofType(events, "tool.call.started").length, 1, "the search ran once");
+    assert.equal(deltas(events).join(""), answer, "the answer is there once, whole");
+    assert.ok(deltas(events).join("").startsWith(before), "carried on from where the first runtime stopped");
+    assert.equal(ofType(events, "message.text.started").length, 1);
+    assert.equal(ofType(events, "message.text.completed").length, 1);
+    const texts = said(result.output);
+    assert.deepEqual(texts, [answer]);
+    assert.equal(new Set(texts).size, texts.length, "no text twice");
+    assert.equal(ofType(events, "run.finished").length, 1);
+    // Usage: the search step (the first runtime's, kept) and the answer step (the second's).
+    assert.deepEqual(fieldOf(result.terminal, "usage"), { inputTokens: 20, outputTokens: 10, totalTokens: 30 });
+    // What the second runtime resumed from: the messages of the step that searched, kept at its boundary in the run's own document.
+    const kept = ofType(killed, "state.snapshot").filter((e) => e["scope"] === `ai-sdk/${runId}`);
+    assert.equal(kept.length, 1, "one step boundary passed");
+    assert.deepEqual(
+      (kept[0]?.["state"] as { messages: { role: string }[] }).messages.map((m) => m.role),
+      ["assistant", "tool"],
+    );
+  } finally {
+    await first.kill();
+    await second?.kill();
+  }
+});
+
+test("kill -9 mid-answer and a replay that answers otherwise: the half message is completed as it stands, the new answer goes out once under the next id", { timeout: 90_000 }, async () => {
+  const answer = "Alpha bravo charlie delta echo foxtrot golf hotel india juliett kilo lima mike";
+  const other = "Something else entirely";
+  const queue = newQueue();
+  const { sessionId, runId } = await queued(queue, "Search, then answer");
+  const messageId = `${runId}.step1.text0.message`;
+  const deltas = (events: AuthorityEvent[]) => ofType(events, "message.text.delta").filter((e) => e["messageId"] === messageId).map((e) => String(e["delta"]));
+  const first = holder(queue, 150, answer, "fresh");
+  let second: ReturnType<typeof holder> | undefined;
+  try {
+    await until("some words", async () => (deltas(await historyOf(sessionId)).join("").split(" ").length >= 3 ? true : undefined), 30);
+    await first.kill();
+    const before = deltas(await historyOf(sessionId)).join("");
+    second = holder(queue, 0, other, "fresh");
+    await until("run.finished", async () => ((await historyOf(sessionId)).some((e) => e.type === "run.finished") ? true : undefined), 40);
+    const result = await narad.runs.join(sessionId, runId);
+    assert.equal(result.status, "finished");
+    assert.deepEqual(result.violations.map(String), []);
+    assert.equal(ofType(result.events, "tool.call.started").length, 1, "the search ran once");
+    assert.deepEqual(said(result.output), [before, other]);
+    for (const item of result.output) assert.ok(item.completed, `complete: ${JSON.stringify(item)}`);
+  } finally {
+    await first.kill();
+    await second?.kill();
+  }
+});
+
+test("a state document that cannot be read back ends the run run.error no_resumable_state", async () => {
+  const { stateScope, NO_RESUMABLE_STATE } = await import("../src/ai-sdk.js");
+  let asked = 0;
+  const model = new MockLanguageModelV4({
+    doStream: async () => {
+      asked += 1;
+      return { stream: simulateReadableStream({ chunks: [...text("t", "Never."), finish("stop")], chunkDelayInMs: 0, initialDelayInMs: null }) };
+    },
+  });
+  const inner = aiSdkHandler({ model });
+  const queue = newQueue();
+  const errors: unknown[] = [];
+  const runtime = new Runtime(narad, {
+    queue,
+    waitMs: 1000,
+    onError: (e) => errors.push(e),
+    handler: async (ctx) => {
+      await ctx.setState({ version: 1, step: 1, messages: [{ role: "bogus" }], usage: {} }, { scope: stateScope(ctx.runId) });
+      await inner(ctx);
+    },
+  });
+  const running = runtime.run();
+  try {
+    const { sessionId, runId } = await queued(queue, "Hi");
+    const result = await narad.runs.join(sessionId, runId);
+    assert.equal(result.status, "error");
+    assert.equal(fieldOf(result.terminal, "code"), NO_RESUMABLE_STATE);
+    assert.deepEqual(result.violations.map(String), []);
+  } finally {
+    runtime.stop();
+    await running;
+  }
+  assert.equal(asked, 0, "the model was not asked");
+  assert.deepEqual(errors.map(String), []);
 });
 
 // --- the example ----------------------------------------------------------------------
