@@ -37,7 +37,7 @@ import { ident } from "./ids.js";
 import { Journal, TERMINALS } from "./journal.js";
 import type { JournalEvent } from "./journal.js";
 import type { Json, PatchOperation } from "./jsonpatch.js";
-import { LeaseLost, LEASE_NOT_CURRENT, RunStopped, RUNTIME_LOST, STOPPED, STOPPED_MESSAGE, TOOL_ERROR, ToolFailed } from "./run-errors.js";
+import { LeaseLost, LEASE_NOT_CURRENT, RunStopped, RunWaiting, RUNTIME_LOST, STOPPED, STOPPED_MESSAGE, TOOL_ERROR, ToolFailed } from "./run-errors.js";
 import { Mutex, openStreams, TextStream } from "./text-stream.js";
 import type { StreamBatch, StreamHost } from "./text-stream.js";
 import type { Appended, AuthorityEvent, ProposedEvent, Schemas } from "./types.js";
@@ -152,6 +152,14 @@ export interface RunContextOptions {
   deltaChars?: number;
   /** The longest wait between journal reads when the session's stream cannot be followed, in ms (default 1,000). */
   pollIntervalMs?: number;
+  /**
+   * A step that waits on a person ({@link RunContext.approve}) or a client
+   * executor ({@link RunContext.clientTool}) throws `RunWaiting` instead of
+   * waiting, once what it waits for is asked and not yet answered: the
+   * runtime gives the run back, and the answer queues it again (default
+   * false: the step waits, the run held).
+   */
+  releaseWhenWaiting?: boolean;
 }
 
 const HISTORY_PAGE = 1000;
@@ -197,6 +205,7 @@ export class RunContext {
   private readonly deltaWindowMs: number;
   private readonly deltaChars: number;
   private readonly pollIntervalMs: number;
+  private readonly releaseWhenWaiting: boolean;
   private stopFlag = false;
   private lostFlag = false;
   private endedHere = false;
@@ -223,6 +232,7 @@ export class RunContext {
     this.deltaWindowMs = options.deltaWindowMs ?? 50;
     this.deltaChars = options.deltaChars ?? 256;
     this.pollIntervalMs = options.pollIntervalMs ?? 1000;
+    this.releaseWhenWaiting = options.releaseWhenWaiting ?? false;
     if (claim.stopRequested) {
       this._requestStop();
     }
@@ -853,7 +863,8 @@ export class RunContext {
   /**
    * Waits until `found` answers something: follows the session's stream
    * (from what the journal holds) and folds what comes; throws when the
-   * run is asked to stop or the lease is lost meanwhile.
+   * run is asked to stop or the lease is lost meanwhile, and `RunWaiting`
+   * at once when runs are given back while they wait (`releaseWhenWaiting`).
    */
   private async waitFor<T>(found: () => T | undefined): Promise<T> {
     let delay = Math.min(100, this.pollIntervalMs);
@@ -863,6 +874,9 @@ export class RunContext {
         return got;
       }
       this.checkRunning();
+      if (this.releaseWhenWaiting) {
+        throw new RunWaiting(this.runId);
+      }
       this.watch();
       const changed = await this.nextChange(this.watchFailed ? delay : QUIET_READ_MS);
       if (!changed || this.watchFailed) {

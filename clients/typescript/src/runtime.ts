@@ -25,12 +25,20 @@
  *   open work closed first, then released; a run whose lease was lost is
  *   left to the server (its `onLost` policy: another holder, or
  *   `run.error`).
+ * - With `releaseWhenWaiting`, a step that waits on a person or a client
+ *   executor throws `RunWaiting` once it has asked: the open messages are
+ *   completed and the run released (`handledThrough` = what the context
+ *   read or wrote), freeing the slot. The decision or the result is an
+ *   event of the run's journal after `handledThrough`, which queues the run
+ *   again: a later claim (`reason: "event"`, here or on another runtime)
+ *   runs the handler from the top, which replays its finished steps to the
+ *   wait and goes on from the answer.
  */
 import type { NaradClient } from "./client.js";
 import { NaradError } from "./errors.js";
-import { HANDLER_ERROR, LeaseLost, RunStopped } from "./run-errors.js";
+import { HANDLER_ERROR, LeaseLost, RunStopped, RunWaiting } from "./run-errors.js";
 import { RunContext } from "./run-context.js";
-import type { Claim } from "./run-context.js";
+import type { Claim, RunContextOptions } from "./run-context.js";
 import type { Schemas } from "./types.js";
 import { sleep } from "./wait.js";
 
@@ -67,6 +75,14 @@ export interface RuntimeOptions {
   deltaWindowMs?: number;
   /** How many characters of said text go out at once without waiting (default 256). */
   deltaChars?: number;
+  /**
+   * Gives a run back while a step waits on a person (`ctx.approve`) or a
+   * client executor (`ctx.clientTool`) instead of holding it, and a slot,
+   * until the answer comes: the answer queues the run again, and the
+   * handler runs again from the top, replaying its finished steps (default
+   * false). The Python runtime's `release_when_waiting`.
+   */
+  releaseWhenWaiting?: boolean;
   /**
    * Told of every handler that throws (but for `RunStopped`), with its
    * claim (default: a line on `console.error` naming the run and what
@@ -207,7 +223,10 @@ export class Runtime {
 
   /** Serves one claimed run: keeps its lease, runs the handler, closes and releases the run. */
   private async serve(claim: Claim): Promise<void> {
-    const contextOptions: { deltaWindowMs?: number; deltaChars?: number } = {};
+    const contextOptions: RunContextOptions = {};
+    if (this.options.releaseWhenWaiting) {
+      contextOptions.releaseWhenWaiting = true;
+    }
     if (this.options.deltaWindowMs !== undefined) {
       contextOptions.deltaWindowMs = this.options.deltaWindowMs;
     }
@@ -240,8 +259,18 @@ export class Runtime {
         await ctx._settle();
       }
     } catch (error) {
-      if (error instanceof RunStopped) {
-        ctx._requestStop();
+      if (error instanceof RunWaiting && !ctx.lost() && !ctx.stopRequested()) {
+        // Given back while it waits: the answer queues it again.
+        try {
+          await ctx._settle();
+        } catch (closing) {
+          this.report(closing, ctx, "completing its messages before the release failed: its lease is left to lapse");
+          return false;
+        }
+        return true;
+      }
+      if (error instanceof RunStopped || (error instanceof RunWaiting && !ctx.lost())) {
+        ctx._requestStop(); // a RunWaiting here met a stop: closed as one
       } else if (error instanceof LeaseLost || ctx.lost()) {
         this.report(error, ctx, "its lease was lost, so the server retries the run or ends it as its onLost policy says");
         return false;

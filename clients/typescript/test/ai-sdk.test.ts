@@ -390,6 +390,116 @@ for (const decision of ["approve", "deny"] as const) {
   });
 }
 
+test("releaseWhenWaiting: a client tool and an approval round trip with the run given back meanwhile, with a model whose ids change on every call: asked nothing twice", { timeout: 60_000 }, async () => {
+  const executorId = `desk-${Math.random().toString(36).slice(2, 8)}`;
+  let attached = false;
+  let open: () => void = () => undefined;
+  const gate = new Promise<void>((resolve) => (open = resolve));
+  const executor = new Executor(new NaradClient({ servers: base, token: token("executor", "desk") }), {
+    id: executorId,
+    store: new MemoryTokenStore(),
+    maxBackoffMs: 500,
+    onAttached: () => (attached = true),
+    tools: {
+      "clock.now": async () => {
+        await gate; // the run is given back meanwhile
+        return { now: "10:00" };
+      },
+    },
+  });
+  const executing = executor.run();
+  let deleted = 0;
+  const tools = {
+    "clock.now": tool({
+      description: "The time on the user's desk",
+      inputSchema: jsonSchema<{ tz?: string }>({ type: "object" }),
+      outputSchema: jsonSchema<{ now: string }>({ type: "object", properties: { now: { type: "string" } } }),
+    }),
+    remove: tool({
+      description: "Deletes a file",
+      inputSchema: jsonSchema<{ path: string }>({ type: "object", properties: { path: { type: "string" } } }),
+      needsApproval: true,
+      execute: async ({ path }) => {
+        deleted += 1;
+        return { deleted: path };
+      },
+    }),
+  };
+  // By turn, under ids of its own on every call: what a real provider does.
+  let calls = 0;
+  const model = new MockLanguageModelV4({
+    doStream: async ({ prompt }) => {
+      calls += 1;
+      const turn = prompt.filter((m) => m.role === "assistant").length;
+      const chunks: Part[] =
+        turn === 0
+          ? [...text(`t${calls}`, "Checking the time."), call(`call-${calls}`, "clock.now", { tz: "UTC" }), finish("tool-calls")]
+          : turn === 1
+            ? [call(`call-${calls}`, "remove", { path: "/tmp/x" }), finish("tool-calls")]
+            : [...text(`t${calls}`, /execution-denied/.test(JSON.stringify(prompt)) ? "Left it." : "Deleted at 10:00."), finish("stop")];
+      return { stream: simulateReadableStream({ chunks, chunkDelayInMs: 0, initialDelayInMs: null }) };
+    },
+  });
+  const { options, texts } = producedBy({ model, tools, clientTools: ["clock.now"] });
+  const inner = aiSdkHandler(options);
+  const claims: string[] = [];
+  const errors: unknown[] = [];
+  const queue = newQueue();
+  const runtime = new Runtime(narad, {
+    queue,
+    waitMs: 1000,
+    releaseWhenWaiting: true,
+    onError: (e) => errors.push(e),
+    handler: async (ctx) => {
+      claims.push(ctx.reason);
+      await inner(ctx);
+    },
+  });
+  const running = runtime.run();
+  try {
+    await until("the executor attached", async () => (attached ? true : undefined));
+    const sessionId = await session();
+    const runId = `r-${Math.random().toString(36).slice(2, 10)}`;
+    await narad.command("record-user-message", { sessionId, messageId: `${runId}-m`, messageScope: "session", content: "Delete /tmp/x" });
+    await narad.command("start-run", { sessionId, runId, runtime: { queue }, clientExecutorId: executorId });
+    await until("the client call", async () => (ofType(await historyOf(sessionId), "tool.call.started").length > 0 ? true : undefined));
+    await until("the run given back while the executor works", async () => (runtime.held.length === 0 ? true : undefined));
+    open();
+    const paused = await until("run.paused", async () => {
+      const events = await historyOf(sessionId);
+      return events.some((e) => e.type === "run.paused") ? events : undefined;
+    });
+    await until("the run given back while a person decides", async () => (runtime.held.length === 0 ? true : undefined));
+    const interrupt = ofType(paused, "interrupt.requested")[0] as Field;
+    await approver.command("resolve-interrupt", { interruptId: String(interrupt["interruptId"]), decision: "approve" });
+    const result = await narad.runs.join(sessionId, runId);
+    assert.equal(result.status, "finished");
+    accepted(result, errors);
+    assert.equal(calls, 3, "the model was asked once per turn, never again after a release");
+    assert.equal(deleted, 1);
+    assert.deepEqual(texts, ["Checking the time.", "Deleted at 10:00."]);
+    assert.deepEqual(said(result.output), texts);
+    assert.deepEqual(
+      ofType(result.events, "tool.call.started").map((e) => [e["toolName"], e["executor"]]),
+      [
+        ["clock.now", "client"],
+        ["remove", "backend"],
+      ],
+    );
+    assert.equal(ofType(result.events, "interrupt.requested").length, 1);
+    assert.match(JSON.stringify(model.doStreamCalls[1]?.prompt), /10:00/, "the executor's result reached the model");
+    assert.equal(claims[0], "started");
+    assert.ok(claims.length >= 3 && claims.slice(1).every((r) => r === "event"), `claimed again on the answers: ${claims.join(" ")}`);
+    assert.deepEqual(fieldOf(result.terminal, "usage"), { inputTokens: 30, outputTokens: 15, totalTokens: 45 });
+  } finally {
+    open();
+    runtime.stop();
+    await running;
+    executor.stop();
+    await executing;
+  }
+});
+
 test("a stop mid-stream aborts streamText: the message completes with what was said, run.cancelled with partial usage", async () => {
   const words = Array.from({ length: 200 }, (_, i) => `word${i} `);
   const model = scripted([[...text("t1", ...words), finish("stop")]], 30);

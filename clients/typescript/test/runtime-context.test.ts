@@ -409,6 +409,75 @@ test("clientTool waits for the executor's result; approve waits on the session's
   assert.equal(approval?.interruptId, approval?.event["interruptId"]);
 });
 
+test("releaseWhenWaiting: a step waiting on the executor or a person gives the run back; the answer queues it again and the handler replays to where it waited", { timeout: 60_000 }, async () => {
+  const queue = newQueue();
+  const executorId = `desk-${Math.random().toString(36).slice(2, 8)}`;
+  let attached = false;
+  let open: () => void = () => undefined;
+  const gate = new Promise<void>((resolve) => (open = resolve));
+  const executor = new Executor(new NaradClient({ servers: server.base, token: server.token("executor", "desk") }), {
+    id: executorId,
+    store: new MemoryTokenStore(),
+    maxBackoffMs: 500,
+    onAttached: () => (attached = true),
+    tools: {
+      "clock.now": async () => {
+        await gate; // the run is given back meanwhile
+        return { now: "10:00" };
+      },
+    },
+  });
+  const executing = executor.run();
+  const claims: string[] = [];
+  let said = 0;
+  try {
+    await until("the executor attached", async () => (attached ? true : undefined));
+    const { sessionId, runId } = await start(queue, { clientExecutorId: executorId });
+    await serving(
+      {
+        queue,
+        releaseWhenWaiting: true,
+        handler: async (ctx) => {
+          claims.push(ctx.reason);
+          const { now } = await ctx.clientTool<{ now: string }>("clock.now", { tz: "UTC" });
+          const { decision } = await ctx.approve(`Delete the files at ${now}?`);
+          said += 1;
+          await ctx.say(`Decided: ${decision}.`);
+          await ctx.finish();
+        },
+      },
+      async (runtime) => {
+        await waitFor(sessionId, "tool.call.started", runId);
+        await until("the run given back while the executor works", async () => (runtime.held.length === 0 ? true : undefined));
+        assert.equal(ofType(await historyOf(sessionId), "tool.call.finished").length, 0, "still running on the executor");
+        open();
+        const paused = await waitFor(sessionId, "run.paused", runId);
+        await until("the run given back while a person decides", async () => (runtime.held.length === 0 ? true : undefined));
+        const interrupt = ofType(paused, "interrupt.requested")[0] as Field;
+        assert.equal(interrupt["message"], "Delete the files at 10:00?");
+        await approver.command("resolve-interrupt", { interruptId: String(interrupt["interruptId"]), decision: "approve" });
+        await waitFor(sessionId, "run.finished", runId);
+      },
+    );
+    const result = await narad.runs.join(sessionId, runId);
+    assert.equal(result.status, "finished");
+    assert.deepEqual(result.violations.map(String), []);
+    const events = result.events;
+    assert.equal(ofType(events, "tool.call.started").length, 1, "the client call asked once");
+    assert.equal(ofType(events, "interrupt.requested").length, 1, "the approval asked once");
+    const types = events.map((e) => e.type);
+    assert.equal(types[types.indexOf("interrupt.resolved") + 1], "run.resumed", types.join(" "));
+    assert.equal(ofType(events, "message.text.started").length, 1);
+    assert.equal(said, 1);
+    assert.equal(claims[0], "started");
+    assert.ok(claims.length >= 3 && claims.slice(1).every((r) => r === "event"), `claimed again on the answers: ${claims.join(" ")}`);
+  } finally {
+    open();
+    executor.stop();
+    await executing;
+  }
+});
+
 test("progress records activity once per step; setState and patchState write the session's documents at their next revisions", async () => {
   const queue = newQueue();
   const { sessionId, runId } = await start(queue);
