@@ -10,9 +10,10 @@ what the graph produced."""
 from __future__ import annotations
 
 import asyncio
+import base64
+import itertools
 import json
 import os
-import pickle
 import re
 import signal
 import sys
@@ -48,7 +49,8 @@ from test_runtime import (
 )
 
 from narad import Client, Event, Runtime, RuntimeOptions, SessionReducer
-from narad.integrations.langgraph import client_tool, handler
+from narad.integrations.langgraph import NaradSaver, NotInARun, client_tool, handler
+from narad.integrations.langgraph_checkpoint import CHECKPOINT, WRITES
 
 # --- the model and the graphs ----------------------------------------------
 
@@ -186,13 +188,34 @@ def transcript(events: list[Event], item: str = "message") -> list[str]:
     return [str(i["content"]) for i in got if i["item"] == "message" and i["role"] == "assistant"]
 
 
-async def produced(graph: Pregel[Any, Any, Any, Any], run: str) -> list[str]:
+async def state_of(
+    graph: Pregel[Any, Any, Any, Any], run: str, events: list[Event] | None = None
+) -> Any:
+    """The graph state of the run's thread (a ``NaradSaver``'s: read from ``events``)."""
+    if isinstance(graph.checkpointer, NaradSaver):
+        assert events is not None, "a NaradSaver's checkpoints are in the run's journal"
+        graph = graph.copy(update={"checkpointer": NaradSaver(journal=events)})
+    return await graph.aget_state({"configurable": {"thread_id": run}})
+
+
+async def produced(
+    graph: Pregel[Any, Any, Any, Any], run: str, events: list[Event] | None = None
+) -> list[str]:
     """The graph's own AI message texts of the run's thread."""
-    state = await graph.aget_state({"configurable": {"thread_id": run}})
+    state = await state_of(graph, run, events)
     return [
         str(m.content)
         for m in state.values.get("messages", ())
         if isinstance(m, AIMessage) and m.content
+    ]
+
+
+def checkpoints(events: list[Event], *names: str) -> list[Event]:
+    """The ``NaradSaver`` events of the journal (of ``names``, or all)."""
+    return [
+        e
+        for e in of_type(events, "run.custom")
+        if str(e["name"]).startswith("langgraph.") and (not names or e["name"] in names)
     ]
 
 
@@ -336,12 +359,19 @@ async def test_a_client_tool_runs_on_the_executor(
 
 
 @pytest.mark.parametrize(
-    ("decision", "release"), [("approve", False), ("deny", False), ("approve", True)]
+    ("decision", "release", "saver"),
+    [
+        ("approve", False, InMemorySaver),
+        ("deny", False, InMemorySaver),
+        ("approve", True, InMemorySaver),
+        ("approve", True, NaradSaver),
+        ("deny", True, NaradSaver),
+    ],
 )
 async def test_interrupt_is_an_approval_and_its_decision_resumes_the_graph(
-    client: Client, decision: str, release: bool
+    client: Client, decision: str, release: bool, saver: Callable[[], Any]
 ) -> None:
-    graph = build([said("Here is the draft.")], review=True)
+    graph = build([said("Here is the draft.")], review=True, checkpointer=saver())
     async with serving(client, handler(graph), release_when_waiting=release):
         session, run = await start(client)
         events = await wait_history(client, session, has("run.paused", runId=run))
@@ -352,15 +382,20 @@ async def test_interrupt_is_an_approval_and_its_decision_resumes_the_graph(
             session, interrupt_id=requested["interruptId"], decision=decision
         )
         events = await wait_history(client, session, has("run.finished", runId=run))
-    state = await graph.aget_state({"configurable": {"thread_id": run}})
+    state = await state_of(graph, run, events)
     assert state.values["verdict"] == decision
     assert ["interrupt.resolved", "run.resumed"] == [
         e["type"] for e in events if e["type"] in ("interrupt.resolved", "run.resumed")
     ]
     review = [p["status"] for p in of_type(events, "progress.recorded") if p["label"] == "review"]
     assert review == ["active", "completed"]
-    assert transcript(events) == await produced(graph, run)
+    assert transcript(events) == await produced(graph, run, events)
     one_each(events)
+    if saver is NaradSaver:
+        # Given back while a person decided: the next lease resumed from the journal.
+        leases = {str(e["eventId"]).split("@")[1].split(".")[1] for e in checkpoints(events)}
+        assert len(leases) == 2, leases
+        assert not state.next and state.tasks == ()
 
 
 async def test_a_stop_mid_stream_cancels_the_graph_with_partial_usage(client: Client) -> None:
@@ -386,37 +421,6 @@ async def test_a_stop_mid_stream_cancels_the_graph_with_partial_usage(client: Cl
 # --- takeover -----------------------------------------------------------------
 
 
-class FileSaver(InMemorySaver):
-    """An ``InMemorySaver`` kept in a file after every write: durable across processes."""
-
-    def __init__(self, path: str) -> None:
-        super().__init__()
-        self.path = Path(path)
-        if self.path.exists():
-            storage, writes, blobs = pickle.loads(self.path.read_bytes())
-            for thread, namespaces in storage.items():
-                for ns, checkpoints in namespaces.items():
-                    self.storage[thread][ns].update(checkpoints)
-            self.writes.update(writes)
-            self.blobs.update(blobs)
-
-    def _save(self) -> None:
-        storage = {t: {n: dict(c) for n, c in ns.items()} for t, ns in self.storage.items()}
-        data = pickle.dumps((storage, dict(self.writes), dict(self.blobs)))
-        temp = self.path.with_suffix(".tmp")
-        temp.write_bytes(data)
-        os.replace(temp, self.path)
-
-    def put(self, *args: Any, **kwargs: Any) -> Any:
-        got = super().put(*args, **kwargs)
-        self._save()
-        return got
-
-    def put_writes(self, *args: Any, **kwargs: Any) -> None:
-        super().put_writes(*args, **kwargs)
-        self._save()
-
-
 HERE = Path(__file__).resolve().parent
 
 LONG = " ".join(f"word{i}" for i in range(60))
@@ -433,11 +437,11 @@ AGENT = textwrap.dedent(
     sys.path[:0] = [os.environ["TESTS"], os.environ["INTEGRATION_TESTS"]]
     from narad import Client, Runtime
     from narad.integrations.langgraph import handler
-    from test_langgraph import FileSaver, TAKEOVER_SCRIPT, add, build
+    from narad.integrations.langgraph import NaradSaver
+    from test_langgraph import TAKEOVER_SCRIPT, add, build
 
     async def main():
-        saver = FileSaver(os.environ["SAVER"])
-        graph = build(TAKEOVER_SCRIPT, [add], delay=0.1, checkpointer=saver)
+        graph = build(TAKEOVER_SCRIPT, [add], delay=0.1, checkpointer=NaradSaver())
         async with Client(os.environ["NARAD"], os.environ["NARAD_TOKEN"]) as client:
             await Runtime(client, handler(graph), queue="lg-takeover", claim_wait=1.0).run()
 
@@ -446,11 +450,12 @@ AGENT = textwrap.dedent(
 )
 
 
-async def test_a_runtime_killed_mid_run_is_resumed_from_the_checkpoint(
+async def test_a_runtime_killed_mid_run_is_resumed_from_the_checkpoint_in_narad(
     start_server: Callable[..., NaradServer], org: str, tmp_path: Path
 ) -> None:
+    """The graph's checkpointer is a ``NaradSaver``: nothing but the run's journal
+    carries the checkpoint from the killed process to the next holder."""
     server = start_server(**SHORT_LEASES)
-    saver = tmp_path / "checkpoints.pickle"
     program = tmp_path / "agent.py"
     program.write_text(AGENT)
     here = HERE
@@ -458,7 +463,6 @@ async def test_a_runtime_killed_mid_run_is_resumed_from_the_checkpoint(
         **os.environ,
         "NARAD": server.base,
         "NARAD_TOKEN": server.token(ROLES, org=org),
-        "SAVER": str(saver),
         "TESTS": str(here.parent),
         "INTEGRATION_TESTS": str(here),
         "PYTHONPATH": os.pathsep.join([str(REPO / "clients" / "python" / "src")]),
@@ -488,16 +492,33 @@ async def test_a_runtime_killed_mid_run_is_resumed_from_the_checkpoint(
             if first.returncode is None:
                 first.kill()
                 await first.wait()
-        graph = build(TAKEOVER_SCRIPT, [add], checkpointer=FileSaver(str(saver)))
+        graph = build(TAKEOVER_SCRIPT, [add], checkpointer=NaradSaver())
         async with serving(narad, handler(graph), queue="lg-takeover"):
             events = await wait_history(narad, session, has("run.finished", runId=run), timeout=30)
     one_each(events)
     assert len(of_type(events, "tool.call.started")) == 1
     assert of_type(events, "tool.call.finished")[0]["response"] == "42"
-    assert transcript(events) == await produced(graph, run) == ["Adding first.", LONG]
+    assert transcript(events) == await produced(graph, run, events) == ["Adding first.", LONG]
+    assert (
+        "".join(str(d["delta"]) for d in of_type(events, "message.text.delta")).count("word59") == 1
+    )
     holders = {str(e["eventId"]).split("@")[1].split(".")[0] for e in events if "@" in e["eventId"]}
     assert holders == {"1", "2"}, holders
     assert of_type(events, "run.finished")[0]["usage"]["inputTokens"] == 20
+    # The checkpoints: the first holder's up to the tool's result, then the second
+    # holder's from there; no step checkpointed twice, no task's write written twice.
+    saved = [t async for t in NaradSaver(journal=events).alist(None)][::-1]
+    steps = [t.metadata["step"] for t in saved]
+    assert steps == list(range(-1, len(steps) - 1)), steps
+    by = {e["value"]["id"]: e["eventId"].split("@")[1][0] for e in checkpoints(events, CHECKPOINT)}
+    holder = [by[t.config["configurable"]["checkpoint_id"]] for t in saved]
+    assert holder[:4] == ["1"] * 4 and holder[-1] == "2", holder
+    written = [
+        (e["value"]["checkpoint"], e["value"]["task"], w[0])
+        for e in checkpoints(events, WRITES)
+        for w in e["value"]["writes"]
+    ]
+    assert len(written) == len(set(written))
 
 
 async def test_the_example_answers_a_run_with_the_fake_model(
@@ -538,12 +559,16 @@ def publish(title: str) -> str:
     return f"published {title}"
 
 
-async def test_an_interrupt_inside_a_tool_runs_the_tool_after_the_decision(client: Client) -> None:
+@pytest.mark.parametrize("saver", [InMemorySaver, NaradSaver])
+async def test_an_interrupt_inside_a_tool_runs_the_tool_after_the_decision(
+    client: Client, saver: Callable[[], Any]
+) -> None:
     graph = build(
         [said("Publishing.", ("call_pub", "publish", {"title": "news"})), said("Done.")],
         [publish],
+        checkpointer=saver(),
     )
-    async with serving(client, handler(graph)):
+    async with serving(client, handler(graph), release_when_waiting=saver is NaradSaver):
         session, run = await start(client)
         events = await wait_history(client, session, has("run.paused", runId=run))
         requested = of_type(events, "interrupt.requested")[0]
@@ -563,7 +588,7 @@ async def test_an_interrupt_inside_a_tool_runs_the_tool_after_the_decision(clien
     ]
     finished = [f for f in of_type(events, "tool.call.finished") if f["outcome"] == "success"]
     assert [f["response"] for f in finished] == ["published news"]
-    assert transcript(events) == await produced(graph, run) == ["Publishing.", "Done."]
+    assert transcript(events) == await produced(graph, run, events) == ["Publishing.", "Done."]
 
 
 async def test_a_takeover_without_a_checkpoint_fails_the_run_cleanly(short_client: Client) -> None:
@@ -589,3 +614,92 @@ async def test_a_takeover_without_a_checkpoint_fails_the_run_cleanly(short_clien
     assert error["code"] == "no_checkpoint"
     assert len(of_type(events, "message.text.started")) == 1
     transcript(events)
+
+
+# --- NaradSaver -----------------------------------------------------------------
+
+
+async def test_narad_saver_outside_a_narad_run_says_so() -> None:
+    graph = build([said("Hello.")], checkpointer=NaradSaver())
+    config: Any = {"configurable": {"thread_id": "t-1"}}
+    with pytest.raises(NotInARun, match="only inside a claimed narad run"):
+        await graph.ainvoke({"messages": [("user", "hi")]}, config)
+    with pytest.raises(NotInARun, match="only inside a claimed narad run"):
+        await graph.aget_state(config)
+
+
+async def test_narad_saver_keeps_the_checkpoints_in_the_run_journal(client: Client) -> None:
+    graph = build(
+        [said("Let me add.", ("call_add", "add", {"a": 2, "b": 3})), said("The sum is 5.")],
+        [add],
+        checkpointer=NaradSaver(),
+    )
+    async with serving(client, handler(graph)):
+        session, run = await start(client, prompt="add 2 and 3")
+        events = await wait_history(client, session, has("run.finished", runId=run))
+    assert transcript(events) == await produced(graph, run, events)
+    assert transcript(events) == ["Let me add.", "The sum is 5."]
+    saved = checkpoints(events)
+    assert {e["name"] for e in saved} == {CHECKPOINT, WRITES}
+    assert all(e["runId"] == run for e in saved)
+    assert types(events).index("run.custom") < types(events).index("message.text.started")
+    # The whole history of the thread, each checkpoint's parent the one before it.
+    history = [
+        t async for t in NaradSaver(journal=events).alist({"configurable": {"thread_id": run}})
+    ]
+    assert [t.metadata["step"] for t in history] == [3, 2, 1, 0, -1]
+    for child, parent in itertools.pairwise(history):
+        assert child.parent_config == parent.config
+    messages = history[0].checkpoint["channel_values"]["messages"]
+    assert [m.type for m in messages] == ["human", "ai", "tool", "ai"]
+    assert messages[2].content == "5"
+
+
+async def test_narad_saver_writes_per_superstep_what_changed(client: Client) -> None:
+    """A 20-turn conversation (19 tool calls, then the answer): the bytes each
+    superstep writes to the journal stay flat while the conversation grows."""
+    turns = 20
+    script = [
+        said(
+            f"Turn {n}: let me add {n} and {n} to check the running total.",
+            (f"c{n}", "add", {"a": n, "b": n}),
+        )
+        for n in range(1, turns)
+    ]
+    script.append(said("All twenty turns are done; the totals are above."))
+    graph = build(script, [add], checkpointer=NaradSaver())
+    async with serving(client, handler(graph, config={"recursion_limit": 100})):
+        session, run = await start(client, prompt="count with me")
+        events = await wait_history(client, session, has("run.finished", runId=run))
+    assert len(transcript(events)) == turns
+    # Bytes each superstep appended (the events as journaled), by checkpoint step.
+    per_step: list[tuple[int, int]] = []
+    pending = 0
+    reader = NaradSaver(journal=events)
+    for event in checkpoints(events):
+        pending += len(json.dumps(event, separators=(",", ":")))
+        if event["name"] == CHECKPOINT:
+            config: Any = {
+                "configurable": {"thread_id": run, "checkpoint_id": event["value"]["id"]}
+            }
+            found = reader.get_tuple(config)
+            assert found is not None
+            per_step.append((found.metadata["step"], pending))
+            pending = 0
+    # What the same supersteps would write with whole channel values (InMemorySaver's blobs).
+    serde = NaradSaver().serde
+    whole = [
+        len(base64.b64encode(serde.dumps_typed(t.checkpoint["channel_values"].get("messages"))[1]))
+        async for t in reader.alist({"configurable": {"thread_id": run}})
+    ][::-1]
+    print("\nstep  bytes  whole-messages-b64")
+    for (step, size), full in zip(per_step, whole, strict=True):
+        print(f"{step:4}  {size:5}  {full:6}")
+    total = sum(size for _, size in per_step)
+    print(f"supersteps {len(per_step)}, total {total} bytes, journal {len(events)} events")
+    sizes = [size for step, size in per_step if step >= 1]
+    assert len(sizes) == 2 * turns - 1
+    assert max(sizes[-4:]) < 1.2 * max(sizes[:4]), sizes
+    assert max(sizes) < 4000, sizes
+    assert whole[-1] > 5 * max(sizes), (whole, sizes)
+    assert total < sum(whole) / 2

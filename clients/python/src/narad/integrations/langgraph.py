@@ -35,7 +35,10 @@ tool again. Outside a narad run the interceptor does what the node did before.
 
 Takeover: with a checkpointer the graph resumes from its last checkpoint of
 the run's thread (input ``None``), and the keyed steps it takes again find
-themselves in the journal: nothing journaled is written twice. Without a
+themselves in the journal: nothing journaled is written twice.
+:class:`NaradSaver` (``builder.compile(checkpointer=NaradSaver())``) keeps the
+checkpoints in the run's own journal, so a run survives a takeover with no
+other store (see :mod:`narad.integrations.langgraph_checkpoint`). Without a
 checkpoint to resume from, a run that an earlier holder had started writing
 ends ``run.error`` with code ``no_checkpoint``.
 """
@@ -77,8 +80,9 @@ from ..runtime import (
     _Waiting,
 )
 from ._drive import Turn, Usage, conversation, drive, text_of
+from .langgraph_checkpoint import NaradSaver, NotInARun, checkpoints_in
 
-__all__ = ["NO_CHECKPOINT", "client_tool", "handler"]
+__all__ = ["NO_CHECKPOINT", "NaradSaver", "NotInARun", "checkpoints_in", "client_tool", "handler"]
 
 log = logging.getLogger("narad.integrations.langgraph")
 
@@ -659,7 +663,8 @@ class _Adapter:
             return GRAPH_ERROR
 
         usage = _LiveUsage(run.counts)
-        await drive(ctx, lambda: self._work(run, config), usage=usage, error_code=error_code)
+        with checkpoints_in(ctx):
+            await drive(ctx, lambda: self._work(run, config), usage=usage, error_code=error_code)
 
     async def _work(self, run: _Run, config: RunnableConfig) -> None:
         ctx = run.ctx
@@ -681,7 +686,7 @@ class _Adapter:
         elif any(e.get("type") in _WORK and e.get("runId") == ctx.run_id for e in ctx.journal):
             raise _NoCheckpoint(
                 f"run {ctx.run_id} was taken over and its graph has no checkpoint to resume "
-                "from (compile it with a durable checkpointer)"
+                "from (compile it with checkpointer=NaradSaver(), or another durable one)"
             )
         else:
             pending = self.input(ctx, await conversation(ctx))
