@@ -205,6 +205,14 @@ pub const WRITES: &[(&str, Audited)] = &[
     ("renewRuntimeLease", Audited::Not(LEASES)),
     ("releaseRun", Audited::Not(LEASES)),
     (
+        "runAgUi",
+        Audited::Not(
+            "each write it makes is recorded under its own command: create-session, \
+             record-user-message, resolve-interrupt, start-run (a client tool's answer is \
+             lease traffic, as finishClientToolCall)",
+        ),
+    ),
+    (
         "createStreamTicket",
         Audited::Not("a short-lived read credential: it writes nothing a session holds"),
     ),

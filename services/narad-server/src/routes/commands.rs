@@ -361,7 +361,7 @@ pub(crate) async fn create_session_within_limit(
 
 /// Runs a command for `principal` and records it in the audit log with its
 /// outcome: the one path of every command route.
-async fn execute(
+pub(crate) async fn execute(
     state: &AppState,
     principal: &Principal,
     request: &RequestId,

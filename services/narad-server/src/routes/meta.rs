@@ -59,6 +59,9 @@ pub async fn capability_document(
             "intervalMs": state.executors.heartbeat_interval.as_millis() as u64,
             "leaseTtlMs": state.executors.lease_ttl.as_millis() as u64,
         },
+        "chatFrontEnds": {
+            "agUi": {"path": "/v1/ag-ui", "protocolVersion": ag_ui::PROTOCOL_VERSION},
+        },
     });
     if let Some(id) = session_id {
         let session = state.journal.session(tenant, id).await?;

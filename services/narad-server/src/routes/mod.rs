@@ -1,6 +1,7 @@
 //! The HTTP routes, each documented where it is registered: the router and
 //! the OpenAPI document come from the same list.
 
+pub mod ag_ui;
 pub mod audit;
 pub mod blobs;
 pub mod commands;
@@ -117,6 +118,7 @@ pub fn router() -> OpenApiRouter<AppState> {
         .routes(routes!(commands::resolve_interrupt_alias))
         .routes(routes!(events::append, events::history))
         .routes(routes!(stream::stream))
+        .routes(routes!(ag_ui::run))
         .routes(routes!(tenant_stream::events))
         .routes(routes!(tickets::issue))
         .routes(routes!(extensions::register, extensions::list))

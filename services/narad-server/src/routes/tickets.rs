@@ -57,6 +57,14 @@ pub enum TicketRequest {
         #[serde(rename = "blobId")]
         blob_id: String,
     },
+    /// `POST /v1/ag-ui` for one thread (session): an AG-UI client that
+    /// cannot send `Authorization`. The POST still needs the `writer` role.
+    #[serde(rename = "ag-ui")]
+    AgUi {
+        /// The session (AG-UI `threadId`) it opens.
+        #[serde(rename = "sessionId")]
+        session_id: SessionId,
+    },
 }
 
 /// A ticket, and where to use it.
@@ -104,6 +112,13 @@ pub async fn issue(
             )
         }
         TicketRequest::Events {} => ("events".to_owned(), "/v1/events".to_owned()),
+        TicketRequest::AgUi { session_id } => {
+            principal.require_session(session_id.as_str())?;
+            (
+                format!("ag-ui:{}", session_id.as_str()),
+                "/v1/ag-ui".to_owned(),
+            )
+        }
         TicketRequest::Blob { blob_id } => {
             let blob = state
                 .journal
@@ -148,7 +163,7 @@ pub async fn issue(
 /// The OpenAPI schema of [`TicketRequest`], component `TicketRequest`.
 pub fn request_schema() -> serde_json::Value {
     serde_json::json!({
-        "description": "What a ticket opens: a session's stream, the tenant's (filter that one with `?sessionId=` on the stream itself), or a blob's bytes.",
+        "description": "What a ticket opens: a session's stream, the tenant's (filter that one with `?sessionId=` on the stream itself), a blob's bytes, or `POST /v1/ag-ui` for one thread.",
         "oneOf": [
             {
                 "type": "object",
@@ -163,6 +178,15 @@ pub fn request_schema() -> serde_json::Value {
                 "type": "object",
                 "required": ["stream"],
                 "properties": { "stream": { "const": "events" } },
+                "additionalProperties": false,
+            },
+            {
+                "type": "object",
+                "required": ["stream", "sessionId"],
+                "properties": {
+                    "stream": { "const": "ag-ui" },
+                    "sessionId": { "$ref": "#/components/schemas/defs.id" },
+                },
                 "additionalProperties": false,
             },
             {
@@ -228,6 +252,20 @@ pub async fn verify(parts: &Parts, state: &AppState, ticket: &str) -> ApiResult<
     let Some(stream) = stream_of(parts.uri.path()) else {
         return Err(refused());
     };
+    verify_for(state, ticket, &stream).await
+}
+
+/// The principal a ticket stands for, when it was issued for `stream`
+/// (`ag-ui:<sessionId>` for `POST /v1/ag-ui`, whose session is in the
+/// body); the same 401 as [`verify`] otherwise.
+pub async fn verify_for(state: &AppState, ticket: &str, stream: &str) -> ApiResult<Principal> {
+    let refused = || {
+        ApiError::new(
+            ErrorCode::Unauthenticated,
+            "the stream ticket is unknown, expired or for another stream; ask for a new one \
+             (POST /v1/stream-tickets) and resume with lastEventId",
+        )
+    };
     let Some(grant) = state.journal.stream_ticket(ticket).await? else {
         return Err(refused());
     };
@@ -273,6 +311,8 @@ mod tests {
             serde_json::json!({"stream": "blob", "blobId": "b1"}),
             serde_json::json!({"stream": "blob"}),
             serde_json::json!({"stream": "blob", "blobId": "b1", "sessionId": "s1"}),
+            serde_json::json!({"stream": "ag-ui", "sessionId": "s1"}),
+            serde_json::json!({"stream": "ag-ui"}),
         ] {
             let typed = serde_json::from_value::<TicketRequest>(body.clone()).is_ok();
             assert_eq!(schema.is_valid(&body), typed, "{body}");

@@ -1,0 +1,753 @@
+//! `POST /v1/ag-ui`: a narad session as an AG-UI 1.0 agent, for an
+//! unmodified `@ag-ui/client` `HttpAgent` (CopilotKit and the like).
+//!
+//! The body is a `RunAgentInput`; `threadId` is the session (created when
+//! new). What the input brings that the journal does not hold yet is
+//! written through the commands' own path (authorized and audited as each
+//! command is): new `user` messages (`record-user-message`, the AG-UI
+//! message id as narad's, so that the history the client sends again is
+//! recognised), `resume` entries (`resolve-interrupt`, the signed-in person
+//! the actor), `tool` messages answering the run's client tool calls (a
+//! finish under the thread's client executor, see [`executor_id`]); then a
+//! run is started for the agent runtimes of a queue (`start-run`, its runId
+//! the input's). The answer is the run as AG-UI events over SSE until the
+//! AG-UI run ends: the narad run finishes, fails or is cancelled, pauses
+//! on an interrupt, or waits on the client's tools.
+//!
+//! Modules: `thread` folds a session's history (transcript, active run);
+//! `translate` maps narad events to AG-UI events.
+
+mod thread;
+mod translate;
+
+use std::collections::{HashMap, HashSet};
+
+use ag_ui::{Event, Message, RunAgentInput, RunOutcome};
+use axum::body::Bytes;
+use axum::extract::{FromRequestParts, State};
+use axum::http::request::Parts;
+use axum::response::Response;
+use narad_journal::{HistoryQuery, JournalError, TenantId};
+use narad_protocol::ErrorCode;
+use narad_protocol::primitives::SessionId;
+use narad_protocol::profile::ProfileSet;
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+use tokio::sync::broadcast;
+
+use self::thread::Thread;
+use self::translate::{Ending, Translator, narad};
+use super::sse::{self, Connection};
+use crate::AppState;
+use crate::audit::RequestId;
+use crate::auth::{Permission, Principal};
+use crate::body::{JsonBody, Query};
+use crate::error::{ApiError, ApiResult};
+
+/// The queue a run goes to when neither `forwardedProps.narad.queue` nor
+/// `?queue=` names one.
+pub const DEFAULT_QUEUE: &str = "default";
+/// The state scope that is AG-UI's state unless
+/// `forwardedProps.narad.stateScope` names another.
+pub const DEFAULT_STATE_SCOPE: &str = "session";
+/// The decisions an AG-UI `cancelled` resume takes, the first the
+/// interrupt offers.
+pub const CANCEL_DECISIONS: [&str; 4] = ["cancel", "deny", "reject", "stop"];
+
+/// The client executor an AG-UI thread's frontend tools run under:
+/// `ag-ui:<threadId>` (or `ag-ui:` and the thread id's SHA-256, for a
+/// thread id too long for an id). The route attaches as it only while it
+/// records the client's answers, so the journal's fencing (one lease, one
+/// execution token per call) holds for them as for any executor.
+pub fn executor_id(thread_id: &str) -> String {
+    let id = format!("ag-ui:{thread_id}");
+    if id.chars().count() <= 256 {
+        id
+    } else {
+        format!(
+            "ag-ui:{}",
+            hex::encode(Sha256::digest(thread_id.as_bytes()))
+        )
+    }
+}
+
+/// Who calls: a bearer token, or a stream ticket (`?ticket=`) issued for
+/// `{stream: "ag-ui", sessionId}` when the request has no `Authorization`
+/// (checked against the body's `threadId`).
+pub enum Caller {
+    /// A verified token.
+    Token(Principal),
+    /// A ticket, to verify against the thread.
+    Ticket(String),
+}
+
+impl FromRequestParts<AppState> for Caller {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Caller, ApiError> {
+        if !parts
+            .headers
+            .contains_key(axum::http::header::AUTHORIZATION)
+            && let Some(ticket) = super::tickets::ticket_of(parts)
+        {
+            return Ok(Caller::Ticket(ticket));
+        }
+        Principal::from_request_parts(parts, state)
+            .await
+            .map(Caller::Token)
+    }
+}
+
+fn invalid(pointer: &str, message: impl Into<String>) -> ApiError {
+    let message = message.into();
+    ApiError::new(ErrorCode::InvalidObject, message.clone()).with_field(pointer, message)
+}
+
+/// What the input brings, against what the journal holds.
+struct Plan {
+    thread_id: String,
+    /// The AG-UI run this answer is.
+    ag_run_id: String,
+    /// The narad run streamed, if any.
+    run_id: Option<String>,
+    /// Where the stream starts.
+    after: u64,
+    /// The events before the live ones.
+    first: Vec<Event>,
+    /// The AG-UI run ends before any live event.
+    ending: Option<Ending>,
+    translator: Translator,
+}
+
+/// Runs an AG-UI agent turn on a narad session.
+#[utoipa::path(post, path = "/v1/ag-ui", operation_id = "runAgUi", tag = "ag-ui",
+    request_body(content = ref("#/components/schemas/AgUiRunAgentInput"), description = "An AG-UI 1.0 `RunAgentInput`, as `HttpAgent` sends it"),
+    params(
+        ("queue" = Option<String>, Query, description = "The runtimes' queue a new run goes to when `forwardedProps.narad.queue` names none (default `default`)"),
+        ("ticket" = Option<String>, Query, description = "A stream ticket (`POST /v1/stream-tickets` with `{stream: \"ag-ui\", sessionId}`) instead of Authorization"),
+    ),
+    responses(
+        (status = 200, description = "text/event-stream of AG-UI 1.0 events (`data: {json}` frames; keep-alive comments): `RUN_STARTED` first, then the run's text, reasoning, tool calls and results, state, steps and custom events, and `RUN_FINISHED` (outcome success, success with `pendingToolCallIds` for the client's tools, `interrupt`, or `cancelled`) or `RUN_ERROR` last", content_type = "text/event-stream", body = ref("#/components/schemas/AgUiEvent")),
+        (status = 400, description = "NRD-0003: the body is no RunAgentInput, or a resume entry cannot be decided (`fields` names the pointer); NRD-0008: a bad query parameter"),
+        (status = 401, description = "NRD-0101: no token, or a ticket unknown, expired or for another thread"),
+        (status = 403, description = "NRD-0102: no `writer` role (`approver` too for `resume`), or the token does not reach the thread"),
+        (status = 404, description = "NRD-0007: a resume names no interrupt of the thread"),
+        (status = 409, description = "NRD-0204: the thread's run is still active and the input brings new user messages; NRD-0205: an interrupt was decided by someone else first (`details.decision`); NRD-0404: a tool call was answered elsewhere first"),
+        (status = 429, description = "NRD-0602, NRD-0603, NRD-0604, NRD-0605: a limit of the organisation"),
+    ),
+    security(("bearer" = []), ("streamTicket" = [])))]
+pub async fn run(
+    State(state): State<AppState>,
+    caller: Caller,
+    request: RequestId,
+    mut query: Query,
+    JsonBody(mut body): JsonBody,
+) -> ApiResult<Response> {
+    let queue_param = query.text("queue");
+    let _ = query.text(super::tickets::PARAMETER);
+    query.finish()?;
+    // AG-UI reads a null state as absent.
+    if let Some(o) = body.as_object_mut()
+        && o.get("state").is_some_and(Value::is_null)
+    {
+        o.remove("state");
+    }
+    let input: RunAgentInput = crate::body::typed(body)?;
+    let thread_id = input.thread_id.as_str().to_owned();
+    SessionId::new(thread_id.clone()).map_err(|e| invalid("/threadId", e.to_string()))?;
+    let ag_run_id = input.run_id.as_str().to_owned();
+    if ag_run_id.is_empty() || ag_run_id.chars().count() > 256 {
+        return Err(invalid("/runId", "a runId is 1 to 256 characters"));
+    }
+    let principal = match caller {
+        Caller::Token(p) => p,
+        Caller::Ticket(t) => {
+            super::tickets::verify_for(&state, &t, &format!("ag-ui:{thread_id}")).await?
+        }
+    };
+    principal.require(Permission::Command)?;
+    principal.require_session(&thread_id)?;
+    let tenant = principal.tenant.clone();
+    state.quotas.take_command(&tenant).await?;
+    let props = &input.forwarded_props["narad"];
+    let queue = match props["queue"].as_str() {
+        Some(q) => q.to_owned(),
+        None if !props["queue"].is_null() => {
+            return Err(invalid(
+                "/forwardedProps/narad/queue",
+                "a queue is a string",
+            ));
+        }
+        None => queue_param.unwrap_or_else(|| DEFAULT_QUEUE.to_owned()),
+    };
+    if queue.is_empty() || queue.chars().count() > 256 {
+        return Err(invalid(
+            "/forwardedProps/narad/queue",
+            "a queue is 1 to 256 characters",
+        ));
+    }
+    let scope = props["stateScope"]
+        .as_str()
+        .unwrap_or(DEFAULT_STATE_SCOPE)
+        .to_owned();
+    // Refused at open over the organisation's limit, before any write.
+    let slot = state.quotas.open_stream(&tenant).await?;
+    // Subscribed before the history is read: nothing committed after it
+    // is missed.
+    let live = state.hub.subscribe(&tenant, &thread_id);
+    let plan = Box::pin(plan(&state, &principal, &request, input, queue, &scope)).await?;
+    let (mut connection, rx) = Connection::new(
+        crate::metrics::StreamKind::Session,
+        ProfileSet::all(),
+        principal,
+    );
+    connection.hold(slot);
+    tokio::spawn(feed(state, connection, plan, live));
+    sse::response(rx)
+}
+
+/// Reads the thread, writes what the input brings, and decides what the
+/// answer streams.
+async fn plan(
+    state: &AppState,
+    principal: &Principal,
+    request: &RequestId,
+    input: RunAgentInput,
+    queue: String,
+    scope: &str,
+) -> ApiResult<Plan> {
+    let tenant = &principal.tenant;
+    let thread_id = input.thread_id.as_str().to_owned();
+    let ag_run_id = input.run_id.as_str().to_owned();
+    let exists = match state.journal.session(tenant, &thread_id).await {
+        Ok(_) => true,
+        Err(JournalError::SessionNotFound(_)) => false,
+        Err(e) => return Err(e.into()),
+    };
+    if !exists {
+        let create = super::parse_command("create-session", &json!({"sessionId": thread_id}))?;
+        match super::commands::execute(state, principal, request, create).await {
+            Ok(_) => {}
+            // Created by a request that came at the same time.
+            Err(e) if e.code() == ErrorCode::SessionExists.code() => {}
+            Err(e) => return Err(e),
+        }
+    }
+    let thread = Box::pin(fold(state, tenant, &thread_id, scope)).await?;
+
+    // What the client holds, and what of it is new.
+    let mut known = HashSet::new();
+    let mut new_users: Vec<(String, Value, Option<String>)> = Vec::new();
+    let mut client_results: HashMap<String, String> = HashMap::new();
+    let mut answers: HashMap<String, (Value, Option<String>)> = HashMap::new();
+    let open_calls = thread
+        .active
+        .as_ref()
+        .map(|a| a.open_client_calls.clone())
+        .unwrap_or_default();
+    for m in &input.messages {
+        let v = serde_json::to_value(m).expect("serialises");
+        let id = v["id"].as_str().unwrap_or_default().to_owned();
+        known.insert(id.clone());
+        match m {
+            Message::User(u) if !thread.has_message(&id) => {
+                new_users.push((
+                    id,
+                    v["content"].clone(),
+                    u.content.as_text().map(str::to_owned),
+                ));
+            }
+            Message::Tool(t) => {
+                let call = t.tool_call_id.as_str().to_owned();
+                client_results.insert(call.clone(), id);
+                if open_calls.contains_key(&call) {
+                    let content = &v["content"];
+                    let response = content
+                        .as_str()
+                        .and_then(|s| serde_json::from_str::<Value>(s).ok())
+                        .unwrap_or_else(|| content.clone());
+                    answers.insert(call, (response, t.error.clone()));
+                }
+            }
+            _ => {}
+        }
+    }
+    let client_tools: HashSet<String> = input.tools.iter().map(|t| t.name.clone()).collect();
+    let resume = input.resume.clone().unwrap_or_default();
+    let mut answered = HashSet::new();
+
+    // Interrupts answered.
+    for (n, entry) in resume.iter().enumerate() {
+        let id = entry.interrupt_id.as_str().to_owned();
+        let entry = serde_json::to_value(entry).expect("serialises");
+        let asked = thread.interrupts.get(&id);
+        let decision = if entry["status"] == "cancelled" {
+            let actions = asked.map(|a| a["actions"].clone()).unwrap_or_default();
+            CANCEL_DECISIONS
+                .iter()
+                .find(|d| {
+                    actions
+                        .as_array()
+                        .is_some_and(|a| a.iter().any(|x| x == **d))
+                })
+                .map(|d| (*d).to_owned())
+                .ok_or_else(|| {
+                    invalid(
+                        &format!("/resume/{n}/status"),
+                        format!(
+                            "interrupt {id} offers no action of {}; resolve it with \
+                             payload.decision instead",
+                            CANCEL_DECISIONS.join(", ")
+                        ),
+                    )
+                })?
+        } else {
+            let payload = &entry["payload"];
+            payload["decision"]
+                .as_str()
+                .or(payload.as_str())
+                .map(str::to_owned)
+                .ok_or_else(|| {
+                    invalid(
+                        &format!("/resume/{n}/payload/decision"),
+                        "a resolved resume names its decision: payload {\"decision\": <one of the interrupt's actions>}",
+                    )
+                })?
+        };
+        let mut body = json!({"interruptId": id, "sessionId": thread_id, "decision": decision});
+        if let Some(reason) = entry["payload"]["reason"].as_str() {
+            body["reason"] = json!(reason);
+        }
+        let command = super::parse_command("resolve-interrupt", &body)?;
+        match super::commands::execute(state, principal, request, command).await {
+            Ok(_) => {}
+            // This person's own decision, sent again (a retried POST).
+            Err(e)
+                if e.code() == ErrorCode::InterruptAlreadyResolved.code()
+                    && asked.is_some_and(|a| {
+                        a["decision"] == decision.as_str()
+                            && a["actor"]["sub"] == principal.subject.as_str()
+                    }) => {}
+            Err(e) => return Err(e),
+        }
+    }
+
+    // The client's tools answered.
+    if !answers.is_empty() {
+        answered = finish_client_calls(state, tenant, &thread_id, &answers).await?;
+    }
+
+    let mut first = vec![
+        Event::run_started(thread_id.as_str(), ag_run_id.as_str()).with_metadata(narad(
+            json!({"sessionId": thread_id, "runId": thread.active.as_ref().map(|a| a.run_id.clone()).unwrap_or_else(|| ag_run_id.clone())}),
+        )),
+    ];
+    let snapshot = |first: &mut Vec<Event>| {
+        let messages: Vec<Message> = thread
+            .messages(&client_results)
+            .into_iter()
+            .filter_map(|m| serde_json::from_value(m).ok())
+            .collect();
+        first.push(Event::messages_snapshot(messages));
+        if let Some(s) = &thread.state {
+            first.push(Event::state_snapshot(s.clone()));
+        }
+    };
+    let mut ending = None;
+    let run_id = match &thread.active {
+        Some(active) => {
+            if !new_users.is_empty() {
+                return Err(ApiError::new(
+                    ErrorCode::SessionSlotTaken,
+                    format!(
+                        "the thread's run {} is still active: answer its pending tool calls or \
+                         interrupts (resume), wait for it, or stop it (POST \
+                         /v1/commands/stop-run) before sending a new message",
+                        active.run_id
+                    ),
+                )
+                .with_details(
+                    json!({"activeExecution": {"kind": "run", "runId": active.run_id}}),
+                ));
+            }
+            if resume.is_empty() && answered.is_empty() {
+                // A rejoin: what came so far, then the rest live.
+                snapshot(&mut first);
+                first[0] = Event::run_started(thread_id.as_str(), ag_run_id.as_str())
+                    .with_metadata(narad(
+                        json!({"sessionId": thread_id, "runId": active.run_id, "rejoined": true}),
+                    ));
+            }
+            Some(active.run_id.clone())
+        }
+        None if !new_users.is_empty() => {
+            for (id, content, _) in &new_users {
+                let body = json!({"sessionId": thread_id, "messageScope": "session",
+                    "messageId": id, "content": content});
+                let command = super::parse_command("record-user-message", &body)?;
+                let _ = super::commands::execute(state, principal, request, command).await?;
+            }
+            let (last_id, last_content, last_text) = new_users.last().expect("not empty");
+            let mut ag_ui = json!({
+                "runId": ag_run_id, "tools": input.tools, "context": input.context,
+                "forwardedProps": input.forwarded_props,
+            });
+            if !input.state.is_null() {
+                ag_ui["state"] = input.state.clone();
+            }
+            let mut run_input = json!({
+                "prompt": last_text.clone().unwrap_or_else(|| last_content.to_string()),
+                "messageId": last_id, "agUi": ag_ui,
+            });
+            if last_text.is_none() {
+                run_input["content"] = last_content.clone();
+            }
+            let mut body = json!({"sessionId": thread_id, "runId": ag_run_id,
+                "input": run_input, "runtime": {"queue": queue}});
+            if !input.tools.is_empty() {
+                body["clientExecutorId"] = json!(executor_id(&thread_id));
+            }
+            let command = super::parse_command("start-run", &body)?;
+            let _ = super::commands::execute(state, principal, request, command).await?;
+            Some(ag_run_id.clone())
+        }
+        None => {
+            // Nothing to run: the transcript, and the end.
+            snapshot(&mut first);
+            ending = Some(Ending::Finished(RunOutcome::Success, Vec::new()));
+            None
+        }
+    };
+    let mut translator = Translator::new(
+        run_id.as_deref().unwrap_or_default(),
+        known,
+        answered,
+        client_tools.clone(),
+        scope,
+    );
+    if let (Some(active), None) = (&thread.active, &ending)
+        && resume.is_empty()
+        && translator_rejoins(&first)
+    {
+        for (id, role) in &active.open_text {
+            translator.reopen(id, role, &mut first);
+        }
+        if let Some(waiting) = active
+            .waiting_on
+            .as_ref()
+            .and_then(|i| thread.interrupts.get(i))
+            && waiting["decision"].is_null()
+        {
+            translator.remember(waiting);
+            ending = Some(Ending::Finished(
+                RunOutcome::interrupt(vec![translate::interrupt(waiting)]),
+                Vec::new(),
+            ));
+        } else {
+            translator.pending(
+                active
+                    .open_client_calls
+                    .iter()
+                    .filter(|(_, name)| client_tools.contains(*name))
+                    .map(|(id, _)| id.clone()),
+            );
+        }
+    }
+    Ok(Plan {
+        thread_id,
+        ag_run_id,
+        run_id,
+        after: thread.covers,
+        first,
+        ending,
+        translator,
+    })
+}
+
+/// Whether the first events are a rejoin's (they hold a snapshot).
+fn translator_rejoins(first: &[Event]) -> bool {
+    first
+        .iter()
+        .any(|e| matches!(e, Event::MessagesSnapshot(_)))
+}
+
+/// Finishes the run's client tool calls the client answered, as the
+/// thread's executor: attach (a lease), take delivery (one execution token
+/// per call), finish each under its token, let go of the lease. The calls
+/// it finished; a call another answer took first is NRD-0404.
+async fn finish_client_calls(
+    state: &AppState,
+    tenant: &TenantId,
+    thread_id: &str,
+    answers: &HashMap<String, (Value, Option<String>)>,
+) -> ApiResult<HashSet<String>> {
+    let executor = executor_id(thread_id);
+    let max = state
+        .quotas
+        .limit(tenant, crate::quotas::Limit::AttachedExecutors)
+        .await?;
+    let settings = &state.executors;
+    let lease = state
+        .journal
+        .attach_executor_within(tenant, &executor, settings.lease_ttl, max)
+        .await?;
+    let deliveries = state
+        .journal
+        .deliver_client_calls(tenant, &executor, &lease.lease_id, settings.token_ttl, 64)
+        .await?;
+    let mut finished = HashSet::new();
+    let mut failure = None;
+    for delivery in deliveries {
+        let execute = serde_json::to_value(&delivery.execute).expect("serialises");
+        let call = execute["toolCallId"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        let Some((response, error)) = answers.get(&call) else {
+            continue;
+        };
+        let mut finish = json!({
+            "executionToken": execute["executionToken"], "toolCallId": call,
+            "outcome": if error.is_some() { "error" } else { "success" },
+            "response": response,
+        });
+        if let Some(message) = error {
+            finish["message"] = json!(message);
+        }
+        let finish = serde_json::from_value(finish).map_err(ApiError::internal)?;
+        match state
+            .journal
+            .finish_client_call(tenant, &executor, &lease.lease_id, &finish)
+            .await
+        {
+            Ok(_) => {
+                finished.insert(call);
+            }
+            Err(e) => failure = Some(e),
+        }
+    }
+    if let Err(e) = state.journal.resume_executor_runs(tenant, &executor).await {
+        tracing::warn!(error = %e, "cannot resume an AG-UI thread's run yet");
+    }
+    state
+        .journal
+        .expire_lease(tenant, &executor, &lease.lease_id)
+        .await?;
+    state.hub.wake_executors(tenant);
+    if let Some(e) = failure {
+        return Err(e.into());
+    }
+    if let Some(call) = answers.keys().find(|c| !finished.contains(*c)) {
+        return Err(ApiError::new(
+            ErrorCode::FinishConflict,
+            format!("tool call {call} was answered elsewhere first; its result is in the thread"),
+        ));
+    }
+    Ok(finished)
+}
+
+/// Folds the session's history.
+async fn fold(
+    state: &AppState,
+    tenant: &TenantId,
+    thread_id: &str,
+    scope: &str,
+) -> ApiResult<Thread> {
+    let mut thread = Thread::new(scope);
+    loop {
+        let page = state
+            .journal
+            .history(
+                tenant,
+                thread_id,
+                &HistoryQuery {
+                    after_session_sequence: Some(thread.covers),
+                    limit: Some(narad_journal::history::MAX_LIMIT),
+                    ..HistoryQuery::default()
+                },
+            )
+            .await?;
+        for e in &page.events {
+            thread.fold(e);
+        }
+        if page.next_session_sequence.is_none() {
+            return Ok(thread);
+        }
+    }
+}
+
+/// AG-UI events as SSE frames, one `data:` line each.
+fn frames(events: &[Event]) -> Bytes {
+    let mut out = String::new();
+    for e in events {
+        out.push_str("data: ");
+        out.push_str(&serde_json::to_string(e).expect("events serialise"));
+        out.push_str("\n\n");
+    }
+    Bytes::from(out)
+}
+
+/// Streams the plan: its first events, then the run's events as they are
+/// committed (read from history after each wake-up of the session's live
+/// feed, so that each is sent once, in order), until the AG-UI run ends or
+/// the client goes away (which stops nothing).
+async fn feed(
+    state: AppState,
+    connection: Connection,
+    mut plan: Plan,
+    mut live: broadcast::Receiver<std::sync::Arc<crate::hub::Live>>,
+) {
+    let (thread_id, ag_run_id) = (plan.thread_id.clone(), plan.ag_run_id.clone());
+    let mut out = std::mem::take(&mut plan.first);
+    if let Some(ending) = plan.ending.take() {
+        plan.translator
+            .end(&thread_id, &ag_run_id, ending, &mut out);
+        let _ = connection.send(frames(&out)).await;
+        return;
+    }
+    if plan.run_id.is_none() || connection.send(frames(&out)).await.is_err() {
+        return;
+    }
+    let tenant = connection.principal.tenant.clone();
+    let mut after = plan.after;
+    let ended = connection.until_ended(&state);
+    tokio::pin!(ended);
+    loop {
+        // Everything committed so far.
+        loop {
+            while live.try_recv().is_ok() {}
+            let page = match state
+                .journal
+                .history(
+                    &tenant,
+                    &thread_id,
+                    &HistoryQuery {
+                        after_session_sequence: Some(after),
+                        limit: Some(narad_journal::history::MAX_LIMIT),
+                        ..HistoryQuery::default()
+                    },
+                )
+                .await
+            {
+                Ok(page) => page,
+                Err(e) => {
+                    tracing::warn!(error = %e, "an AG-UI stream cannot read history");
+                    let mut out = Vec::new();
+                    plan.translator.end(
+                        &thread_id,
+                        &ag_run_id,
+                        Ending::Error {
+                            code: ErrorCode::DatabaseUnavailable.code().to_owned(),
+                            message:
+                                "the stream cannot read the thread; send the input again to rejoin"
+                                    .to_owned(),
+                        },
+                        &mut out,
+                    );
+                    let _ = connection.send(frames(&out)).await;
+                    return;
+                }
+            };
+            let mut out = Vec::new();
+            for e in &page.events {
+                after = e["sessionSequence"].as_u64().unwrap_or(after + 1);
+                if let Some(ending) = plan.translator.event(e, &mut out) {
+                    plan.translator
+                        .end(&thread_id, &ag_run_id, ending, &mut out);
+                    let _ = connection.send(frames(&out)).await;
+                    return;
+                }
+            }
+            if !out.is_empty() && connection.send(frames(&out)).await.is_err() {
+                return;
+            }
+            if page.next_session_sequence.is_none() {
+                break;
+            }
+        }
+        if let Some(ending) = plan.translator.awaiting_client() {
+            let mut out = Vec::new();
+            plan.translator
+                .end(&thread_id, &ag_run_id, ending, &mut out);
+            let _ = connection.send(frames(&out)).await;
+            return;
+        }
+        tokio::select! {
+            received = live.recv() => {
+                if matches!(received, Err(broadcast::error::RecvError::Closed)) {
+                    return;
+                }
+            }
+            () = &mut ended => return,
+        }
+    }
+}
+
+/// The OpenAPI components of the route: `AgUiRunAgentInput` (AG-UI 1.0's
+/// `RunAgentInput`) and `AgUiEvent` (one AG-UI event of the answer).
+pub fn schemas() -> Vec<(String, Value)> {
+    let id = json!({"type": "string"});
+    let content = json!({"oneOf": [
+        {"type": "string"},
+        {"type": "array", "items": {"type": "object", "required": ["type"],
+            "properties": {"type": {"enum": ["text", "image", "audio", "video", "document"]}}}},
+    ]});
+    let message = json!({
+        "description": "An AG-UI message, by role: developer, system, assistant (`toolCalls`), user, tool (`toolCallId`, `error`), activity, reasoning. Only new `user` messages (by id) and `tool` messages answering the run's client tool calls are read; the rest is the client's history.",
+        "type": "object",
+        "required": ["id", "role"],
+        "properties": {
+            "id": id,
+            "role": {"enum": ["developer", "system", "assistant", "user", "tool", "activity", "reasoning"]},
+            "content": content,
+            "name": {"type": "string"},
+            "toolCallId": {"type": "string"},
+            "error": {"type": "string"},
+            "toolCalls": {"type": "array", "items": {"type": "object"}},
+            "metadata": {"type": "object"},
+        },
+    });
+    let input = json!({
+        "description": "AG-UI 1.0 RunAgentInput. `threadId` is the narad session (created when new); `runId` names the AG-UI run, and the narad run a new message starts (a repeated POST starts nothing twice). `forwardedProps.narad.queue` names the runtimes' queue, `forwardedProps.narad.stateScope` the state scope that is AG-UI's state (default `session`). `tools` are the client's (frontend) tools: a run started with some is bound to the thread's client executor `ag-ui:<threadId>`. `resume` answers the interrupts the last AG-UI run finished with: `status: resolved` with `payload.decision` (one of the interrupt's actions) and optional `payload.reason`; `status: cancelled` decides the first of `cancel`, `deny`, `reject`, `stop` the interrupt offers. `state` and `context` are handed to the runtime in the run's input (`input.agUi`), not recorded as state.",
+        "type": "object",
+        "required": ["threadId", "runId", "messages"],
+        "properties": {
+            "threadId": {"type": "string", "minLength": 1, "maxLength": 256},
+            "runId": {"type": "string", "minLength": 1, "maxLength": 256},
+            "protocolVersion": {"type": "string"},
+            "parentRunId": {"type": "string"},
+            "state": {},
+            "messages": {"type": "array", "items": message},
+            "tools": {"type": "array", "items": {"type": "object", "required": ["name", "description"],
+                "properties": {"name": {"type": "string"}, "description": {"type": "string"},
+                    "parameters": {}, "metadata": {"type": "object"}}}},
+            "context": {"type": "array", "items": {"type": "object", "required": ["description", "value"],
+                "properties": {"description": {"type": "string"}, "value": {"type": "string"}}}},
+            "forwardedProps": {},
+            "resume": {"type": "array", "items": {"type": "object", "required": ["interruptId", "status"],
+                "properties": {"interruptId": {"type": "string"}, "status": {"enum": ["resolved", "cancelled"]},
+                    "payload": {}, "metadata": {"type": "object"}}}},
+        },
+    });
+    let event = json!({
+        "description": "One AG-UI 1.0 event (`@ag-ui/core`'s EventSchema), sent as `data: {json}`. Optional fields are left out, never null; narad's own ids and extras are in `metadata.narad`.",
+        "type": "object",
+        "required": ["type"],
+        "properties": {
+            "type": {"enum": [
+                "RUN_STARTED", "RUN_FINISHED", "RUN_ERROR", "STEP_STARTED", "STEP_FINISHED",
+                "TEXT_MESSAGE_START", "TEXT_MESSAGE_CONTENT", "TEXT_MESSAGE_END",
+                "TOOL_CALL_START", "TOOL_CALL_ARGS", "TOOL_CALL_END", "TOOL_CALL_RESULT",
+                "STATE_SNAPSHOT", "STATE_DELTA", "MESSAGES_SNAPSHOT",
+                "REASONING_START", "REASONING_MESSAGE_START", "REASONING_MESSAGE_CONTENT",
+                "REASONING_MESSAGE_END", "REASONING_END", "CUSTOM", "RAW",
+            ]},
+            "metadata": {"type": "object"},
+        },
+        "additionalProperties": true,
+    });
+    vec![
+        ("AgUiRunAgentInput".to_owned(), input),
+        ("AgUiEvent".to_owned(), event),
+    ]
+}
