@@ -3,7 +3,9 @@ node and a ``ToolNode`` loop until the model answers. The model is
 langchain-core's fake (it calls ``weather``, then answers), or OpenAI when
 ``OPENAI_API_KEY`` is set (``pip install langchain-openai``). ``publish`` asks
 a person (``interrupt()``: a narad approval); ``clock_now`` runs on the run's
-client executor. ``NARAD_URL=... NARAD_TOKEN=... python examples/langgraph_agent.py``
+client executor. The checkpointer is ``NaradSaver``: the graph's checkpoints are
+kept in the run's journal, so another runtime resumes a run this one lost.
+``NARAD_URL=... NARAD_TOKEN=... python examples/langgraph_agent.py``
 """
 
 from __future__ import annotations
@@ -18,14 +20,13 @@ from typing import Any
 from langchain_core.language_models.fake_chat_models import FakeMessagesListChatModel
 from langchain_core.messages import AIMessage, BaseMessage
 from langchain_core.tools import tool
-from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import START, MessagesState, StateGraph
 from langgraph.prebuilt import ToolNode, tools_condition
 from langgraph.types import interrupt
 from pydantic import BaseModel
 
 from narad import Client, Runtime
-from narad.integrations.langgraph import client_tool, handler
+from narad.integrations.langgraph import NaradSaver, client_tool, handler
 
 
 @tool
@@ -60,7 +61,8 @@ builder.add_node("tools", ToolNode(tools))
 builder.add_edge(START, "agent")
 builder.add_conditional_edges("agent", tools_condition)
 builder.add_edge("tools", "agent")
-graph = builder.compile(checkpointer=InMemorySaver())  # a durable one survives a takeover
+# The graph's checkpoints in the run's journal: a runtime that takes the run over resumes it.
+graph = builder.compile(checkpointer=NaradSaver())
 
 
 async def main(queue: str) -> None:

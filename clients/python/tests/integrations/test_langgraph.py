@@ -696,7 +696,7 @@ async def test_narad_saver_writes_per_superstep_what_changed(client: Client) -> 
     for (step, size), full in zip(per_step, whole, strict=True):
         print(f"{step:4}  {size:5}  {full:6}")
     total = sum(size for _, size in per_step)
-    print(f"supersteps {len(per_step)}, total {total} bytes, journal {len(events)} events")
+    print(f"supersteps {len(per_step)}: {total} bytes; messages as one blob: {sum(whole)}")
     sizes = [size for step, size in per_step if step >= 1]
     assert len(sizes) == 2 * turns - 1
     assert max(sizes[-4:]) < 1.2 * max(sizes[:4]), sizes
