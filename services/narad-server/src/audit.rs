@@ -213,6 +213,14 @@ pub const WRITES: &[(&str, Audited)] = &[
         ),
     ),
     (
+        "chat",
+        Audited::Not(
+            "each write it makes is recorded under its own command: create-session, \
+             record-user-message, resolve-interrupt, start-run (a client tool's answer is \
+             lease traffic, as finishClientToolCall)",
+        ),
+    ),
+    (
         "createStreamTicket",
         Audited::Not("a short-lived read credential: it writes nothing a session holds"),
     ),

@@ -117,6 +117,8 @@ const OPERATIONS: &[(&str, &str, &str)] = &[
         "/v1/executors/{clientExecutorId}/controls",
         "pollExecutorControls",
     ),
+    ("post", "/v1/chat", "chat"),
+    ("get", "/v1/chat/{sessionId}/stream", "resumeChat"),
     ("post", "/v1/runtime/claims", "claimRun"),
     (
         "post",

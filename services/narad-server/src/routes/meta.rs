@@ -61,6 +61,7 @@ pub async fn capability_document(
         },
         "chatFrontEnds": {
             "agUi": {"path": "/v1/ag-ui", "protocolVersion": ag_ui::PROTOCOL_VERSION},
+            "aiSdkUi": {"path": "/v1/chat", "resumePath": "/v1/chat/{sessionId}/stream", "protocol": "ui-message-stream/v1"},
         },
     });
     if let Some(id) = session_id {

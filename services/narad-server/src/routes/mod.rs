@@ -2,6 +2,7 @@
 //! the OpenAPI document come from the same list.
 
 pub mod ag_ui;
+pub mod ai_sdk_ui;
 pub mod audit;
 pub mod blobs;
 pub mod commands;
@@ -9,6 +10,7 @@ pub mod erasure;
 pub mod events;
 pub mod executors;
 pub mod extensions;
+pub mod front_end;
 pub mod graph_feed;
 pub mod interrupts;
 pub mod limits;
@@ -119,6 +121,8 @@ pub fn router() -> OpenApiRouter<AppState> {
         .routes(routes!(events::append, events::history))
         .routes(routes!(stream::stream))
         .routes(routes!(ag_ui::run))
+        .routes(routes!(ai_sdk_ui::chat))
+        .routes(routes!(ai_sdk_ui::resume))
         .routes(routes!(tenant_stream::events))
         .routes(routes!(tickets::issue))
         .routes(routes!(extensions::register, extensions::list))

@@ -680,6 +680,7 @@ pub fn composite_components() -> BTreeMap<String, Value> {
         ),
     );
     out.insert("TicketRequest".to_owned(), super::tickets::request_schema());
+    out.extend(super::ai_sdk_ui::components());
     out.extend(super::ag_ui::schemas());
     out.insert(
         "HttpToolFinish".to_owned(),

@@ -1,0 +1,150 @@
+//! What the chat front-end routes share (`POST /v1/chat` for the AI SDK's
+//! `useChat`, and any other toolkit's route): the client executor a
+//! session's front end answers tool calls as, and the finish of those
+//! calls when a front end sends its answers.
+//!
+//! A front end is not an executor that holds a lease: it answers in its
+//! next request. The route attaches as the session's front-end executor
+//! only while it records those answers (attach, take delivery, finish each
+//! call under its own execution token, let the lease go), so the journal's
+//! fencing (one lease, one token per call, a finish recorded once) holds
+//! for them as for any executor. Between two requests the executor is
+//! away: a run waiting on its calls is paused as for any executor that is
+//! away, resumed when the answers come, and a call nobody answers within
+//! the executors' delivery timeout is closed `client_unavailable`.
+
+use std::collections::{HashMap, HashSet};
+
+use narad_journal::TenantId;
+use narad_protocol::ErrorCode;
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+
+use crate::AppState;
+use crate::error::{ApiError, ApiResult};
+
+/// The client executor a session's front end answers tool calls as:
+/// `front-end:<sessionId>` (or `front-end:` and the session id's SHA-256,
+/// for a session id too long for an id). A run started by a front-end
+/// route names it as its `clientExecutorId`.
+pub fn executor_id(session_id: &str) -> String {
+    let id = format!("front-end:{session_id}");
+    if id.chars().count() <= 256 {
+        id
+    } else {
+        format!(
+            "front-end:{}",
+            hex::encode(Sha256::digest(session_id.as_bytes()))
+        )
+    }
+}
+
+/// A front end's answer to one tool call: its result, or the error it
+/// reports.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Answer {
+    /// The tool's output.
+    Output(Value),
+    /// The tool failed, with this text.
+    Error(String),
+}
+
+/// Finishes the session's client tool calls the front end answered
+/// (`answers`, by toolCallId), as its executor: attach (a lease), take
+/// delivery (one execution token per call), finish each answered call
+/// under its token, let the lease go. The calls finished; a call that
+/// another answer closed first is NRD-0404.
+pub async fn finish_client_calls(
+    state: &AppState,
+    tenant: &TenantId,
+    session_id: &str,
+    answers: &HashMap<String, Answer>,
+) -> ApiResult<HashSet<String>> {
+    let executor = executor_id(session_id);
+    let max = state
+        .quotas
+        .limit(tenant, crate::quotas::Limit::AttachedExecutors)
+        .await?;
+    let settings = &state.executors;
+    let lease = state
+        .journal
+        .attach_executor_within(tenant, &executor, settings.lease_ttl, max)
+        .await?;
+    let deliveries = state
+        .journal
+        .deliver_client_calls(tenant, &executor, &lease.lease_id, settings.token_ttl, 64)
+        .await?;
+    let mut finished = HashSet::new();
+    let mut failure = None;
+    for delivery in deliveries {
+        let execute = serde_json::to_value(&delivery.execute).expect("serialises");
+        let call = execute["toolCallId"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        let Some(answer) = answers.get(&call) else {
+            continue;
+        };
+        let mut finish = json!({
+            "executionToken": execute["executionToken"], "toolCallId": call,
+        });
+        match answer {
+            Answer::Output(output) => {
+                finish["outcome"] = json!("success");
+                finish["response"] = output.clone();
+            }
+            Answer::Error(text) => {
+                finish["outcome"] = json!("error");
+                finish["response"] = Value::Null;
+                finish["code"] = json!("client_error");
+                finish["message"] = json!(text);
+            }
+        }
+        let finish = serde_json::from_value(finish).map_err(ApiError::internal)?;
+        match state
+            .journal
+            .finish_client_call(tenant, &executor, &lease.lease_id, &finish)
+            .await
+        {
+            Ok(_) => {
+                finished.insert(call);
+            }
+            Err(e) => failure = Some(e),
+        }
+    }
+    if let Err(e) = state.journal.resume_executor_runs(tenant, &executor).await {
+        tracing::warn!(error = %e, "cannot resume a front end's run yet; the sweeper will");
+    }
+    state
+        .journal
+        .expire_lease(tenant, &executor, &lease.lease_id)
+        .await?;
+    state.hub.wake_executors(tenant);
+    if let Some(e) = failure {
+        return Err(e.into());
+    }
+    if let Some(call) = answers.keys().find(|c| !finished.contains(*c)) {
+        return Err(ApiError::new(
+            ErrorCode::FinishConflict,
+            format!(
+                "tool call {call} was answered elsewhere first, or closed before the answer \
+                 came; its result is in the session"
+            ),
+        ));
+    }
+    Ok(finished)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_front_end_executor_id_is_an_id_for_any_session() {
+        assert_eq!(executor_id("s1"), "front-end:s1");
+        let long = "s".repeat(256);
+        let id = executor_id(&long);
+        assert!(id.starts_with("front-end:") && id.chars().count() <= 256);
+        assert_ne!(id, executor_id(&"t".repeat(256)));
+    }
+}
