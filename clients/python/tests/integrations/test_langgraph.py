@@ -3,7 +3,9 @@ langchain-core's fake chat model (streamed word by word, with tool calls and
 ``usage_metadata``): a streamed answer, backend tools (a result and an
 error), a client tool run by an executor, ``interrupt()`` approved and
 denied, a stop mid-stream, a graph error, and a runtime killed with SIGKILL
-mid-run whose run another runtime resumes from the graph's checkpoint.
+mid-run whose run another runtime resumes from the graph's checkpoint, kept in
+the run's journal by ``NaradSaver`` (which also carries interrupts and client
+tools across a release, and whose bytes per superstep are measured).
 Each run's journal goes through the SDK's reducer, and its transcript is
 what the graph produced."""
 
@@ -50,7 +52,7 @@ from test_runtime import (
 
 from narad import Client, Event, Runtime, RuntimeOptions, SessionReducer
 from narad.integrations.langgraph import NaradSaver, NotInARun, client_tool, handler
-from narad.integrations.langgraph_checkpoint import CHECKPOINT, WRITES
+from narad.integrations.langgraph_checkpoint import BLOBS, CHECKPOINT, WRITES
 
 # --- the model and the graphs ----------------------------------------------
 
@@ -317,9 +319,11 @@ async def test_a_graph_error_fails_the_run_with_partial_usage(client: Client) ->
     assert transcript(events) == ["Adding."]
 
 
-@pytest.mark.parametrize("release", [False, True])
+@pytest.mark.parametrize(
+    ("release", "saver"), [(False, InMemorySaver), (True, InMemorySaver), (True, NaradSaver)]
+)
 async def test_a_client_tool_runs_on_the_executor(
-    narad_server: NaradServer, client: Client, org: str, release: bool
+    narad_server: NaradServer, client: Client, org: str, release: bool, saver: Callable[[], Any]
 ) -> None:
     desk = f"desk-{uuid.uuid4().hex[:6]}"
     executor, lease, controls = await executor_api(narad_server, org, desk)
@@ -327,6 +331,7 @@ async def test_a_client_tool_runs_on_the_executor(
     graph = build(
         [said("Deleting.", ("call_del", "fs.delete", {"path": "/tmp/x"})), said("Done: gone.")],
         [delete],
+        checkpointer=saver(),
     )
     agent = handler(graph, client_tools=("fs.delete",))
     async with executor, serving(client, agent, release_when_waiting=release):
@@ -352,10 +357,10 @@ async def test_a_client_tool_runs_on_the_executor(
         events = await wait_history(client, session, has("run.finished", runId=run))
     started = of_type(events, "tool.call.started")[0]
     assert (started["toolCallId"], started["executor"]) == (f"{run}.call_del.client", "client")
-    state = await graph.aget_state({"configurable": {"thread_id": run}})
+    state = await state_of(graph, run, events)
     answers = [m for m in state.values["messages"] if m.type == "tool"]
     assert [json.loads(str(m.content)) for m in answers] == [{"deleted": True}]
-    assert transcript(events) == await produced(graph, run) == ["Deleting.", "Done: gone."]
+    assert transcript(events) == await produced(graph, run, events) == ["Deleting.", "Done: gone."]
 
 
 @pytest.mark.parametrize(
@@ -628,11 +633,16 @@ async def test_narad_saver_outside_a_narad_run_says_so() -> None:
         await graph.aget_state(config)
 
 
-async def test_narad_saver_keeps_the_checkpoints_in_the_run_journal(client: Client) -> None:
+@pytest.mark.parametrize("split", [False, True])
+async def test_narad_saver_keeps_the_checkpoints_in_the_run_journal(
+    client: Client, split: bool
+) -> None:
+    """``split``: events above ``max_event_bytes`` put their values in events of their own."""
+    saver = NaradSaver(max_event_bytes=700) if split else NaradSaver()
     graph = build(
         [said("Let me add.", ("call_add", "add", {"a": 2, "b": 3})), said("The sum is 5.")],
         [add],
-        checkpointer=NaradSaver(),
+        checkpointer=saver,
     )
     async with serving(client, handler(graph)):
         session, run = await start(client, prompt="add 2 and 3")
@@ -640,7 +650,9 @@ async def test_narad_saver_keeps_the_checkpoints_in_the_run_journal(client: Clie
     assert transcript(events) == await produced(graph, run, events)
     assert transcript(events) == ["Let me add.", "The sum is 5."]
     saved = checkpoints(events)
-    assert {e["name"] for e in saved} == {CHECKPOINT, WRITES}
+    assert {e["name"] for e in saved} == (
+        {CHECKPOINT, WRITES, BLOBS} if split else {CHECKPOINT, WRITES}
+    )
     assert all(e["runId"] == run for e in saved)
     assert types(events).index("run.custom") < types(events).index("message.text.started")
     # The whole history of the thread, each checkpoint's parent the one before it.
