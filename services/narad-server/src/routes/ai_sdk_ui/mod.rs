@@ -20,7 +20,7 @@
 //!
 //! Each write goes through the commands' own path (authorized and audited
 //! as that command). The answer is the run as one assistant message (id =
-//! runId, see [`translate`]) from where the client stands until the run
+//! runId, see its `translate` module) from where the client stands until the run
 //! ends or waits on the front end again. The GET (the transport's
 //! reconnect) answers 204 when the session has no active run, else the
 //! active run's whole message from `start` (the transport treats a resumed
