@@ -1,20 +1,31 @@
 """What several test modules share: a TCP proxy that cuts connections, an httpx
 transport that records every request and injects faults, a URL no server
-listens on."""
+listens on; and, for the tests of agent runtimes, what a session's history
+says (the streamed text, a run's end), the environment of a runtime program
+run as a process of its own, and its kill -9 half-way through a run."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import random
+import signal
 import socket
-from collections.abc import Callable
+import sys
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Literal
+from pathlib import Path
+from typing import Literal, TypeVar
 
 import httpx
+from conftest import REPO, NaradServer
+from test_runtime import ROLES
 
-from narad import Client
+from narad import Client, Event
+
+T = TypeVar("T")
+TERMINALS = ("run.finished", "run.error", "run.cancelled")
 
 
 def dead_url() -> str:
@@ -216,3 +227,69 @@ class FaultProxy:
             self.held.discard(w)
             # A reset, not a polite end: what a dropped connection looks like.
             w.transport.abort()
+
+
+# --- agent runtimes ---------------------------------------------------------
+
+
+def said(events: list[Event], run: str | None = None) -> str:
+    """The assistant's streamed text: the ``message.text.delta`` s joined (``run``'s alone)."""
+    return "".join(
+        str(e["delta"])
+        for e in events
+        if e["type"] == "message.text.delta" and (run is None or e["runId"] == run)
+    )
+
+
+def ended(run: str) -> Callable[[list[Event]], bool]:
+    """Whether a history holds a terminal of ``run`` (a ``wait_history`` condition)."""
+    return lambda events: any(e["type"] in TERMINALS and e["runId"] == run for e in events)
+
+
+def terminal(events: list[Event], run: str) -> Event:
+    """The terminal of ``run``; fails unless there is exactly one."""
+    found = [e for e in events if e["type"] in TERMINALS and e["runId"] == run]
+    assert len(found) == 1, found
+    return found[0]
+
+
+def runtime_env(
+    server: NaradServer, org: str, *, sub: str = "pytest", **extra: str
+) -> dict[str, str]:
+    """The environment of a runtime program (or an example agent) run as a process:
+    ``NARAD_URL``, a ``NARAD_TOKEN`` of ``org`` with every runtime role, this SDK's
+    source first on ``PYTHONPATH``, no ``OPENAI_API_KEY`` (so the examples use their
+    test models), and ``extra``."""
+    env = {
+        **os.environ,
+        "NARAD_URL": server.base,
+        "NARAD_TOKEN": server.token(ROLES, org=org, sub=sub),
+        "PYTHONPATH": os.pathsep.join(
+            p for p in (str(REPO / "clients" / "python" / "src"), os.environ.get("PYTHONPATH")) if p
+        ),
+        **extra,
+    }
+    env.pop("OPENAI_API_KEY", None)
+    return env
+
+
+async def spawn_and_kill_when(
+    program: Path, env: dict[str, str], half_way: Callable[[], Awaitable[T]]
+) -> T:
+    """Runs the runtime program ``program`` as a process of its own until
+    ``half_way()`` is done (e.g. the journal shows an answer half said), then
+    kills it with SIGKILL (no release, no goodbye) and reaps it. Answers what
+    ``half_way()`` did; the process never outlives the call."""
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, str(program), env=env, stdout=asyncio.subprocess.DEVNULL
+    )
+    try:
+        got = await half_way()
+        process.send_signal(signal.SIGKILL)
+        await asyncio.wait_for(process.wait(), timeout=10)
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+    assert process.returncode == -signal.SIGKILL, process.returncode
+    return got

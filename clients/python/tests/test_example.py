@@ -8,29 +8,34 @@ a run started by a user message) and reads the session's history.
 from __future__ import annotations
 
 import asyncio
-import os
 import signal
 import subprocess
 import sys
 import tempfile
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import pytest
+import test_runtime
 from conftest import REPO, NaradServer
+from helpers import runtime_env, said
+from test_runtime import ROLES, finish_call, has, start, types
 
-from narad.client import Client, Event
+from narad.client import Client
 
 EXAMPLE = REPO / "examples" / "python_agent.py"
-ROLES = "reader,writer,backend,approver"
 QUEUE = "demo-py"
 DESK = "desk-example"
 WORD_DELAY_MS = 40
 WAIT = 20.0
+
+#: This module's waits on a session's history last up to WAIT seconds.
+wait_history = partial(test_runtime.wait_history, timeout=WAIT)
 
 
 @dataclass
@@ -53,11 +58,7 @@ def agent(narad_server: NaradServer) -> Iterator[Agent]:
     org = f"py-example-{uuid.uuid4().hex[:8]}"
     work = Path(tempfile.mkdtemp(prefix="narad-example-"))
     output = work / "agent.out"
-    env = {
-        **os.environ,
-        "NARAD_URL": narad_server.base,
-        "NARAD_TOKEN": narad_server.token(ROLES, org=org, sub="python-agent"),
-    }
+    env = runtime_env(narad_server, org, sub="python-agent")
     command = [
         sys.executable,
         str(EXAMPLE),
@@ -90,74 +91,29 @@ async def client(agent: Agent) -> AsyncIterator[Client]:
         yield c
 
 
-async def start(
-    client: Client, prompt: str, *, client_executor_id: str | None = None
-) -> tuple[str, str]:
-    """A new session and a run of the agent's queue with ``prompt``."""
-    session = f"s-{uuid.uuid4().hex[:10]}"
-    run = f"r-{uuid.uuid4().hex[:10]}"
-    await client.create_session(session)
-    await client.start_run(
-        session,
-        run_id=run,
-        queue=QUEUE,
-        input={"prompt": prompt},
-        client_executor_id=client_executor_id,
-    )
-    return session, run
-
-
-async def wait_history(
-    client: Client, session: str, until: Callable[[list[Event]], bool]
-) -> list[Event]:
-    """Polls the session's history until ``until`` holds."""
-    deadline = asyncio.get_running_loop().time() + WAIT
-    while True:
-        events = [e async for e in client.all_history(session)]
-        if until(events):
-            return events
-        assert asyncio.get_running_loop().time() < deadline, [e["type"] for e in events]
-        await asyncio.sleep(0.1)
-
-
-def has(kind: str) -> Callable[[list[Event]], bool]:
-    """Whether a history holds an event of type ``kind``."""
-    return lambda events: any(e["type"] == kind for e in events)
-
-
-def said(events: list[Event]) -> str:
-    """The assistant's text, all deltas joined."""
-    return "".join(e["delta"] for e in events if e["type"] == "message.text.delta")
-
-
-def kinds(events: list[Event]) -> list[str]:
-    """The event types, in order."""
-    return [str(e["type"]) for e in events]
-
-
 async def test_the_example_echoes_a_prompt_word_by_word(client: Client) -> None:
-    session, _ = await start(client, "hello there, agent")
+    session, _ = await start(client, "hello there, agent", queue=QUEUE)
     events = await wait_history(client, session, has("run.finished"))
     assert said(events) == "You said: hello there, agent"
     deltas = [e["delta"] for e in events if e["type"] == "message.text.delta"]
     assert len(deltas) >= 3  # word by word, not in one piece
-    assert "reasoning.started" in kinds(events)
-    assert kinds(events)[-2:] == ["message.text.completed", "run.finished"]
+    assert "reasoning.started" in types(events)
+    assert types(events)[-2:] == ["message.text.completed", "run.finished"]
 
 
 async def test_the_example_asks_before_deleting(client: Client) -> None:
-    session, _ = await start(client, "delete the old logs")
+    session, _ = await start(client, "delete the old logs", queue=QUEUE)
     events = await wait_history(client, session, has("run.paused"))
     requested = next(e for e in events if e["type"] == "interrupt.requested")
     assert requested["actions"] == ["approve", "deny"]
     assert "delete the old logs" in requested["message"]
-    assert "message.text.delta" not in kinds(events)  # nothing said before the decision
+    assert "message.text.delta" not in types(events)  # nothing said before the decision
     await client.resolve_interrupt(
         session, interrupt_id=requested["interruptId"], decision="approve"
     )
     events = await wait_history(client, session, has("run.finished"))
     assert said(events).startswith("Approved. Pretending to delete the old logs now")
-    tail = kinds(events)[kinds(events).index("interrupt.resolved") :]
+    tail = types(events)[types(events).index("interrupt.resolved") :]
     assert tail[:2] == ["interrupt.resolved", "run.resumed"]
 
 
@@ -168,7 +124,7 @@ async def test_the_example_reads_the_time_with_the_executors_clock(
     async with executor:
         attached = await executor.request("POST", f"/v1/executors/{DESK}/attach", json={})
         lease = attached["leaseId"]
-        session, _ = await start(client, "what time is it?", client_executor_id=DESK)
+        session, _ = await start(client, "what time is it?", queue=QUEUE, client_executor_id=DESK)
         controls: list[dict[str, Any]] = []
         deadline = asyncio.get_running_loop().time() + WAIT
         while not controls:
@@ -182,19 +138,8 @@ async def test_the_example_reads_the_time_with_the_executors_clock(
             controls = got["controls"]
         execute = controls[0]
         assert (execute["toolName"], execute["args"]) == ("clock.now", {})
-        await executor.request(
-            "POST",
-            f"/v1/executors/{DESK}/finish",
-            json={
-                "type": "client.tool.finish",
-                "protocolVersion": "narad/v1",
-                "executionToken": execute["executionToken"],
-                "toolCallId": execute["toolCallId"],
-                "clientExecutorId": DESK,
-                "leaseId": lease,
-                "outcome": "success",
-                "response": {"now": "2026-12-02T12:34:56Z"},
-            },
+        await finish_call(
+            executor, DESK, lease, execute, "success", {"now": "2026-12-02T12:34:56Z"}
         )
     events = await wait_history(client, session, has("run.finished"))
     assert said(events) == "Your executor's clock says 2026-12-02T12:34:56Z."
@@ -204,14 +149,14 @@ async def test_the_example_reads_the_time_with_the_executors_clock(
 
 async def test_the_example_honours_a_stop(client: Client) -> None:
     prompt = " ".join(f"word{n}" for n in range(100))
-    session, run = await start(client, prompt)
+    session, run = await start(client, prompt, queue=QUEUE)
     await wait_history(
         client, session, lambda es: sum(e["type"] == "message.text.delta" for e in es) >= 3
     )
     await client.stop_run(session, run_id=run)
     events = await wait_history(client, session, has("run.cancelled"))
-    assert "run.finished" not in kinds(events)
-    assert kinds(events)[-2:] == ["message.text.completed", "run.cancelled"]
+    assert "run.finished" not in types(events)
+    assert types(events)[-2:] == ["message.text.completed", "run.cancelled"]
     cancelled = events[-1]
     assert cancelled["code"] == "stopped"
     assert "word99" not in said(events)

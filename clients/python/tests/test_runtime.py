@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
+from functools import partial
 from typing import Any
 
 import pytest
@@ -86,12 +87,13 @@ async def kill(runtime_task: asyncio.Task[None]) -> None:
 
 async def start(
     client: Client,
-    *,
     prompt: str = "hello",
+    *,
+    queue: str = "default",
     runtime: RuntimeOptions | None = None,
     client_executor_id: str | None = None,
 ) -> tuple[str, str]:
-    """A new session and a run in it for the runtimes (queue ``default``)."""
+    """A new session and a run in it for the runtimes of ``queue`` (or ``runtime``)."""
     session = f"s-{uuid.uuid4().hex[:10]}"
     run = f"r-{uuid.uuid4().hex[:10]}"
     await client.create_session(session)
@@ -99,7 +101,7 @@ async def start(
         session,
         run_id=run,
         input={"prompt": prompt},
-        runtime=runtime or RuntimeOptions(queue="default"),
+        runtime=runtime or RuntimeOptions(queue=queue),
         client_executor_id=client_executor_id,
     )
     return session, run
@@ -326,6 +328,34 @@ async def executor_api(
     return executor, lease, controls
 
 
+async def finish_call(
+    executor: Client,
+    desk: str,
+    lease: str,
+    execute: dict[str, Any],
+    outcome: str,
+    response: Any,
+    **extra: Any,
+) -> None:
+    """Finishes the client tool call ``execute`` (a control of executor ``desk``
+    under ``lease``) with ``outcome`` and ``response`` (and ``extra`` fields)."""
+    await executor.request(
+        "POST",
+        f"/v1/executors/{desk}/finish",
+        json={
+            "type": "client.tool.finish",
+            "protocolVersion": "narad/v1",
+            "executionToken": execute["executionToken"],
+            "toolCallId": execute["toolCallId"],
+            "clientExecutorId": desk,
+            "leaseId": lease,
+            "outcome": outcome,
+            "response": response,
+            **extra,
+        },
+    )
+
+
 async def test_a_client_tool_answers_what_the_executor_finished(
     narad_server: NaradServer, client: Client, org: str
 ) -> None:
@@ -344,23 +374,7 @@ async def test_a_client_tool_answers_what_the_executor_finished(
         await ctx.say(f"It is {now['now']}.")
         await ctx.finish()
 
-    async def finish(execute: dict[str, Any], outcome: str, response: Any, **extra: Any) -> None:
-        await executor.request(
-            "POST",
-            f"/v1/executors/{desk}/finish",
-            json={
-                "type": "client.tool.finish",
-                "protocolVersion": "narad/v1",
-                "executionToken": execute["executionToken"],
-                "toolCallId": execute["toolCallId"],
-                "clientExecutorId": desk,
-                "leaseId": lease,
-                "outcome": outcome,
-                "response": response,
-                **extra,
-            },
-        )
-
+    finish = partial(finish_call, executor, desk, lease)
     async with executor:
         session, run = await start(client, client_executor_id=desk)
         async with serving(client, handler):

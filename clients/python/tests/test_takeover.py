@@ -5,20 +5,16 @@ and carries the answer on. The transcript holds the answer once, whole."""
 
 from __future__ import annotations
 
-import asyncio
-import os
-import signal
-import sys
 import textwrap
-import uuid
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import pytest
 from conftest import NaradServer
-from test_runtime import ROLES, SHORT_LEASES, has, of_type, serving, wait_history
+from helpers import runtime_env, said, spawn_and_kill_when
+from test_runtime import ROLES, SHORT_LEASES, has, of_type, serving, start, wait_history
 
-from narad import Client, Event, RunContext, RuntimeOptions
+from narad import Client, RunContext
 
 WORDS = [f"word{i} " for i in range(40)]
 
@@ -40,7 +36,7 @@ AGENT = textwrap.dedent(
         await ctx.finish()
 
     async def main():
-        async with Client(os.environ["NARAD"], os.environ["NARAD_TOKEN"]) as client:
+        async with Client(os.environ["NARAD_URL"], os.environ["NARAD_TOKEN"]) as client:
             print("serving", flush=True)
             await Runtime(client, agent, queue="takeover", claim_wait=1.0).run()
 
@@ -65,28 +61,13 @@ async def test_a_runtime_killed_with_sigkill_mid_answer_is_taken_over_and_the_an
     server, client = short
     program = tmp_path / "agent.py"
     program.write_text(AGENT)
-    session = f"s-{uuid.uuid4().hex[:10]}"
-    run = f"r-{uuid.uuid4().hex[:10]}"
-    await client.create_session(session)
-    await client.start_run(session, run_id=run, runtime=RuntimeOptions(queue="takeover"))
-    env = {**os.environ, "NARAD": server.base, "NARAD_TOKEN": server.token(ROLES, org=org)}
-    first = await asyncio.create_subprocess_exec(
-        sys.executable, str(program), env=env, stdout=asyncio.subprocess.DEVNULL
+    session, run = await start(client, queue="takeover")
+    # Half-way through the answer, the process dies at once.
+    await spawn_and_kill_when(
+        program,
+        runtime_env(server, org),
+        lambda: wait_history(client, session, lambda events: "word12 " in said(events)),
     )
-
-    def said(events: list[Event]) -> str:
-        return "".join(str(d["delta"]) for d in of_type(events, "message.text.delta"))
-
-    try:
-        # Half-way through the answer, the process dies at once.
-        await wait_history(client, session, lambda events: "word12 " in said(events))
-        first.send_signal(signal.SIGKILL)
-        await asyncio.wait_for(first.wait(), timeout=10)
-    finally:
-        if first.returncode is None:
-            first.kill()
-            await first.wait()
-    assert first.returncode == -signal.SIGKILL
     cut = await wait_history(client, session, has("message.text.started", runId=run))
     assert not of_type(cut, "message.text.completed"), "the first holder died mid-answer"
 

@@ -15,7 +15,6 @@ import asyncio
 import base64
 import itertools
 import json
-import os
 import re
 import signal
 import sys
@@ -27,6 +26,8 @@ from typing import Any
 
 import pytest
 from conftest import REPO, NaradServer
+from helpers import runtime_env, spawn_and_kill_when
+from helpers import said as streamed
 from langchain_core.callbacks import AsyncCallbackManagerForLLMRun
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage
@@ -39,10 +40,10 @@ from langgraph.pregel import Pregel
 from langgraph.types import interrupt
 from pydantic import BaseModel
 from test_runtime import (
-    ROLES,
-    SHORT_LEASES,
     executor_api,
+    finish_call,
     has,
+    kill,
     of_type,
     serving,
     start,
@@ -50,7 +51,7 @@ from test_runtime import (
     wait_history,
 )
 
-from narad import Client, Event, Runtime, RuntimeOptions, SessionReducer
+from narad import Client, Event, Runtime, SessionReducer
 from narad.integrations.langgraph import NaradSaver, NotInARun, client_tool, handler
 from narad.integrations.langgraph_checkpoint import BLOBS, CHECKPOINT, WRITES
 
@@ -340,20 +341,7 @@ async def test_a_client_tool_runs_on_the_executor(
         while not calls:
             calls = await controls()
         assert (calls[0]["toolName"], calls[0]["args"]) == ("fs.delete", {"path": "/tmp/x"})
-        await executor.request(
-            "POST",
-            f"/v1/executors/{desk}/finish",
-            json={
-                "type": "client.tool.finish",
-                "protocolVersion": "narad/v1",
-                "executionToken": calls[0]["executionToken"],
-                "toolCallId": calls[0]["toolCallId"],
-                "clientExecutorId": desk,
-                "leaseId": lease,
-                "outcome": "success",
-                "response": {"deleted": True},
-            },
-        )
+        await finish_call(executor, desk, lease, calls[0], "success", {"deleted": True})
         events = await wait_history(client, session, has("run.finished", runId=run))
     started = of_type(events, "tool.call.started")[0]
     assert (started["toolCallId"], started["executor"]) == (f"{run}.call_del.client", "client")
@@ -447,7 +435,7 @@ AGENT = textwrap.dedent(
 
     async def main():
         graph = build(TAKEOVER_SCRIPT, [add], delay=0.1, checkpointer=NaradSaver())
-        async with Client(os.environ["NARAD"], os.environ["NARAD_TOKEN"]) as client:
+        async with Client(os.environ["NARAD_URL"], os.environ["NARAD_TOKEN"]) as client:
             await Runtime(client, handler(graph), queue="lg-takeover", claim_wait=1.0).run()
 
     asyncio.run(main())
@@ -456,57 +444,28 @@ AGENT = textwrap.dedent(
 
 
 async def test_a_runtime_killed_mid_run_is_resumed_from_the_checkpoint_in_narad(
-    start_server: Callable[..., NaradServer], org: str, tmp_path: Path
+    short_server: NaradServer, short_client: Client, org: str, tmp_path: Path
 ) -> None:
     """The graph's checkpointer is a ``NaradSaver``: nothing but the run's journal
     carries the checkpoint from the killed process to the next holder."""
-    server = start_server(**SHORT_LEASES)
     program = tmp_path / "agent.py"
     program.write_text(AGENT)
-    here = HERE
-    env = {
-        **os.environ,
-        "NARAD": server.base,
-        "NARAD_TOKEN": server.token(ROLES, org=org),
-        "TESTS": str(here.parent),
-        "INTEGRATION_TESTS": str(here),
-        "PYTHONPATH": os.pathsep.join([str(REPO / "clients" / "python" / "src")]),
-    }
-    async with Client(server.base, server.token(ROLES, org=org)) as narad:
-        session = f"s-{uuid.uuid4().hex[:10]}"
-        run = f"r-{uuid.uuid4().hex[:10]}"
-        await narad.create_session(session)
-        await narad.start_run(
-            session,
-            run_id=run,
-            input={"prompt": "add"},
-            runtime=RuntimeOptions(queue="lg-takeover"),
-        )
-        first = await asyncio.create_subprocess_exec(
-            sys.executable, str(program), env=env, stdout=asyncio.subprocess.DEVNULL
-        )
-
-        def text(events: list[Event]) -> str:
-            return "".join(str(d["delta"]) for d in of_type(events, "message.text.delta"))
-
-        try:
-            await wait_history(narad, session, lambda ev: "word10" in text(ev), timeout=30)
-            first.send_signal(signal.SIGKILL)
-            await asyncio.wait_for(first.wait(), timeout=10)
-        finally:
-            if first.returncode is None:
-                first.kill()
-                await first.wait()
-        graph = build(TAKEOVER_SCRIPT, [add], checkpointer=NaradSaver())
-        async with serving(narad, handler(graph), queue="lg-takeover"):
-            events = await wait_history(narad, session, has("run.finished", runId=run), timeout=30)
+    env = runtime_env(short_server, org, TESTS=str(HERE.parent), INTEGRATION_TESTS=str(HERE))
+    client = short_client
+    session, run = await start(client, "add", queue="lg-takeover")
+    await spawn_and_kill_when(
+        program,
+        env,
+        lambda: wait_history(client, session, lambda ev: "word10" in streamed(ev), timeout=30),
+    )
+    graph = build(TAKEOVER_SCRIPT, [add], checkpointer=NaradSaver())
+    async with serving(client, handler(graph), queue="lg-takeover"):
+        events = await wait_history(client, session, has("run.finished", runId=run), timeout=30)
     one_each(events)
     assert len(of_type(events, "tool.call.started")) == 1
     assert of_type(events, "tool.call.finished")[0]["response"] == "42"
     assert transcript(events) == await produced(graph, run, events) == ["Adding first.", LONG]
-    assert (
-        "".join(str(d["delta"]) for d in of_type(events, "message.text.delta")).count("word59") == 1
-    )
+    assert streamed(events).count("word59") == 1
     holders = {str(e["eventId"]).split("@")[1].split(".")[0] for e in events if "@" in e["eventId"]}
     assert holders == {"1", "2"}, holders
     assert of_type(events, "run.finished")[0]["usage"]["inputTokens"] == 20
@@ -529,18 +488,13 @@ async def test_a_runtime_killed_mid_run_is_resumed_from_the_checkpoint_in_narad(
 async def test_the_example_answers_a_run_with_the_fake_model(
     narad_server: NaradServer, client: Client, tmp_path: Path, org: str
 ) -> None:
-    env = {
-        **os.environ,
-        "NARAD_URL": narad_server.base,
-        "NARAD_TOKEN": narad_server.token(ROLES, org=org),
-    }
-    env.pop("OPENAI_API_KEY", None)
+    env = runtime_env(narad_server, org)
     example = str(REPO / "examples" / "langgraph_agent.py")
     process = await asyncio.create_subprocess_exec(
         sys.executable, example, "--queue", "lg-example", env=env, stdout=asyncio.subprocess.DEVNULL
     )
     try:
-        session, run = await start(client, runtime=RuntimeOptions(queue="lg-example"))
+        session, run = await start(client, queue="lg-example")
         events = await wait_history(client, session, has("run.finished", runId=run), timeout=30)
     finally:
         process.send_signal(signal.SIGTERM)
@@ -611,8 +565,7 @@ async def test_a_takeover_without_a_checkpoint_fails_the_run_cleanly(short_clien
     task = asyncio.create_task(first.run())
     session, run = await start(short_client)
     await wait_history(short_client, session, lambda ev: len(of_type(ev, "message.text.delta")) > 2)
-    task.cancel()  # the runtime is lost: nothing released
-    await asyncio.gather(task, return_exceptions=True)
+    await kill(task)  # the runtime is lost: nothing released
     async with serving(short_client, handler(graph)):
         events = await wait_history(short_client, session, has("run.error", runId=run))
     error = of_type(events, "run.error")[0]

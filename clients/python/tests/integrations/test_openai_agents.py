@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import signal
 import sys
 import textwrap
@@ -26,6 +25,7 @@ from agents.model_settings import ModelSettings
 from agents.models.interface import Model, ModelTracing
 from agents.tool import Tool
 from conftest import REPO, NaradServer
+from helpers import ended, runtime_env, said, spawn_and_kill_when
 from openai.types.responses import (
     Response,
     ResponseCompletedEvent,
@@ -43,9 +43,9 @@ from openai.types.responses import (
 from openai.types.responses.response_prompt_param import ResponsePromptParam
 from openai.types.responses.response_reasoning_item import Summary
 from openai.types.responses.response_usage import InputTokensDetails, OutputTokensDetails
-from test_runtime import ROLES, has, of_type, serving, start, wait_history
+from test_runtime import has, of_type, serving, start, wait_history
 
-from narad import Client, Event, Executor, RuntimeOptions, SessionReducer
+from narad import Client, Event, Executor, SessionReducer
 from narad.integrations.openai_agents import handler, state_scope
 
 QUEUE = "agents"
@@ -279,27 +279,14 @@ def reduced(events: list[Event]) -> list[str]:
     ]
 
 
-def said(events: list[Event], run: str) -> str:
-    return "".join(
-        str(e["delta"]) for e in of_type(events, "message.text.delta") if e["runId"] == run
-    )
-
-
 async def run_to_end(
     client: Client, agent: Agent[Any], *, prompt: str = "hello", **options: Any
 ) -> tuple[str, str, list[Event]]:
     """Serves ``agent`` until a run of ``prompt`` ends; its session, run and history."""
     async with serving(client, handler(agent, **options), queue=QUEUE):
-        session, run = await start(client, prompt=prompt, runtime=RuntimeOptions(queue=QUEUE))
-        events = await wait_history(client, session, terminal(run))
+        session, run = await start(client, prompt, queue=QUEUE)
+        events = await wait_history(client, session, ended(run))
     return session, run, events
-
-
-def terminal(run: str) -> Callable[[list[Event]], bool]:
-    return lambda events: any(
-        e["type"] in ("run.finished", "run.error", "run.cancelled") and e["runId"] == run
-        for e in events
-    )
 
 
 # --- a streamed answer, reasoning, usage --------------------------------------------
@@ -403,10 +390,8 @@ async def test_a_client_tool_is_run_by_the_executor_and_its_result_goes_to_the_m
         executor = Executor(desk_client, desk, {"clock_now": now}, poll_wait=2)
         running = asyncio.create_task(executor.run())
         try:
-            session, run = await start(
-                client, runtime=RuntimeOptions(queue=QUEUE), client_executor_id=desk
-            )
-            events = await wait_history(client, session, terminal(run))
+            session, run = await start(client, queue=QUEUE, client_executor_id=desk)
+            events = await wait_history(client, session, ended(run))
         finally:
             executor.stop()
             await asyncio.wait_for(running, 30)
@@ -451,7 +436,7 @@ async def test_a_tool_that_needs_approval_waits_for_a_person(client: Client, dec
     deleted.clear()
     agent = Agent(name="janitor", model=Script(deleting), tools=[delete_file])
     async with serving(client, handler(agent), queue=QUEUE):
-        session, run = await start(client, runtime=RuntimeOptions(queue=QUEUE))
+        session, run = await start(client, queue=QUEUE)
         events = await wait_history(client, session, has("run.paused", runId=run))
         (asked,) = of_type(events, "interrupt.requested")
         assert asked["interruptId"] == f"{run}.call_delete_file_1_1.approval"
@@ -463,7 +448,7 @@ async def test_a_tool_that_needs_approval_waits_for_a_person(client: Client, dec
         await client.resolve_interrupt(
             session, interrupt_id=asked["interruptId"], decision=decision
         )
-        events = await wait_history(client, session, terminal(run))
+        events = await wait_history(client, session, ended(run))
     assert of_type(events, "run.finished")[0]["usage"] == usage_of(2)
     if decision == "approve":
         assert deleted == ["/tmp/x"]
@@ -509,10 +494,10 @@ async def test_a_stop_mid_stream_cancels_the_run_with_partial_usage(client: Clie
     model = Script(reply, delay=0.05)
     agent = Agent(name="talker", model=model, tools=[add])
     async with serving(client, handler(agent), queue=QUEUE):
-        session, run = await start(client, runtime=RuntimeOptions(queue=QUEUE))
+        session, run = await start(client, queue=QUEUE)
         await wait_history(client, session, lambda events: "word5" in said(events, run))
         await client.stop_run(session, run_id=run)
-        events = await wait_history(client, session, terminal(run))
+        events = await wait_history(client, session, ended(run))
         calls = model.calls
         await asyncio.sleep(0.5)
     assert model.calls == calls == 2  # the streaming stopped; no more model calls
@@ -573,7 +558,7 @@ FIRST_HOLDER = textwrap.dedent(
     from narad.integrations.openai_agents import handler
 
     async def main():
-        async with Client(os.environ["NARAD"], os.environ["NARAD_TOKEN"]) as client:
+        async with Client(os.environ["NARAD_URL"], os.environ["NARAD_TOKEN"]) as client:
             agent = handler(takeover_agent(0.1))
             await Runtime(client, agent, queue="takeover", claim_wait=1.0).run()
 
@@ -589,32 +574,17 @@ async def test_a_runtime_killed_with_sigkill_is_taken_over_without_writing_anyth
     deleted.clear()
     program = tmp_path / "first_holder.py"
     program.write_text(FIRST_HOLDER)
-    env = {
-        **os.environ,
-        "NARAD": short_server.base,
-        "NARAD_TOKEN": short_server.token(ROLES, org=org),
-        "TESTS": str(TESTS),
-        "PYTHONPATH": os.pathsep.join(
-            [str(REPO / "clients" / "python" / "src"), os.environ.get("PYTHONPATH", "")]
-        ),
-    }
-    first = await asyncio.create_subprocess_exec(
-        sys.executable, str(program), env=env, stdout=asyncio.subprocess.DEVNULL
-    )
-    queue = RuntimeOptions(queue="takeover")
-    try:
+
+    async def half_way() -> tuple[str, str, str, str]:
         # Run A pauses for an approval (its RunState kept); run B is cut mid-answer.
-        session_a, run_a = await start(client, prompt="delete /tmp/x", runtime=queue)
-        session_b, run_b = await start(client, prompt="talk", runtime=queue)
+        session_a, run_a = await start(client, "delete /tmp/x", queue="takeover")
+        session_b, run_b = await start(client, "talk", queue="takeover")
         await wait_history(client, session_a, has("run.paused", runId=run_a), timeout=30)
         await wait_history(client, session_b, lambda events: "word8" in said(events, run_b))
-        first.send_signal(signal.SIGKILL)
-        await asyncio.wait_for(first.wait(), timeout=10)
-    finally:
-        if first.returncode is None:
-            first.kill()
-            await first.wait()
-    assert first.returncode == -signal.SIGKILL
+        return session_a, run_a, session_b, run_b
+
+    env = runtime_env(short_server, org, TESTS=str(TESTS))
+    session_a, run_a, session_b, run_b = await spawn_and_kill_when(program, env, half_way)
     cut = said(await wait_history(client, session_b, lambda _: True), run_b)
     asked = of_type(await wait_history(client, session_a, lambda _: True), "interrupt.requested")
     await client.resolve_interrupt(
@@ -622,8 +592,8 @@ async def test_a_runtime_killed_with_sigkill_is_taken_over_without_writing_anyth
     )
 
     async with serving(client, handler(takeover_agent(0.0)), queue="takeover"):
-        events_a = await wait_history(client, session_a, terminal(run_a))
-        events_b = await wait_history(client, session_b, terminal(run_b))
+        events_a = await wait_history(client, session_a, ended(run_a))
+        events_b = await wait_history(client, session_b, ended(run_b))
 
     # A: resumed from its RunState; nothing of the first holder written again.
     assert of_type(events_a, "run.finished"), [e["type"] for e in events_a]
@@ -659,7 +629,7 @@ async def test_a_runtime_that_releases_waiting_runs_resumes_them_from_the_run_st
         await inner(ctx)
 
     async with serving(client, counted, queue=QUEUE, release_when_waiting=True):
-        session, run = await start(client, runtime=RuntimeOptions(queue=QUEUE))
+        session, run = await start(client, queue=QUEUE)
         events = await wait_history(client, session, has("run.paused", runId=run))
         await asyncio.sleep(0.3)
         assert len(claims) == 1  # given back while it waits
@@ -667,7 +637,7 @@ async def test_a_runtime_that_releases_waiting_runs_resumes_them_from_the_run_st
         await client.resolve_interrupt(
             session, interrupt_id=asked["interruptId"], decision="approve"
         )
-        events = await wait_history(client, session, terminal(run))
+        events = await wait_history(client, session, ended(run))
     assert len(claims) == 2, claims
     assert of_type(events, "run.finished")[0]["usage"] == usage_of(2)
     assert deleted == ["/tmp/x"] and len(of_type(events, "tool.call.started")) == 1
@@ -682,15 +652,7 @@ async def test_a_runtime_that_releases_waiting_runs_resumes_them_from_the_run_st
 async def test_the_example_answers_a_run_with_the_sdk_scripted_model(
     client: Client, narad_server: NaradServer, org: str, tmp_path: Path
 ) -> None:
-    env = {
-        **os.environ,
-        "NARAD_URL": narad_server.base,
-        "NARAD_TOKEN": narad_server.token(ROLES, org=org),
-        "PYTHONPATH": os.pathsep.join(
-            [str(REPO / "clients" / "python" / "src"), os.environ.get("PYTHONPATH", "")]
-        ),
-    }
-    env.pop("OPENAI_API_KEY", None)
+    env = runtime_env(narad_server, org)
     output = tmp_path / "example.out"
     with open(output, "wb") as out:  # noqa: ASYNC230 (a file for the child's output)
         process = await asyncio.create_subprocess_exec(
@@ -703,9 +665,8 @@ async def test_the_example_answers_a_run_with_the_sdk_scripted_model(
             env=env,
         )
     try:
-        queue = RuntimeOptions(queue="openai-agents-example")
-        session, run = await start(client, prompt="Weather in Paris?", runtime=queue)
-        events = await wait_history(client, session, terminal(run), timeout=30)
+        session, run = await start(client, "Weather in Paris?", queue="openai-agents-example")
+        events = await wait_history(client, session, ended(run), timeout=30)
     finally:
         process.send_signal(signal.SIGTERM)
         try:

@@ -10,22 +10,21 @@ that the reduced transcript is what the same agent produces run locally.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-import os
 import signal
 import subprocess
 import sys
 import textwrap
-import time
 import uuid
-from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterator, Sequence
+from collections.abc import AsyncIterable, AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import pytest
 from conftest import REPO, NaradServer
+from helpers import ended, runtime_env, said, spawn_and_kill_when, terminal
 from pydantic_ai import (
     Agent,
     DeferredToolRequests,
@@ -53,16 +52,18 @@ from pydantic_ai.models.function import (
 from pydantic_ai.tools import ToolDefinition
 from pydantic_ai.toolsets import ExternalToolset
 from pydantic_ai.usage import UsageLimits
+from test_runtime import ROLES, of_type, serving, start, wait_history
 
 from narad.client import Client, Event, RuntimeOptions
 from narad.executor import Executor
 from narad.integrations.pydantic_ai import handler, state_scope
 from narad.reducer import SessionReducer
-from narad.runtime import RunHandler, Runtime
 
-ROLES = "reader,writer,backend,approver"
-SHORT_LEASES = {"NARAD_RUNTIME_LEASE_TTL_MS": "2000", "NARAD_RUNTIME_SWEEP_MS": "200"}
+QUEUE = "pydantic"
 WAIT = 20.0
+
+#: This module's waits on a session's history last up to WAIT seconds.
+wait_for = partial(wait_history, timeout=WAIT)
 
 Item = str | DeltaToolCalls | DeltaThinkingCalls
 
@@ -100,74 +101,6 @@ def thought(text: str) -> DeltaThinkingCalls:
 
 
 # --- the server, the runtime, the run ---------------------------------------------
-
-
-@pytest.fixture
-async def client(narad_server: NaradServer, org: str) -> AsyncIterator[Client]:
-    async with Client(narad_server.base, narad_server.token(ROLES, org=org)) as c:
-        yield c
-
-
-@contextlib.asynccontextmanager
-async def serving(client: Client, run: RunHandler, **options: Any) -> AsyncIterator[Runtime]:
-    """A runtime of ``run`` on queue ``pydantic`` while the block runs."""
-    runtime = Runtime(client, run, queue="pydantic", claim_wait=1.0, **options)
-    task = asyncio.create_task(runtime.run())
-    try:
-        yield runtime
-    finally:
-        runtime.stop()
-        try:
-            await asyncio.wait_for(asyncio.shield(task), timeout=10)
-        except asyncio.TimeoutError:
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
-
-
-async def start(client: Client, prompt: str, *, executor: str | None = None) -> tuple[str, str]:
-    session = f"s-{uuid.uuid4().hex[:10]}"
-    run = f"r-{uuid.uuid4().hex[:10]}"
-    await client.create_session(session)
-    await client.start_run(
-        session,
-        run_id=run,
-        input={"prompt": prompt},
-        runtime=RuntimeOptions(queue="pydantic"),
-        client_executor_id=executor,
-    )
-    return session, run
-
-
-async def history(client: Client, session: str) -> list[Event]:
-    return [e async for e in client.all_history(session)]
-
-
-async def wait_for(
-    client: Client, session: str, until: Callable[[list[Event]], bool], timeout: float = WAIT
-) -> list[Event]:
-    deadline = time.monotonic() + timeout
-    while True:
-        events = await history(client, session)
-        if until(events):
-            return events
-        assert time.monotonic() < deadline, [e["type"] for e in events]
-        await asyncio.sleep(0.1)
-
-
-def ended(run: str) -> Callable[[list[Event]], bool]:
-    terminals = {"run.finished", "run.error", "run.cancelled"}
-    return lambda events: any(e["type"] in terminals and e["runId"] == run for e in events)
-
-
-def of_type(events: list[Event], kind: str) -> list[Event]:
-    return [e for e in events if e["type"] == kind]
-
-
-def terminal(events: list[Event], run: str) -> Event:
-    terminals = {"run.finished", "run.error", "run.cancelled"}
-    found = [e for e in events if e["type"] in terminals and e["runId"] == run]
-    assert len(found) == 1, found
-    return found[0]
 
 
 def transcript(events: list[Event]) -> list[tuple[str, str]]:
@@ -238,8 +171,8 @@ async def test_a_streamed_answer_with_thinking_is_a_message_and_its_usage_the_te
 ) -> None:
     model = scripted([thought("The user greets me."), "Hello", ", there", " and welcome."])
     agent = Agent(model)
-    session, run = await start(client, "hi")
-    async with serving(client, handler(agent)):
+    session, run = await start(client, "hi", queue=QUEUE)
+    async with serving(client, handler(agent), queue=QUEUE):
         events = await wait_for(client, session, ended(run))
     here = await local(agent, "hi")
     finished = terminal(events, run)
@@ -266,15 +199,15 @@ async def test_a_conversation_goes_to_the_agent_as_its_message_history(
         yield f"turn {len(messages)}"
 
     agent = Agent(FunctionModel(stream_function=stream))
-    session, first = await start(client, "one")
-    async with serving(client, handler(agent)):
+    session, first = await start(client, "one", queue=QUEUE)
+    async with serving(client, handler(agent), queue=QUEUE):
         await wait_for(client, session, ended(first))
         second = f"r-{uuid.uuid4().hex[:10]}"
         await client.start_run(
             session,
             run_id=second,
             input={"prompt": "two"},
-            runtime=RuntimeOptions(queue="pydantic"),
+            runtime=RuntimeOptions(queue=QUEUE),
         )
         events = await wait_for(client, session, ended(second))
     # The second run's model saw the first answer, then its own prompt.
@@ -324,8 +257,8 @@ async def test_backend_tools_are_journaled_with_results_and_failures_with_a_code
 ) -> None:
     ran: list[str] = []
     agent = tool_agent(ran)
-    session, run = await start(client, "add and look")
-    async with serving(client, handler(agent)):
+    session, run = await start(client, "add and look", queue=QUEUE)
+    async with serving(client, handler(agent), queue=QUEUE):
         events = await wait_for(client, session, ended(run))
     assert terminal(events, run)["type"] == "run.finished"
     assert ran == ["add", "city", "flaky", "flaky"]
@@ -359,8 +292,8 @@ async def test_a_tool_that_raises_ends_the_run_failed_with_the_exceptions_class_
     def broken() -> str:
         raise ValueError("the disk is gone")
 
-    session, run = await start(client, "go")
-    async with serving(client, handler(agent)):
+    session, run = await start(client, "go", queue=QUEUE)
+    async with serving(client, handler(agent), queue=QUEUE):
         events = await wait_for(client, session, ended(run))
     error = terminal(events, run)
     assert error["type"] == "run.error"
@@ -406,8 +339,10 @@ async def test_a_client_tool_runs_on_the_executor_and_its_result_goes_to_the_mod
         executor = Executor(desk_client, desk, {"clock_now": now}, poll_wait=5)
         running = asyncio.create_task(executor.run())
         try:
-            session, run = await start(client, "what time is it?", executor=desk)
-            async with serving(client, handler(agent, client_tools=["clock_now"])):
+            session, run = await start(
+                client, "what time is it?", queue=QUEUE, client_executor_id=desk
+            )
+            async with serving(client, handler(agent, client_tools=["clock_now"]), queue=QUEUE):
                 events = await wait_for(client, session, ended(run))
         finally:
             executor.stop()
@@ -456,9 +391,9 @@ async def test_a_tool_that_needs_approval_asks_and_runs_only_when_approved(
 ) -> None:
     ran: list[str] = []
     agent = approval_agent(ran)
-    session, run = await start(client, "delete /tmp/x")
+    session, run = await start(client, "delete /tmp/x", queue=QUEUE)
     # The runtime gives the run back while it waits; a later claim resumes it.
-    async with serving(client, handler(agent), release_when_waiting=True):
+    async with serving(client, handler(agent), queue=QUEUE, release_when_waiting=True):
         requested = await wait_interrupt(client, session)
         assert requested["interruptId"] == f"{run}.call-delete.approval"
         assert requested["input"] == {"toolName": "delete", "args": {"path": "/tmp/x"}}
@@ -499,8 +434,8 @@ async def test_a_stop_mid_stream_cancels_the_agent_and_ends_the_run_cancelled(
 ) -> None:
     words = [f"word{i} " for i in range(200)]
     agent = Agent(scripted(words, delay=0.05))
-    session, run = await start(client, "talk")
-    async with serving(client, handler(agent)):
+    session, run = await start(client, "talk", queue=QUEUE)
+    async with serving(client, handler(agent), queue=QUEUE):
         await wait_for(client, session, lambda es: bool(of_type(es, "message.text.delta")))
         await client.stop_run(session, run_id=run)
         events = await wait_for(client, session, ended(run))
@@ -524,16 +459,16 @@ async def test_a_model_error_and_a_usage_limit_end_the_run_failed_with_a_code(
     def again() -> str:
         return "more"
 
-    first, first_run = await start(client, "x")
-    async with serving(client, handler(Agent(FunctionModel(stream_function=broken)))):
+    first, first_run = await start(client, "x", queue=QUEUE)
+    async with serving(client, handler(Agent(FunctionModel(stream_function=broken))), queue=QUEUE):
         events = await wait_for(client, first, ended(first_run))
     error = terminal(events, first_run)
     assert (error["type"], error["code"]) == ("run.error", "connection_error")
     assert transcript(events) == [("assistant", "I was about to")]
 
-    second, second_run = await start(client, "y")
+    second, second_run = await start(client, "y", queue=QUEUE)
     limits = UsageLimits(request_limit=2)
-    async with serving(client, handler(looping, usage_limits=limits)):
+    async with serving(client, handler(looping, usage_limits=limits), queue=QUEUE):
         events = await wait_for(client, second, ended(second_run))
     error = terminal(events, second_run)
     assert (error["type"], error["code"]) == ("run.error", "usage_limit_exceeded")
@@ -577,7 +512,7 @@ TAKEOVER_AGENT = textwrap.dedent(
         return agent
 
     async def main():
-        async with Client(os.environ["NARAD"], os.environ["NARAD_TOKEN"]) as client:
+        async with Client(os.environ["NARAD_URL"], os.environ["NARAD_TOKEN"]) as client:
             runtime = Runtime(client, handler(make(0.1)), queue="pydantic", claim_wait=1.0)
             await runtime.run()
 
@@ -588,55 +523,37 @@ TAKEOVER_AGENT = textwrap.dedent(
 
 
 async def test_a_runtime_killed_mid_answer_is_taken_over_and_nothing_is_written_twice(
-    start_server: Callable[..., NaradServer],
+    short_server: NaradServer,
+    short_client: Client,
     org: str,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
     no_refusals: None,
 ) -> None:
-    server = start_server(**SHORT_LEASES)
     program = tmp_path / "takeover_agent.py"
     program.write_text(TAKEOVER_AGENT)
     side_effects = tmp_path / "side-effects"
-    env = {
-        **os.environ,
-        "NARAD": server.base,
-        "NARAD_TOKEN": server.token(ROLES, org=org),
-        "SIDE_EFFECTS": str(side_effects),
-        "PYTHONPATH": os.pathsep.join([str(REPO / "clients" / "python" / "src"), str(tmp_path)]),
-    }
-    async with Client(server.base, server.token(ROLES, org=org)) as client:
-        session, run = await start(client, "note it")
-        first = await asyncio.create_subprocess_exec(
-            sys.executable, str(program), env=env, stdout=asyncio.subprocess.DEVNULL
-        )
+    env = runtime_env(short_server, org, SIDE_EFFECTS=str(side_effects))
+    client = short_client
+    session, run = await start(client, "note it", queue=QUEUE)
+    await spawn_and_kill_when(
+        program, env, lambda: wait_for(client, session, lambda es: "word8 " in said(es))
+    )
+    documents = await client.request("GET", f"/v1/sessions/{session}/documents")
+    scopes = [d["scope"] for d in documents["state"]]
+    assert state_scope(run) in scopes
 
-        def said(events: list[Event]) -> str:
-            return "".join(str(d["delta"]) for d in of_type(events, "message.text.delta"))
+    monkeypatch.setenv("SIDE_EFFECTS", str(side_effects))
+    sys.path.insert(0, str(tmp_path))
+    try:
+        import takeover_agent  # type: ignore[import-not-found]
 
-        try:
-            await wait_for(client, session, lambda es: "word8 " in said(es))
-            first.send_signal(signal.SIGKILL)
-            await asyncio.wait_for(first.wait(), timeout=10)
-        finally:
-            if first.returncode is None:
-                first.kill()
-                await first.wait()
-        documents = await client.request("GET", f"/v1/sessions/{session}/documents")
-        scopes = [d["scope"] for d in documents["state"]]
-        assert state_scope(run) in scopes
-
-        monkeypatch.setenv("SIDE_EFFECTS", str(side_effects))
-        sys.path.insert(0, str(tmp_path))
-        try:
-            import takeover_agent  # type: ignore[import-not-found]
-
-            agent = takeover_agent.make(0.0)
-        finally:
-            sys.path.remove(str(tmp_path))
-            sys.modules.pop("takeover_agent", None)
-        async with serving(client, handler(agent)):
-            events = await wait_for(client, session, ended(run), timeout=30)
+        agent = takeover_agent.make(0.0)
+    finally:
+        sys.path.remove(str(tmp_path))
+        sys.modules.pop("takeover_agent", None)
+    async with serving(client, handler(agent), queue=QUEUE):
+        events = await wait_for(client, session, ended(run), timeout=30)
     assert terminal(events, run)["type"] == "run.finished"
     assert side_effects.read_text() == "once\n", "the tool ran once"
     assert len(of_type(events, "tool.call.started")) == 1
@@ -661,12 +578,7 @@ async def test_a_runtime_killed_mid_answer_is_taken_over_and_nothing_is_written_
 def test_the_example_answers_a_run_with_its_test_model(
     narad_server: NaradServer, org: str, tmp_path: Path
 ) -> None:
-    env = {
-        **os.environ,
-        "NARAD_URL": narad_server.base,
-        "NARAD_TOKEN": narad_server.token(ROLES, org=org),
-    }
-    env.pop("OPENAI_API_KEY", None)
+    env = runtime_env(narad_server, org)
     output = tmp_path / "example.out"
     with open(output, "wb") as out:
         process = subprocess.Popen(
@@ -684,14 +596,8 @@ def test_the_example_answers_a_run_with_its_test_model(
 
         async def drive() -> list[Event]:
             async with Client(narad_server.base, narad_server.token(ROLES, org=org)) as client:
-                session = f"s-{uuid.uuid4().hex[:10]}"
-                run = f"r-{uuid.uuid4().hex[:10]}"
-                await client.create_session(session)
-                await client.start_run(
-                    session,
-                    run_id=run,
-                    input={"prompt": "What is the weather in Paris?"},
-                    runtime=RuntimeOptions(queue="pydantic-example"),
+                session, run = await start(
+                    client, "What is the weather in Paris?", queue="pydantic-example"
                 )
                 events = await wait_for(client, session, ended(run))
                 assert terminal(events, run)["type"] == "run.finished", output.read_text()
@@ -742,8 +648,8 @@ async def test_an_external_tool_runs_on_the_executor_and_a_structured_output_is_
         executor = Executor(desk_client, desk, {"lookup": lambda args: "sunny"}, poll_wait=5)
         running = asyncio.create_task(executor.run())
         try:
-            session, run = await start(client, "forecast", executor=desk)
-            async with serving(client, handler(agent)):
+            session, run = await start(client, "forecast", queue=QUEUE, client_executor_id=desk)
+            async with serving(client, handler(agent), queue=QUEUE):
                 events = await wait_for(client, session, ended(run))
         finally:
             executor.stop()
@@ -770,9 +676,9 @@ async def test_a_state_document_that_cannot_be_read_back_ends_the_run_no_resumab
     }
     await client.append(session, [bogus])
     await client.start_run(
-        session, run_id=run, input={"prompt": "hi"}, runtime=RuntimeOptions(queue="pydantic")
+        session, run_id=run, input={"prompt": "hi"}, runtime=RuntimeOptions(queue=QUEUE)
     )
-    async with serving(client, handler(Agent(scripted(["never said"])))):
+    async with serving(client, handler(Agent(scripted(["never said"]))), queue=QUEUE):
         events = await wait_for(client, session, ended(run))
     error = terminal(events, run)
     assert (error["type"], error["code"]) == ("run.error", "no_resumable_state")
