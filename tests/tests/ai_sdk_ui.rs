@@ -475,6 +475,14 @@ async fn a_reconnect_is_204_without_an_active_run_and_replays_one_from_start() {
         .expect(201);
     assert_eq!(s.get("/v1/chat/chat-4/stream", &me).await.status, 204);
     assert_eq!(s.get("/v1/chat/nope/stream", &me).await.code(), "NRD-0007");
+    // The transport keeps the query of its `api` on the reconnect URL: a
+    // page posting to `/v1/chat?queue=…` reconnects with `?queue=…` too.
+    assert_eq!(
+        s.get("/v1/chat/chat-4/stream?queue=support", &me)
+            .await
+            .status,
+        204
+    );
 
     let body = json!({"id": "chat-4", "messages": [user("u1", "Count")]});
     let first = post(&s, &me, &body).await;

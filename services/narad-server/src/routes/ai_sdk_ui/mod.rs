@@ -280,6 +280,7 @@ pub async fn chat(
     params(
         ("sessionId" = String, Path, description = "The session (the chat's id)"),
         ("ticket" = Option<String>, Query, description = "A stream ticket for the session's stream instead of Authorization"),
+        ("queue" = Option<String>, Query, description = "Ignored: the transport reconnects with the query of the URL it posts to, `queue` included"),
     ),
     responses(
         (status = 200, description = "The active run's assistant message replayed from `start` (the same chunks the answers streamed), then live, as in `POST /v1/chat`", content_type = "text/event-stream", body = ref("#/components/schemas/UiMessageChunk")),
@@ -297,6 +298,9 @@ pub async fn resume(
     mut query: Query,
 ) -> ApiResult<Response> {
     let _ = query.text(super::tickets::PARAMETER);
+    // The transport reconnects with the query of its `api`: the POST's
+    // `queue` comes along, and means nothing here.
+    let _ = query.text("queue");
     query.finish()?;
     let principal = caller.principal(&state, &session_id).await?;
     principal.require(Permission::Read)?;
