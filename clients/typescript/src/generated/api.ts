@@ -178,6 +178,23 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/ag-ui": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Runs an AG-UI agent turn on a narad session. */
+        post: operations["runAgUi"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/audit": {
         parameters: {
             query?: never;
@@ -931,6 +948,82 @@ export interface components {
             kind: "workflow";
             workflowId: components["schemas"]["defs.id"];
         };
+        /** @description An AG-UI content part: text, or an image, audio, video or document source. */
+        AgUiContentPart: {
+            source?: Record<string, never>;
+            text?: string;
+            type: components["schemas"]["AgUiContentPartType"];
+        };
+        /**
+         * @description An AG-UI content part type.
+         * @enum {string}
+         */
+        AgUiContentPartType: "text" | "image" | "audio" | "video" | "document";
+        /** @description An AG-UI context entry, handed to the runtime. */
+        AgUiContext: {
+            description: string;
+            value: string;
+        };
+        /** @description One AG-UI 1.0 event (`@ag-ui/core`'s EventSchema), sent as `data: {json}`. Optional fields are left out, never null; narad's own ids and extras are in `metadata.narad`. */
+        AgUiEvent: {
+            metadata?: Record<string, never>;
+            type: components["schemas"]["AgUiEventType"];
+        } & {
+            [key: string]: unknown;
+        };
+        /**
+         * @description The AG-UI event types narad sends.
+         * @enum {string}
+         */
+        AgUiEventType: "RUN_STARTED" | "RUN_FINISHED" | "RUN_ERROR" | "STEP_STARTED" | "STEP_FINISHED" | "TEXT_MESSAGE_START" | "TEXT_MESSAGE_CONTENT" | "TEXT_MESSAGE_END" | "TOOL_CALL_START" | "TOOL_CALL_ARGS" | "TOOL_CALL_END" | "TOOL_CALL_RESULT" | "STATE_SNAPSHOT" | "STATE_DELTA" | "MESSAGES_SNAPSHOT" | "REASONING_START" | "REASONING_MESSAGE_START" | "REASONING_MESSAGE_CONTENT" | "REASONING_MESSAGE_END" | "REASONING_END" | "CUSTOM" | "RAW";
+        /** @description An AG-UI message, by role: developer, system, assistant (`toolCalls`), user, tool (`toolCallId`, `error`), activity, reasoning. Only new `user` messages (by id) and `tool` messages answering the run's client tool calls are read; the rest is the client's history. */
+        AgUiMessage: {
+            content?: string | components["schemas"]["AgUiContentPart"][] | Record<string, never>;
+            error?: string;
+            id: string;
+            metadata?: Record<string, never>;
+            name?: string;
+            role: components["schemas"]["AgUiRole"];
+            toolCallId?: string;
+            toolCalls?: Record<string, never>[];
+        };
+        /** @description An answer to an interrupt: `resolved` with `payload.decision` (one of its actions) and optional `payload.reason`; `cancelled` decides the first of `cancel`, `deny`, `reject`, `stop` the interrupt offers. */
+        AgUiResumeEntry: {
+            interruptId: string;
+            metadata?: Record<string, never>;
+            payload?: unknown;
+            status: components["schemas"]["AgUiResumeStatus"];
+        };
+        /**
+         * @description How an interrupt is answered.
+         * @enum {string}
+         */
+        AgUiResumeStatus: "resolved" | "cancelled";
+        /**
+         * @description An AG-UI message role.
+         * @enum {string}
+         */
+        AgUiRole: "developer" | "system" | "assistant" | "user" | "tool" | "activity" | "reasoning";
+        /** @description AG-UI 1.0 RunAgentInput. `threadId` is the narad session (created when new); `runId` names the AG-UI run, and the narad run a new message starts (a repeated POST starts nothing twice). `forwardedProps.narad.queue` names the runtimes' queue, `forwardedProps.narad.stateScope` the state scope that is AG-UI's state (default `session`). `tools` are the client's (frontend) tools: a run started with some is bound to the thread's client executor `ag-ui:<threadId>`. `resume` answers the interrupts the last AG-UI run finished with. `state` and `context` are handed to the runtime in the run's input (`input.agUi`), not recorded as state. */
+        AgUiRunAgentInput: {
+            context?: components["schemas"]["AgUiContext"][];
+            forwardedProps?: unknown;
+            messages: components["schemas"]["AgUiMessage"][];
+            parentRunId?: string;
+            protocolVersion?: string;
+            resume?: components["schemas"]["AgUiResumeEntry"][];
+            runId: string;
+            state?: unknown;
+            threadId: string;
+            tools?: components["schemas"]["AgUiTool"][];
+        };
+        /** @description A tool of the client (a frontend tool). */
+        AgUiTool: {
+            description: string;
+            metadata?: Record<string, never>;
+            name: string;
+            parameters?: unknown;
+        };
         /** @description A batch of proposed authority events, appended atomically: all or none. */
         AppendRequest: {
             events: components["schemas"]["ProposedEvent"][];
@@ -1610,7 +1703,7 @@ export interface components {
             /** @description The notice's eventId: resume after it with Last-Event-ID. */
             id: components["schemas"]["defs.id"];
         };
-        /** @description What a ticket opens: a session's stream, the tenant's (filter that one with `?sessionId=` on the stream itself), or a blob's bytes. */
+        /** @description What a ticket opens: a session's stream, the tenant's (filter that one with `?sessionId=` on the stream itself), a blob's bytes, or `POST /v1/ag-ui` for one thread. */
         TicketRequest: {
             sessionId: components["schemas"]["defs.id"];
             /** @constant */
@@ -1618,6 +1711,10 @@ export interface components {
         } | {
             /** @constant */
             stream: "events";
+        } | {
+            sessionId: components["schemas"]["defs.id"];
+            /** @constant */
+            stream: "ag-ui";
         } | {
             blobId: string;
             /** @constant */
@@ -1897,6 +1994,13 @@ export interface components {
                 kind: "run" | "workflow";
             } & (unknown & unknown);
             activeProfiles: components["schemas"]["defs.nonEmptyString"][];
+            /** @description Routes that speak a chat front end's own protocol: agUi is POST {path} for AG-UI clients (protocolVersion of AG-UI). */
+            chatFrontEnds?: {
+                agUi?: {
+                    path: string;
+                    protocolVersion: string;
+                };
+            };
             currentSessionSequence?: components["schemas"]["defs.uint"];
             heartbeat: {
                 intervalMs: components["schemas"]["defs.uint"];
@@ -6377,6 +6481,126 @@ export interface operations {
             };
             /** @description NRD-0210: the organisation is being erased, or was: its credentials are refused */
             410: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description NRD-0001: the server failed; report the x-request-id */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description NRD-0901: the database cannot be reached; retry with backoff */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    runAgUi: {
+        parameters: {
+            query?: {
+                /** @description The runtimes' queue a new run goes to when `forwardedProps.narad.queue` names none (default `default`) */
+                queue?: string;
+                /** @description A stream ticket (`POST /v1/stream-tickets` with `{stream: "ag-ui", sessionId}`) instead of Authorization */
+                ticket?: string;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** @description An AG-UI 1.0 `RunAgentInput`, as `HttpAgent` sends it */
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["AgUiRunAgentInput"];
+            };
+        };
+        responses: {
+            /** @description text/event-stream of AG-UI 1.0 events (`data: {json}` frames; keep-alive comments): `RUN_STARTED` first, then the run's text, reasoning, tool calls and results, state, steps and custom events, and `RUN_FINISHED` (outcome success, success with `pendingToolCallIds` for the client's tools, `interrupt`, or `cancelled`) or `RUN_ERROR` last */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/event-stream": components["schemas"]["AgUiEvent"];
+                };
+            };
+            /** @description NRD-0003: the body is no RunAgentInput, or a resume entry cannot be decided (`fields` names the pointer); NRD-0008: a bad query parameter */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description NRD-0101: no token, or a ticket unknown, expired or for another thread */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description NRD-0102: no `writer` role (`approver` too for `resume`), or the token does not reach the thread */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description NRD-0007: a resume names no interrupt of the thread */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description NRD-0204: the thread's run is still active and the input brings new user messages; NRD-0205: an interrupt was decided by someone else first (`details.decision`); NRD-0404: a tool call was answered elsewhere first */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description NRD-0210: the organisation is being erased, or was: its credentials are refused */
+            410: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description NRD-0006: the body exceeds the server's limit */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description NRD-0602, NRD-0603, NRD-0604, NRD-0605: a limit of the organisation */
+            429: {
                 headers: {
                     [name: string]: unknown;
                 };

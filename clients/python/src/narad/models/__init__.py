@@ -5,44 +5,47 @@
 from __future__ import annotations
 
 from enum import Enum
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Dict, Literal
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, RootModel, constr
 
 from . import defs
-from .control.client import tool
+from .control.client import tool as tool_1
 from .control.client.tool import Finish
 from .documents import Error as Error_1
 from .envelopes import Watch
 from .events import artifact, attachment, interrupt
 from .events import message as message_1
 from .events import node as node_1
-from .events import progress, reasoning
+from .events import progress
+from .events import reasoning as reasoning_1
 from .events import run as run_2
 from .events import session as session_1
 from .events import state as state_1
 from .events import view
 from .events import workflow as workflow_1
-from .events.message import text, user
+from .events.message import text as text_1
+from .events.message import user as user_1
 from .events.run import stop
 from .events.tool import call
 from .events.ui import state as state_2
 from .events.workflow import edge, step
-from .hydrate import graph, messages
+from .hydrate import graph
+from .hydrate import messages as messages_1
 from .proposed import artifact as artifact_1
 from .proposed import attachment as attachment_1
 from .proposed import interrupt as interrupt_1
 from .proposed import message as message_2
 from .proposed import node as node_2
 from .proposed import progress as progress_1
-from .proposed import reasoning as reasoning_1
+from .proposed import reasoning as reasoning_2
 from .proposed import run
 from .proposed import session as session_2
 from .proposed import state as state_3
 from .proposed import view as view_1
 from .proposed import workflow as workflow_2
-from .proposed.message import text as text_1
-from .proposed.message import user as user_1
+from .proposed.message import text as text_2
+from .proposed.message import user as user_2
 from .proposed.run import stop as stop_1
 from .proposed.tool import call as call_1
 from .proposed.ui import state as state_4
@@ -51,6 +54,100 @@ from .proposed.workflow import step as step_1
 from .watch import node
 from .watch import run as run_1
 from .watch import session, workflow, workspace
+
+
+class AgUiContentPartType(Enum):
+    """
+    An AG-UI content part type.
+    """
+
+    text = 'text'
+    image = 'image'
+    audio = 'audio'
+    video = 'video'
+    document = 'document'
+
+
+class AgUiContext(BaseModel):
+    """
+    An AG-UI context entry, handed to the runtime.
+    """
+
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    description: str = Field(..., pattern='^[^\\u0000]*$')
+    value: str = Field(..., pattern='^[^\\u0000]*$')
+
+
+class AgUiEventType(Enum):
+    """
+    The AG-UI event types narad sends.
+    """
+
+    run_started = 'RUN_STARTED'
+    run_finished = 'RUN_FINISHED'
+    run_error = 'RUN_ERROR'
+    step_started = 'STEP_STARTED'
+    step_finished = 'STEP_FINISHED'
+    text_message_start = 'TEXT_MESSAGE_START'
+    text_message_content = 'TEXT_MESSAGE_CONTENT'
+    text_message_end = 'TEXT_MESSAGE_END'
+    tool_call_start = 'TOOL_CALL_START'
+    tool_call_args = 'TOOL_CALL_ARGS'
+    tool_call_end = 'TOOL_CALL_END'
+    tool_call_result = 'TOOL_CALL_RESULT'
+    state_snapshot = 'STATE_SNAPSHOT'
+    state_delta = 'STATE_DELTA'
+    messages_snapshot = 'MESSAGES_SNAPSHOT'
+    reasoning_start = 'REASONING_START'
+    reasoning_message_start = 'REASONING_MESSAGE_START'
+    reasoning_message_content = 'REASONING_MESSAGE_CONTENT'
+    reasoning_message_end = 'REASONING_MESSAGE_END'
+    reasoning_end = 'REASONING_END'
+    custom = 'CUSTOM'
+    raw = 'RAW'
+
+
+class Content(RootModel[str]):
+    root: str = Field(..., pattern='^[^\\u0000]*$')
+
+
+class AgUiResumeStatus(Enum):
+    """
+    How an interrupt is answered.
+    """
+
+    resolved = 'resolved'
+    cancelled = 'cancelled'
+
+
+class AgUiRole(Enum):
+    """
+    An AG-UI message role.
+    """
+
+    developer = 'developer'
+    system = 'system'
+    assistant = 'assistant'
+    user = 'user'
+    tool = 'tool'
+    activity = 'activity'
+    reasoning = 'reasoning'
+
+
+class AgUiTool(BaseModel):
+    """
+    A tool of the client (a frontend tool).
+    """
+
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    description: str = Field(..., pattern='^[^\\u0000]*$')
+    metadata: dict[constr(pattern=r'^[^\u0000]*$'), Any] | None = None
+    name: str = Field(..., pattern='^[^\\u0000]*$')
+    parameters: Any | None = None
 
 
 class EventId(RootModel[str]):
@@ -464,7 +561,7 @@ class TenantLimits(BaseModel):
 
 class TicketRequest2(BaseModel):
     """
-    What a ticket opens: a session's stream, the tenant's (filter that one with `?sessionId=` on the stream itself), or a blob's bytes.
+    What a ticket opens: a session's stream, the tenant's (filter that one with `?sessionId=` on the stream itself), a blob's bytes, or `POST /v1/ag-ui` for one thread.
     """
 
     model_config = ConfigDict(
@@ -473,9 +570,9 @@ class TicketRequest2(BaseModel):
     stream: Literal['events']
 
 
-class TicketRequest3(BaseModel):
+class TicketRequest4(BaseModel):
     """
-    What a ticket opens: a session's stream, the tenant's (filter that one with `?sessionId=` on the stream itself), or a blob's bytes.
+    What a ticket opens: a session's stream, the tenant's (filter that one with `?sessionId=` on the stream itself), a blob's bytes, or `POST /v1/ag-ui` for one thread.
     """
 
     model_config = ConfigDict(
@@ -558,6 +655,94 @@ class ActiveExecution2(BaseModel):
     """
     An opaque identifier: 1 to 256 characters.
     """
+
+
+class AgUiContentPart(BaseModel):
+    """
+    An AG-UI content part: text, or an image, audio, video or document source.
+    """
+
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    source: dict[constr(pattern=r'^[^\u0000]*$'), Any] | None = None
+    text: str | None = Field(default=None, pattern='^[^\\u0000]*$')
+    type: AgUiContentPartType
+
+
+class AgUiEvent(BaseModel):
+    """
+    One AG-UI 1.0 event (`@ag-ui/core`'s EventSchema), sent as `data: {json}`. Optional fields are left out, never null; narad's own ids and extras are in `metadata.narad`.
+    """
+
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    __annotations__ = {
+        '__pydantic_extra__': Dict[constr(pattern=r'^[^\u0000]*$'), Any],
+    }
+    metadata: dict[constr(pattern=r'^[^\u0000]*$'), Any] | None = None
+    type: AgUiEventType
+
+
+class AgUiMessage(BaseModel):
+    """
+    An AG-UI message, by role: developer, system, assistant (`toolCalls`), user, tool (`toolCallId`, `error`), activity, reasoning. Only new `user` messages (by id) and `tool` messages answering the run's client tool calls are read; the rest is the client's history.
+    """
+
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    content: Content | list[AgUiContentPart] | dict[constr(pattern=r'^[^\u0000]*$'), Any] | None = (
+        None
+    )
+    error: str | None = Field(default=None, pattern='^[^\\u0000]*$')
+    id: str = Field(..., pattern='^[^\\u0000]*$')
+    metadata: dict[constr(pattern=r'^[^\u0000]*$'), Any] | None = None
+    name: str | None = Field(default=None, pattern='^[^\\u0000]*$')
+    role: AgUiRole
+    tool_call_id: str | None = Field(default=None, alias='toolCallId', pattern='^[^\\u0000]*$')
+    tool_calls: list[dict[constr(pattern=r'^[^\u0000]*$'), Any]] | None = Field(
+        default=None, alias='toolCalls'
+    )
+
+
+class AgUiResumeEntry(BaseModel):
+    """
+    An answer to an interrupt: `resolved` with `payload.decision` (one of its actions) and optional `payload.reason`; `cancelled` decides the first of `cancel`, `deny`, `reject`, `stop` the interrupt offers.
+    """
+
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    interrupt_id: str = Field(..., alias='interruptId', pattern='^[^\\u0000]*$')
+    metadata: dict[constr(pattern=r'^[^\u0000]*$'), Any] | None = None
+    payload: Any | None = None
+    status: AgUiResumeStatus
+
+
+class AgUiRunAgentInput(BaseModel):
+    """
+    AG-UI 1.0 RunAgentInput. `threadId` is the narad session (created when new); `runId` names the AG-UI run, and the narad run a new message starts (a repeated POST starts nothing twice). `forwardedProps.narad.queue` names the runtimes' queue, `forwardedProps.narad.stateScope` the state scope that is AG-UI's state (default `session`). `tools` are the client's (frontend) tools: a run started with some is bound to the thread's client executor `ag-ui:<threadId>`. `resume` answers the interrupts the last AG-UI run finished with. `state` and `context` are handed to the runtime in the run's input (`input.agUi`), not recorded as state.
+    """
+
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    context: list[AgUiContext] | None = None
+    forwarded_props: Any | None = Field(default=None, alias='forwardedProps')
+    messages: list[AgUiMessage]
+    parent_run_id: str | None = Field(default=None, alias='parentRunId', pattern='^[^\\u0000]*$')
+    protocol_version: str | None = Field(
+        default=None, alias='protocolVersion', pattern='^[^\\u0000]*$'
+    )
+    resume: list[AgUiResumeEntry] | None = None
+    run_id: str = Field(..., alias='runId', max_length=256, min_length=1, pattern='^[^\\u0000]*$')
+    state: Any | None = None
+    thread_id: str = Field(
+        ..., alias='threadId', max_length=256, min_length=1, pattern='^[^\\u0000]*$'
+    )
+    tools: list[AgUiTool] | None = None
 
 
 class AppendedEvent(BaseModel):
@@ -894,8 +1079,8 @@ class Health(BaseModel):
     """
 
 
-class HydrateRecord(RootModel[graph.Delta | graph.Snapshot | messages.Snapshot]):
-    root: graph.Delta | graph.Snapshot | messages.Snapshot = Field(..., discriminator='type')
+class HydrateRecord(RootModel[graph.Delta | graph.Snapshot | messages_1.Snapshot]):
+    root: graph.Delta | graph.Snapshot | messages_1.Snapshot = Field(..., discriminator='type')
     """
     A hydrate record (§9.7), any type of schema/hydrate/.
     """
@@ -1569,7 +1754,7 @@ class TenantStreamFrame(
 
 class TicketRequest1(BaseModel):
     """
-    What a ticket opens: a session's stream, the tenant's (filter that one with `?sessionId=` on the stream itself), or a blob's bytes.
+    What a ticket opens: a session's stream, the tenant's (filter that one with `?sessionId=` on the stream itself), a blob's bytes, or `POST /v1/ag-ui` for one thread.
     """
 
     model_config = ConfigDict(
@@ -1584,10 +1769,27 @@ class TicketRequest1(BaseModel):
     stream: Literal['session']
 
 
-class TicketRequest(RootModel[TicketRequest1 | TicketRequest2 | TicketRequest3]):
-    root: TicketRequest1 | TicketRequest2 | TicketRequest3
+class TicketRequest3(BaseModel):
     """
-    What a ticket opens: a session's stream, the tenant's (filter that one with `?sessionId=` on the stream itself), or a blob's bytes.
+    What a ticket opens: a session's stream, the tenant's (filter that one with `?sessionId=` on the stream itself), a blob's bytes, or `POST /v1/ag-ui` for one thread.
+    """
+
+    model_config = ConfigDict(
+        extra='forbid',
+    )
+    session_id: str = Field(
+        ..., alias='sessionId', max_length=256, min_length=1, pattern='^[^\\u0000]*$'
+    )
+    """
+    An opaque identifier: 1 to 256 characters.
+    """
+    stream: Literal['ag-ui']
+
+
+class TicketRequest(RootModel[TicketRequest1 | TicketRequest2 | TicketRequest3 | TicketRequest4]):
+    root: TicketRequest1 | TicketRequest2 | TicketRequest3 | TicketRequest4
+    """
+    What a ticket opens: a session's stream, the tenant's (filter that one with `?sessionId=` on the stream itself), a blob's bytes, or `POST /v1/ag-ui` for one thread.
     """
 
 
@@ -1721,7 +1923,7 @@ class ExecutorControls(BaseModel):
     model_config = ConfigDict(
         extra='allow',
     )
-    controls: list[tool.Execute]
+    controls: list[tool_1.Execute]
 
 
 class ExtensionList(BaseModel):
@@ -1748,7 +1950,7 @@ class HistoryPage(BaseModel):
     )
     events: list[
         Annotated[
-            artifact.Added | artifact.Failed | artifact.Ready | attachment.Added | attachment.Failed | attachment.Ready | attachment.Removed | interrupt.Requested | interrupt.Resolved | message_1.Redacted | text.Completed | text.Delta | text.Started | user.Recorded | node_1.Custom | node_1.Raw | progress.Recorded | reasoning.Completed | reasoning.Delta | reasoning.Started | run_2.Cancelled | run_2.Custom | run_2.Error | run_2.Finished | run_2.Paused | run_2.Raw | run_2.Resumed | run_2.Started | stop.Requested | session_1.Custom | session_1.Raw | state_1.Compacted | state_1.Delta | state_1.Snapshot | call.Finished | call.Started | state_2.Delta | state_2.Snapshot | view.Closed | view.Opened | view.Updated | workflow_1.Cancelled | workflow_1.Custom | edge.Taken | workflow_1.Error | workflow_1.Finished | workflow_1.Paused | workflow_1.Raw | workflow_1.Resumed | workflow_1.Started | step.Started,
+            artifact.Added | artifact.Failed | artifact.Ready | attachment.Added | attachment.Failed | attachment.Ready | attachment.Removed | interrupt.Requested | interrupt.Resolved | message_1.Redacted | text_1.Completed | text_1.Delta | text_1.Started | user_1.Recorded | node_1.Custom | node_1.Raw | progress.Recorded | reasoning_1.Completed | reasoning_1.Delta | reasoning_1.Started | run_2.Cancelled | run_2.Custom | run_2.Error | run_2.Finished | run_2.Paused | run_2.Raw | run_2.Resumed | run_2.Started | stop.Requested | session_1.Custom | session_1.Raw | state_1.Compacted | state_1.Delta | state_1.Snapshot | call.Finished | call.Started | state_2.Delta | state_2.Snapshot | view.Closed | view.Opened | view.Updated | workflow_1.Cancelled | workflow_1.Custom | edge.Taken | workflow_1.Error | workflow_1.Finished | workflow_1.Paused | workflow_1.Raw | workflow_1.Resumed | workflow_1.Started | step.Started,
             Field(discriminator='type'),
         ]
     ]
@@ -1934,7 +2136,7 @@ class AppendRequest(BaseModel):
     model_config = ConfigDict(
         extra='forbid',
     )
-    events: list[Annotated[artifact_1.Added | artifact_1.Failed | artifact_1.Ready | attachment_1.Added | attachment_1.Failed | attachment_1.Ready | attachment_1.Removed | interrupt_1.Requested | interrupt_1.Resolved | message_2.Redacted | text_1.Completed | text_1.Delta | text_1.Started | user_1.Recorded | node_2.Custom | node_2.Raw | progress_1.Recorded | reasoning_1.Completed | reasoning_1.Delta | reasoning_1.Started | run.Cancelled | run.Custom | run.Error | run.Finished | run.Paused | run.Raw | run.Resumed | run.Started | stop_1.Requested | session_2.Custom | session_2.Raw | state_3.Compacted | state_3.Delta | state_3.Snapshot | call_1.Finished | call_1.Started | state_4.Delta | state_4.Snapshot | view_1.Closed | view_1.Opened | view_1.Updated | workflow_2.Cancelled | workflow_2.Custom | edge_1.Taken | workflow_2.Error | workflow_2.Finished | workflow_2.Paused | workflow_2.Raw | workflow_2.Resumed | workflow_2.Started | step_1.Started, Field(discriminator='type')]] = (
+    events: list[Annotated[artifact_1.Added | artifact_1.Failed | artifact_1.Ready | attachment_1.Added | attachment_1.Failed | attachment_1.Ready | attachment_1.Removed | interrupt_1.Requested | interrupt_1.Resolved | message_2.Redacted | text_2.Completed | text_2.Delta | text_2.Started | user_2.Recorded | node_2.Custom | node_2.Raw | progress_1.Recorded | reasoning_2.Completed | reasoning_2.Delta | reasoning_2.Started | run.Cancelled | run.Custom | run.Error | run.Finished | run.Paused | run.Raw | run.Resumed | run.Started | stop_1.Requested | session_2.Custom | session_2.Raw | state_3.Compacted | state_3.Delta | state_3.Snapshot | call_1.Finished | call_1.Started | state_4.Delta | state_4.Snapshot | view_1.Closed | view_1.Opened | view_1.Updated | workflow_2.Cancelled | workflow_2.Custom | edge_1.Taken | workflow_2.Error | workflow_2.Finished | workflow_2.Paused | workflow_2.Raw | workflow_2.Resumed | workflow_2.Started | step_1.Started, Field(discriminator='type')]] = (
         Field(..., max_length=1000, min_length=1)
     )
     expected_session_sequence: int | None = Field(

@@ -684,22 +684,24 @@ async fn feed(
 }
 
 /// The OpenAPI components of the route: `AgUiRunAgentInput` (AG-UI 1.0's
-/// `RunAgentInput`) and `AgUiEvent` (one AG-UI event of the answer).
+/// `RunAgentInput`, with the `AgUi*` parts it names) and `AgUiEvent` (one
+/// AG-UI event of the answer).
 pub fn schemas() -> Vec<(String, Value)> {
-    let id = json!({"type": "string"});
-    let content = json!({"oneOf": [
-        {"type": "string"},
-        {"type": "array", "items": {"type": "object", "required": ["type"],
-            "properties": {"type": {"enum": ["text", "image", "audio", "video", "document"]}}}},
-    ]});
+    let component = |name: &str| json!({"$ref": format!("#/components/schemas/{name}")});
+    let part = json!({
+        "description": "An AG-UI content part: text, or an image, audio, video or document source.",
+        "type": "object",
+        "required": ["type"],
+        "properties": {"type": component("AgUiContentPartType"), "text": {"type": "string"}, "source": {"type": "object"}},
+    });
     let message = json!({
         "description": "An AG-UI message, by role: developer, system, assistant (`toolCalls`), user, tool (`toolCallId`, `error`), activity, reasoning. Only new `user` messages (by id) and `tool` messages answering the run's client tool calls are read; the rest is the client's history.",
         "type": "object",
         "required": ["id", "role"],
         "properties": {
-            "id": id,
-            "role": {"enum": ["developer", "system", "assistant", "user", "tool", "activity", "reasoning"]},
-            "content": content,
+            "id": {"type": "string"},
+            "role": component("AgUiRole"),
+            "content": {"oneOf": [{"type": "string"}, {"type": "array", "items": component("AgUiContentPart")}, {"type": "object"}]},
             "name": {"type": "string"},
             "toolCallId": {"type": "string"},
             "error": {"type": "string"},
@@ -707,8 +709,26 @@ pub fn schemas() -> Vec<(String, Value)> {
             "metadata": {"type": "object"},
         },
     });
+    let tool = json!({
+        "description": "A tool of the client (a frontend tool).",
+        "type": "object",
+        "required": ["name", "description"],
+        "properties": {"name": {"type": "string"}, "description": {"type": "string"}, "parameters": {}, "metadata": {"type": "object"}},
+    });
+    let context = json!({
+        "description": "An AG-UI context entry, handed to the runtime.",
+        "type": "object",
+        "required": ["description", "value"],
+        "properties": {"description": {"type": "string"}, "value": {"type": "string"}},
+    });
+    let resume = json!({
+        "description": "An answer to an interrupt: `resolved` with `payload.decision` (one of its actions) and optional `payload.reason`; `cancelled` decides the first of `cancel`, `deny`, `reject`, `stop` the interrupt offers.",
+        "type": "object",
+        "required": ["interruptId", "status"],
+        "properties": {"interruptId": {"type": "string"}, "status": component("AgUiResumeStatus"), "payload": {}, "metadata": {"type": "object"}},
+    });
     let input = json!({
-        "description": "AG-UI 1.0 RunAgentInput. `threadId` is the narad session (created when new); `runId` names the AG-UI run, and the narad run a new message starts (a repeated POST starts nothing twice). `forwardedProps.narad.queue` names the runtimes' queue, `forwardedProps.narad.stateScope` the state scope that is AG-UI's state (default `session`). `tools` are the client's (frontend) tools: a run started with some is bound to the thread's client executor `ag-ui:<threadId>`. `resume` answers the interrupts the last AG-UI run finished with: `status: resolved` with `payload.decision` (one of the interrupt's actions) and optional `payload.reason`; `status: cancelled` decides the first of `cancel`, `deny`, `reject`, `stop` the interrupt offers. `state` and `context` are handed to the runtime in the run's input (`input.agUi`), not recorded as state.",
+        "description": "AG-UI 1.0 RunAgentInput. `threadId` is the narad session (created when new); `runId` names the AG-UI run, and the narad run a new message starts (a repeated POST starts nothing twice). `forwardedProps.narad.queue` names the runtimes' queue, `forwardedProps.narad.stateScope` the state scope that is AG-UI's state (default `session`). `tools` are the client's (frontend) tools: a run started with some is bound to the thread's client executor `ag-ui:<threadId>`. `resume` answers the interrupts the last AG-UI run finished with. `state` and `context` are handed to the runtime in the run's input (`input.agUi`), not recorded as state.",
         "type": "object",
         "required": ["threadId", "runId", "messages"],
         "properties": {
@@ -717,37 +737,84 @@ pub fn schemas() -> Vec<(String, Value)> {
             "protocolVersion": {"type": "string"},
             "parentRunId": {"type": "string"},
             "state": {},
-            "messages": {"type": "array", "items": message},
-            "tools": {"type": "array", "items": {"type": "object", "required": ["name", "description"],
-                "properties": {"name": {"type": "string"}, "description": {"type": "string"},
-                    "parameters": {}, "metadata": {"type": "object"}}}},
-            "context": {"type": "array", "items": {"type": "object", "required": ["description", "value"],
-                "properties": {"description": {"type": "string"}, "value": {"type": "string"}}}},
+            "messages": {"type": "array", "items": component("AgUiMessage")},
+            "tools": {"type": "array", "items": component("AgUiTool")},
+            "context": {"type": "array", "items": component("AgUiContext")},
             "forwardedProps": {},
-            "resume": {"type": "array", "items": {"type": "object", "required": ["interruptId", "status"],
-                "properties": {"interruptId": {"type": "string"}, "status": {"enum": ["resolved", "cancelled"]},
-                    "payload": {}, "metadata": {"type": "object"}}}},
+            "resume": {"type": "array", "items": component("AgUiResumeEntry")},
         },
     });
     let event = json!({
         "description": "One AG-UI 1.0 event (`@ag-ui/core`'s EventSchema), sent as `data: {json}`. Optional fields are left out, never null; narad's own ids and extras are in `metadata.narad`.",
         "type": "object",
         "required": ["type"],
-        "properties": {
-            "type": {"enum": [
-                "RUN_STARTED", "RUN_FINISHED", "RUN_ERROR", "STEP_STARTED", "STEP_FINISHED",
-                "TEXT_MESSAGE_START", "TEXT_MESSAGE_CONTENT", "TEXT_MESSAGE_END",
-                "TOOL_CALL_START", "TOOL_CALL_ARGS", "TOOL_CALL_END", "TOOL_CALL_RESULT",
-                "STATE_SNAPSHOT", "STATE_DELTA", "MESSAGES_SNAPSHOT",
-                "REASONING_START", "REASONING_MESSAGE_START", "REASONING_MESSAGE_CONTENT",
-                "REASONING_MESSAGE_END", "REASONING_END", "CUSTOM", "RAW",
-            ]},
-            "metadata": {"type": "object"},
-        },
+        "properties": {"type": component("AgUiEventType"), "metadata": {"type": "object"}},
         "additionalProperties": true,
     });
+    let enumeration = |description: &str, values: &[&str]| json!({"description": description, "type": "string", "enum": values});
     vec![
         ("AgUiRunAgentInput".to_owned(), input),
+        ("AgUiMessage".to_owned(), message),
+        ("AgUiContentPart".to_owned(), part),
+        ("AgUiTool".to_owned(), tool),
+        ("AgUiContext".to_owned(), context),
+        ("AgUiResumeEntry".to_owned(), resume),
         ("AgUiEvent".to_owned(), event),
+        (
+            "AgUiRole".to_owned(),
+            enumeration(
+                "An AG-UI message role.",
+                &[
+                    "developer",
+                    "system",
+                    "assistant",
+                    "user",
+                    "tool",
+                    "activity",
+                    "reasoning",
+                ],
+            ),
+        ),
+        (
+            "AgUiContentPartType".to_owned(),
+            enumeration(
+                "An AG-UI content part type.",
+                &["text", "image", "audio", "video", "document"],
+            ),
+        ),
+        (
+            "AgUiResumeStatus".to_owned(),
+            enumeration("How an interrupt is answered.", &["resolved", "cancelled"]),
+        ),
+        (
+            "AgUiEventType".to_owned(),
+            enumeration(
+                "The AG-UI event types narad sends.",
+                &[
+                    "RUN_STARTED",
+                    "RUN_FINISHED",
+                    "RUN_ERROR",
+                    "STEP_STARTED",
+                    "STEP_FINISHED",
+                    "TEXT_MESSAGE_START",
+                    "TEXT_MESSAGE_CONTENT",
+                    "TEXT_MESSAGE_END",
+                    "TOOL_CALL_START",
+                    "TOOL_CALL_ARGS",
+                    "TOOL_CALL_END",
+                    "TOOL_CALL_RESULT",
+                    "STATE_SNAPSHOT",
+                    "STATE_DELTA",
+                    "MESSAGES_SNAPSHOT",
+                    "REASONING_START",
+                    "REASONING_MESSAGE_START",
+                    "REASONING_MESSAGE_CONTENT",
+                    "REASONING_MESSAGE_END",
+                    "REASONING_END",
+                    "CUSTOM",
+                    "RAW",
+                ],
+            ),
+        ),
     ]
 }

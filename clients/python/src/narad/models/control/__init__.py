@@ -25,6 +25,25 @@ class ActiveExecution(BaseModel):
     kind: Kind
 
 
+class AgUi(BaseModel):
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    path: str = Field(..., pattern='^[^\\u0000]*$')
+    protocol_version: str = Field(..., alias='protocolVersion', pattern='^[^\\u0000]*$')
+
+
+class ChatFrontEnds(BaseModel):
+    """
+    Routes that speak a chat front end's own protocol: agUi is POST {path} for AG-UI clients (protocolVersion of AG-UI).
+    """
+
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    ag_ui: AgUi | None = Field(default=None, alias='agUi')
+
+
 class Heartbeat(BaseModel):
     model_config = ConfigDict(
         extra='allow',
@@ -63,6 +82,10 @@ class Capabilities(Control):
     )
     active_execution: ActiveExecution | None = Field(default=None, alias='activeExecution')
     active_profiles: list[defs.NonEmptyString] = Field(..., alias='activeProfiles')
+    chat_front_ends: ChatFrontEnds | None = Field(default=None, alias='chatFrontEnds')
+    """
+    Routes that speak a chat front end's own protocol: agUi is POST {path} for AG-UI clients (protocolVersion of AG-UI).
+    """
     current_session_sequence: int | None = Field(
         default=None, alias='currentSessionSequence', ge=0, le=9007199254740991
     )
