@@ -281,6 +281,40 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/chat": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Starts or continues a chat: the run as a UI message stream. */
+        post: operations["chat"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/chat/{sessionId}/stream": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Reconnects to the session's active run: its whole message, then live. */
+        get: operations["resumeChat"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/commands/archive-session": {
         parameters: {
             query?: never;
@@ -1119,6 +1153,33 @@ export interface components {
             /** @description Where it is downloaded: `/v1/blobs/{blobId}`. */
             url: string;
         };
+        /** @description Where the assistant message stands in the session: the message id is the runId; `through` is the last sessionSequence the answer covers (a continuation sends what comes after). */
+        ChatMessageMetadata: {
+            narad?: {
+                runId?: string;
+                sessionId?: string;
+                through?: number;
+            };
+        };
+        /** @description What the AI SDK's DefaultChatTransport POSTs: the chat id (the narad session), the whole client-side history (only its last message is read), the trigger, and the transport's `body` extras. */
+        ChatRequest: {
+            id: components["schemas"]["defs.id"];
+            messageId?: string;
+            messages: {
+                id: components["schemas"]["defs.id"];
+                metadata?: unknown;
+                parts: {
+                    type: string;
+                }[];
+                /** @enum {unknown} */
+                role: "system" | "user" | "assistant";
+            }[];
+            narad?: {
+                queue?: components["schemas"]["defs.id"];
+            };
+            /** @enum {unknown} */
+            trigger?: "submit-message" | "regenerate-message";
+        };
         /** @description A run handed to a runtime. */
         Claim: {
             /**
@@ -1719,6 +1780,100 @@ export interface components {
             blobId: string;
             /** @constant */
             stream: "blob";
+        };
+        /** @description One chunk of the AI SDK's UI message stream (v1), as `DefaultChatTransport` parses it (`uiMessageChunkSchema` of `ai` 7); a frame `data: [DONE]` ends the stream. */
+        UiMessageChunk: {
+            messageId?: string;
+            messageMetadata?: components["schemas"]["ChatMessageMetadata"];
+            /** @constant */
+            type: "start";
+        } | {
+            /** @constant */
+            type: "start-step";
+        } | {
+            /** @constant */
+            type: "finish-step";
+        } | {
+            id: string;
+            /** @constant */
+            type: "text-start";
+        } | {
+            delta: string;
+            id: string;
+            /** @constant */
+            type: "text-delta";
+        } | {
+            id: string;
+            /** @constant */
+            type: "text-end";
+        } | {
+            id: string;
+            /** @constant */
+            type: "reasoning-start";
+        } | {
+            delta: string;
+            id: string;
+            /** @constant */
+            type: "reasoning-delta";
+        } | {
+            id: string;
+            /** @constant */
+            type: "reasoning-end";
+        } | {
+            input: unknown;
+            providerExecuted?: boolean;
+            toolCallId: string;
+            toolName: string;
+            /** @constant */
+            type: "tool-input-available";
+        } | {
+            output: unknown;
+            providerExecuted?: boolean;
+            toolCallId: string;
+            /** @constant */
+            type: "tool-output-available";
+        } | {
+            errorText: string;
+            providerExecuted?: boolean;
+            toolCallId: string;
+            /** @constant */
+            type: "tool-output-error";
+        } | {
+            toolCallId: string;
+            /** @constant */
+            type: "tool-output-denied";
+        } | {
+            /** @description `narad`: the interrupt (interruptId, waitId, kind, actions, title, message, expiresAt) */
+            approvalDescriptor?: Record<string, never>;
+            approvalId: string;
+            reason?: string;
+            toolCallId: string;
+            /** @constant */
+            type: "tool-approval-request";
+        } | {
+            approvalId: string;
+            approved: boolean;
+            reason?: string;
+            /** @constant */
+            type: "tool-approval-response";
+        } | {
+            data: unknown;
+            id?: string;
+            type: string;
+        } | {
+            errorText: string;
+            /** @constant */
+            type: "error";
+        } | {
+            reason?: string;
+            /** @constant */
+            type: "abort";
+        } | {
+            /** @enum {unknown} */
+            finishReason?: "stop" | "tool-calls" | "interrupted";
+            messageMetadata?: components["schemas"]["ChatMessageMetadata"];
+            /** @constant */
+            type: "finish";
         };
         /** @description A resumable upload under way. */
         Upload: {
@@ -7097,6 +7252,233 @@ export interface operations {
             };
             /** @description NRD-0208: the session was erased; nothing of it is kept, and its id cannot be used again; NRD-0210: the organisation is being erased, or was: its credentials are refused */
             410: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description NRD-0001: the server failed; report the x-request-id */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description NRD-0901: the database cannot be reached; retry with backoff */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    chat: {
+        parameters: {
+            query?: {
+                /** @description The runtimes' queue a new run goes to when the body's `narad.queue` names none (default `default`) */
+                queue?: string;
+                /** @description A stream ticket for the session's stream (`POST /v1/stream-tickets` with `{stream: "session", sessionId}`) instead of Authorization; it carries the roles of the token that asked for it */
+                ticket?: string;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** @description The body `DefaultChatTransport` sends: `{id, messages, trigger, messageId?}` and the transport's `body` extras (`narad.queue`) */
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["ChatRequest"];
+            };
+        };
+        responses: {
+            /** @description The UI message stream (protocol v1, header `x-vercel-ai-ui-message-stream: v1`): `data: {json}` frames, each one UiMessageChunk, `start` first (messageId = the runId), `finish` (or `error`) last, then `data: [DONE]`; keep-alive comments between */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/event-stream": components["schemas"]["UiMessageChunk"];
+                };
+            };
+            /** @description NRD-0003: not the transport's body, a trigger or edit that does not map (regenerate, editing a sent message), a user message without text (`fields` names the pointer); NRD-0008: a bad query parameter */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description NRD-0101: no token, or a ticket unknown, expired or for another session */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description NRD-0102: no `writer` role (`approver` too for an approval), or the token does not reach the session */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description NRD-0007: the continued message is no run of the session */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description NRD-0204: the session's run is still active and the body brings a new user message; NRD-0205: an approval was decided by someone else first (`details.decision`); NRD-0404: a tool call was answered elsewhere first; NRD-0202: the user message id was used with other text */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description NRD-0210: the organisation is being erased, or was: its credentials are refused */
+            410: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description NRD-0006: the body exceeds the server's limit */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description NRD-0602, NRD-0603, NRD-0604, NRD-0605: a limit of the organisation */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description NRD-0001: the server failed; report the x-request-id */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description NRD-0901: the database cannot be reached; retry with backoff */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    resumeChat: {
+        parameters: {
+            query?: {
+                /** @description A stream ticket for the session's stream instead of Authorization */
+                ticket?: string;
+                /** @description Ignored: the transport reconnects with the query of the URL it posts to, `queue` included */
+                queue?: string;
+            };
+            header?: never;
+            path: {
+                /** @description The session (the chat's id) */
+                sessionId: components["schemas"]["defs.id"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The active run's assistant message replayed from `start` (the same chunks the answers streamed), then live, as in `POST /v1/chat` */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/event-stream": components["schemas"]["UiMessageChunk"];
+                };
+            };
+            /** @description The session has no active run: nothing to resume */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description NRD-0008: a parameter is missing or malformed (`fields` names it) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description NRD-0101: no token, or a ticket unknown, expired or for another session */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description NRD-0102: no `reader` role, or the token does not reach the session */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description NRD-0007: no such session */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description NRD-0208: the session was erased; nothing of it is kept, and its id cannot be used again; NRD-0210: the organisation is being erased, or was: its credentials are refused */
+            410: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description NRD-0603: the organisation's open streams are at their limit */
+            429: {
                 headers: {
                     [name: string]: unknown;
                 };

@@ -26,7 +26,7 @@ from .events import view
 from .events import workflow as workflow_1
 from .events.message import text as text_1
 from .events.message import user as user_1
-from .events.run import stop
+from .events.run import stop as stop_1
 from .events.tool import call
 from .events.ui import state as state_2
 from .events.workflow import edge, step
@@ -46,7 +46,7 @@ from .proposed import view as view_1
 from .proposed import workflow as workflow_2
 from .proposed.message import text as text_2
 from .proposed.message import user as user_2
-from .proposed.run import stop as stop_1
+from .proposed.run import stop as stop_2
 from .proposed.tool import call as call_1
 from .proposed.ui import state as state_4
 from .proposed.workflow import edge as edge_1
@@ -200,6 +200,44 @@ class Blob(BaseModel):
     """
     Where it is downloaded: `/v1/blobs/{blobId}`.
     """
+
+
+class Narad(BaseModel):
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    run_id: str | None = Field(default=None, alias='runId', pattern='^[^\\u0000]*$')
+    session_id: str | None = Field(default=None, alias='sessionId', pattern='^[^\\u0000]*$')
+    through: int | None = Field(default=None, ge=0)
+
+
+class ChatMessageMetadata(BaseModel):
+    """
+    Where the assistant message stands in the session: the message id is the runId; `through` is the last sessionSequence the answer covers (a continuation sends what comes after).
+    """
+
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    narad: Narad | None = None
+
+
+class Part(BaseModel):
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    type: str = Field(..., pattern='^[^\\u0000]*$')
+
+
+class Role(Enum):
+    system = 'system'
+    user = 'user'
+    assistant = 'assistant'
+
+
+class Trigger(Enum):
+    submit_message = 'submit-message'
+    regenerate_message = 'regenerate-message'
 
 
 class Code(Enum):
@@ -582,6 +620,289 @@ class TicketRequest4(BaseModel):
     stream: Literal['blob']
 
 
+class UiMessageChunk1(BaseModel):
+    """
+    One chunk of the AI SDK's UI message stream (v1), as `DefaultChatTransport` parses it (`uiMessageChunkSchema` of `ai` 7); a frame `data: [DONE]` ends the stream.
+    """
+
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    message_id: str | None = Field(default=None, alias='messageId', pattern='^[^\\u0000]*$')
+    message_metadata: ChatMessageMetadata | None = Field(default=None, alias='messageMetadata')
+    type: Literal['start']
+
+
+class UiMessageChunk2(BaseModel):
+    """
+    One chunk of the AI SDK's UI message stream (v1), as `DefaultChatTransport` parses it (`uiMessageChunkSchema` of `ai` 7); a frame `data: [DONE]` ends the stream.
+    """
+
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    type: Literal['start-step']
+
+
+class UiMessageChunk3(BaseModel):
+    """
+    One chunk of the AI SDK's UI message stream (v1), as `DefaultChatTransport` parses it (`uiMessageChunkSchema` of `ai` 7); a frame `data: [DONE]` ends the stream.
+    """
+
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    type: Literal['finish-step']
+
+
+class UiMessageChunk4(BaseModel):
+    """
+    One chunk of the AI SDK's UI message stream (v1), as `DefaultChatTransport` parses it (`uiMessageChunkSchema` of `ai` 7); a frame `data: [DONE]` ends the stream.
+    """
+
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    id: str = Field(..., pattern='^[^\\u0000]*$')
+    type: Literal['text-start']
+
+
+class UiMessageChunk5(BaseModel):
+    """
+    One chunk of the AI SDK's UI message stream (v1), as `DefaultChatTransport` parses it (`uiMessageChunkSchema` of `ai` 7); a frame `data: [DONE]` ends the stream.
+    """
+
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    delta: str = Field(..., pattern='^[^\\u0000]*$')
+    id: str = Field(..., pattern='^[^\\u0000]*$')
+    type: Literal['text-delta']
+
+
+class UiMessageChunk6(BaseModel):
+    """
+    One chunk of the AI SDK's UI message stream (v1), as `DefaultChatTransport` parses it (`uiMessageChunkSchema` of `ai` 7); a frame `data: [DONE]` ends the stream.
+    """
+
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    id: str = Field(..., pattern='^[^\\u0000]*$')
+    type: Literal['text-end']
+
+
+class UiMessageChunk7(BaseModel):
+    """
+    One chunk of the AI SDK's UI message stream (v1), as `DefaultChatTransport` parses it (`uiMessageChunkSchema` of `ai` 7); a frame `data: [DONE]` ends the stream.
+    """
+
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    id: str = Field(..., pattern='^[^\\u0000]*$')
+    type: Literal['reasoning-start']
+
+
+class UiMessageChunk8(BaseModel):
+    """
+    One chunk of the AI SDK's UI message stream (v1), as `DefaultChatTransport` parses it (`uiMessageChunkSchema` of `ai` 7); a frame `data: [DONE]` ends the stream.
+    """
+
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    delta: str = Field(..., pattern='^[^\\u0000]*$')
+    id: str = Field(..., pattern='^[^\\u0000]*$')
+    type: Literal['reasoning-delta']
+
+
+class UiMessageChunk9(BaseModel):
+    """
+    One chunk of the AI SDK's UI message stream (v1), as `DefaultChatTransport` parses it (`uiMessageChunkSchema` of `ai` 7); a frame `data: [DONE]` ends the stream.
+    """
+
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    id: str = Field(..., pattern='^[^\\u0000]*$')
+    type: Literal['reasoning-end']
+
+
+class UiMessageChunk10(BaseModel):
+    """
+    One chunk of the AI SDK's UI message stream (v1), as `DefaultChatTransport` parses it (`uiMessageChunkSchema` of `ai` 7); a frame `data: [DONE]` ends the stream.
+    """
+
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    input: Any
+    provider_executed: bool | None = Field(default=None, alias='providerExecuted')
+    tool_call_id: str = Field(..., alias='toolCallId', pattern='^[^\\u0000]*$')
+    tool_name: str = Field(..., alias='toolName', pattern='^[^\\u0000]*$')
+    type: Literal['tool-input-available']
+
+
+class UiMessageChunk11(BaseModel):
+    """
+    One chunk of the AI SDK's UI message stream (v1), as `DefaultChatTransport` parses it (`uiMessageChunkSchema` of `ai` 7); a frame `data: [DONE]` ends the stream.
+    """
+
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    output: Any
+    provider_executed: bool | None = Field(default=None, alias='providerExecuted')
+    tool_call_id: str = Field(..., alias='toolCallId', pattern='^[^\\u0000]*$')
+    type: Literal['tool-output-available']
+
+
+class UiMessageChunk12(BaseModel):
+    """
+    One chunk of the AI SDK's UI message stream (v1), as `DefaultChatTransport` parses it (`uiMessageChunkSchema` of `ai` 7); a frame `data: [DONE]` ends the stream.
+    """
+
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    error_text: str = Field(..., alias='errorText', pattern='^[^\\u0000]*$')
+    provider_executed: bool | None = Field(default=None, alias='providerExecuted')
+    tool_call_id: str = Field(..., alias='toolCallId', pattern='^[^\\u0000]*$')
+    type: Literal['tool-output-error']
+
+
+class UiMessageChunk13(BaseModel):
+    """
+    One chunk of the AI SDK's UI message stream (v1), as `DefaultChatTransport` parses it (`uiMessageChunkSchema` of `ai` 7); a frame `data: [DONE]` ends the stream.
+    """
+
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    tool_call_id: str = Field(..., alias='toolCallId', pattern='^[^\\u0000]*$')
+    type: Literal['tool-output-denied']
+
+
+class UiMessageChunk14(BaseModel):
+    """
+    One chunk of the AI SDK's UI message stream (v1), as `DefaultChatTransport` parses it (`uiMessageChunkSchema` of `ai` 7); a frame `data: [DONE]` ends the stream.
+    """
+
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    approval_descriptor: dict[constr(pattern=r'^[^\u0000]*$'), Any] | None = Field(
+        default=None, alias='approvalDescriptor'
+    )
+    """
+    `narad`: the interrupt (interruptId, waitId, kind, actions, title, message, expiresAt)
+    """
+    approval_id: str = Field(..., alias='approvalId', pattern='^[^\\u0000]*$')
+    reason: str | None = Field(default=None, pattern='^[^\\u0000]*$')
+    tool_call_id: str = Field(..., alias='toolCallId', pattern='^[^\\u0000]*$')
+    type: Literal['tool-approval-request']
+
+
+class UiMessageChunk15(BaseModel):
+    """
+    One chunk of the AI SDK's UI message stream (v1), as `DefaultChatTransport` parses it (`uiMessageChunkSchema` of `ai` 7); a frame `data: [DONE]` ends the stream.
+    """
+
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    approval_id: str = Field(..., alias='approvalId', pattern='^[^\\u0000]*$')
+    approved: bool
+    reason: str | None = Field(default=None, pattern='^[^\\u0000]*$')
+    type: Literal['tool-approval-response']
+
+
+class UiMessageChunk16(BaseModel):
+    """
+    narad specifics: data-narad-run (id `run`: paused, running, stopping), data-narad-progress (id: progressId), data-narad-interrupt (an interrupt about no tool call; id: interruptId), data-narad-custom, data-narad-error
+    """
+
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    data: Any
+    id: str | None = Field(default=None, pattern='^[^\\u0000]*$')
+    type: str = Field(..., pattern='^data-narad-')
+
+
+class UiMessageChunk17(BaseModel):
+    """
+    One chunk of the AI SDK's UI message stream (v1), as `DefaultChatTransport` parses it (`uiMessageChunkSchema` of `ai` 7); a frame `data: [DONE]` ends the stream.
+    """
+
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    error_text: str = Field(..., alias='errorText', pattern='^[^\\u0000]*$')
+    type: Literal['error']
+
+
+class UiMessageChunk18(BaseModel):
+    """
+    One chunk of the AI SDK's UI message stream (v1), as `DefaultChatTransport` parses it (`uiMessageChunkSchema` of `ai` 7); a frame `data: [DONE]` ends the stream.
+    """
+
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    reason: str | None = Field(default=None, pattern='^[^\\u0000]*$')
+    type: Literal['abort']
+
+
+class FinishReason(Enum):
+    stop = 'stop'
+    tool_calls = 'tool-calls'
+    interrupted = 'interrupted'
+
+
+class UiMessageChunk19(BaseModel):
+    """
+    One chunk of the AI SDK's UI message stream (v1), as `DefaultChatTransport` parses it (`uiMessageChunkSchema` of `ai` 7); a frame `data: [DONE]` ends the stream.
+    """
+
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    finish_reason: FinishReason | None = Field(default=None, alias='finishReason')
+    message_metadata: ChatMessageMetadata | None = Field(default=None, alias='messageMetadata')
+    type: Literal['finish']
+
+
+class UiMessageChunk(
+    RootModel[
+        UiMessageChunk1
+        | UiMessageChunk2
+        | UiMessageChunk3
+        | UiMessageChunk4
+        | UiMessageChunk5
+        | UiMessageChunk6
+        | UiMessageChunk7
+        | UiMessageChunk8
+        | UiMessageChunk9
+        | UiMessageChunk10
+        | UiMessageChunk11
+        | UiMessageChunk12
+        | UiMessageChunk13
+        | UiMessageChunk14
+        | UiMessageChunk15
+        | UiMessageChunk16
+        | UiMessageChunk17
+        | UiMessageChunk18
+        | UiMessageChunk19
+    ]
+):
+    root: UiMessageChunk1 | UiMessageChunk2 | UiMessageChunk3 | UiMessageChunk4 | UiMessageChunk5 | UiMessageChunk6 | UiMessageChunk7 | UiMessageChunk8 | UiMessageChunk9 | UiMessageChunk10 | UiMessageChunk11 | UiMessageChunk12 | UiMessageChunk13 | UiMessageChunk14 | UiMessageChunk15 | UiMessageChunk16 | UiMessageChunk17 | UiMessageChunk18 | UiMessageChunk19
+    """
+    One chunk of the AI SDK's UI message stream (v1), as `DefaultChatTransport` parses it (`uiMessageChunkSchema` of `ai` 7); a frame `data: [DONE]` ends the stream.
+    """
+
+
 class Upload(BaseModel):
     """
     A resumable upload under way.
@@ -843,6 +1164,47 @@ class AuditPage(BaseModel):
     """
     The `after` of the next page, when more remain.
     """
+
+
+class Message(BaseModel):
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    id: str = Field(..., max_length=256, min_length=1, pattern='^[^\\u0000]*$')
+    """
+    An opaque identifier: 1 to 256 characters.
+    """
+    metadata: Any | None = None
+    parts: list[Part]
+    role: Role
+
+
+class Narad1(BaseModel):
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    queue: str | None = Field(default=None, max_length=256, min_length=1, pattern='^[^\\u0000]*$')
+    """
+    An opaque identifier: 1 to 256 characters.
+    """
+
+
+class ChatRequest(BaseModel):
+    """
+    What the AI SDK's DefaultChatTransport POSTs: the chat id (the narad session), the whole client-side history (only its last message is read), the trigger, and the transport's `body` extras.
+    """
+
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    id: str = Field(..., max_length=256, min_length=1, pattern='^[^\\u0000]*$')
+    """
+    An opaque identifier: 1 to 256 characters.
+    """
+    message_id: str | None = Field(default=None, alias='messageId', pattern='^[^\\u0000]*$')
+    messages: list[Message] = Field(..., min_length=1)
+    narad: Narad1 | None = None
+    trigger: Trigger | None = None
 
 
 class ClaimRequest(BaseModel):
@@ -1950,7 +2312,7 @@ class HistoryPage(BaseModel):
     )
     events: list[
         Annotated[
-            artifact.Added | artifact.Failed | artifact.Ready | attachment.Added | attachment.Failed | attachment.Ready | attachment.Removed | interrupt.Requested | interrupt.Resolved | message_1.Redacted | text_1.Completed | text_1.Delta | text_1.Started | user_1.Recorded | node_1.Custom | node_1.Raw | progress.Recorded | reasoning_1.Completed | reasoning_1.Delta | reasoning_1.Started | run_2.Cancelled | run_2.Custom | run_2.Error | run_2.Finished | run_2.Paused | run_2.Raw | run_2.Resumed | run_2.Started | stop.Requested | session_1.Custom | session_1.Raw | state_1.Compacted | state_1.Delta | state_1.Snapshot | call.Finished | call.Started | state_2.Delta | state_2.Snapshot | view.Closed | view.Opened | view.Updated | workflow_1.Cancelled | workflow_1.Custom | edge.Taken | workflow_1.Error | workflow_1.Finished | workflow_1.Paused | workflow_1.Raw | workflow_1.Resumed | workflow_1.Started | step.Started,
+            artifact.Added | artifact.Failed | artifact.Ready | attachment.Added | attachment.Failed | attachment.Ready | attachment.Removed | interrupt.Requested | interrupt.Resolved | message_1.Redacted | text_1.Completed | text_1.Delta | text_1.Started | user_1.Recorded | node_1.Custom | node_1.Raw | progress.Recorded | reasoning_1.Completed | reasoning_1.Delta | reasoning_1.Started | run_2.Cancelled | run_2.Custom | run_2.Error | run_2.Finished | run_2.Paused | run_2.Raw | run_2.Resumed | run_2.Started | stop_1.Requested | session_1.Custom | session_1.Raw | state_1.Compacted | state_1.Delta | state_1.Snapshot | call.Finished | call.Started | state_2.Delta | state_2.Snapshot | view.Closed | view.Opened | view.Updated | workflow_1.Cancelled | workflow_1.Custom | edge.Taken | workflow_1.Error | workflow_1.Finished | workflow_1.Paused | workflow_1.Raw | workflow_1.Resumed | workflow_1.Started | step.Started,
             Field(discriminator='type'),
         ]
     ]
@@ -2136,7 +2498,7 @@ class AppendRequest(BaseModel):
     model_config = ConfigDict(
         extra='forbid',
     )
-    events: list[Annotated[artifact_1.Added | artifact_1.Failed | artifact_1.Ready | attachment_1.Added | attachment_1.Failed | attachment_1.Ready | attachment_1.Removed | interrupt_1.Requested | interrupt_1.Resolved | message_2.Redacted | text_2.Completed | text_2.Delta | text_2.Started | user_2.Recorded | node_2.Custom | node_2.Raw | progress_1.Recorded | reasoning_2.Completed | reasoning_2.Delta | reasoning_2.Started | run.Cancelled | run.Custom | run.Error | run.Finished | run.Paused | run.Raw | run.Resumed | run.Started | stop_1.Requested | session_2.Custom | session_2.Raw | state_3.Compacted | state_3.Delta | state_3.Snapshot | call_1.Finished | call_1.Started | state_4.Delta | state_4.Snapshot | view_1.Closed | view_1.Opened | view_1.Updated | workflow_2.Cancelled | workflow_2.Custom | edge_1.Taken | workflow_2.Error | workflow_2.Finished | workflow_2.Paused | workflow_2.Raw | workflow_2.Resumed | workflow_2.Started | step_1.Started, Field(discriminator='type')]] = (
+    events: list[Annotated[artifact_1.Added | artifact_1.Failed | artifact_1.Ready | attachment_1.Added | attachment_1.Failed | attachment_1.Ready | attachment_1.Removed | interrupt_1.Requested | interrupt_1.Resolved | message_2.Redacted | text_2.Completed | text_2.Delta | text_2.Started | user_2.Recorded | node_2.Custom | node_2.Raw | progress_1.Recorded | reasoning_2.Completed | reasoning_2.Delta | reasoning_2.Started | run.Cancelled | run.Custom | run.Error | run.Finished | run.Paused | run.Raw | run.Resumed | run.Started | stop_2.Requested | session_2.Custom | session_2.Raw | state_3.Compacted | state_3.Delta | state_3.Snapshot | call_1.Finished | call_1.Started | state_4.Delta | state_4.Snapshot | view_1.Closed | view_1.Opened | view_1.Updated | workflow_2.Cancelled | workflow_2.Custom | edge_1.Taken | workflow_2.Error | workflow_2.Finished | workflow_2.Paused | workflow_2.Raw | workflow_2.Resumed | workflow_2.Started | step_1.Started, Field(discriminator='type')]] = (
         Field(..., max_length=1000, min_length=1)
     )
     expected_session_sequence: int | None = Field(
