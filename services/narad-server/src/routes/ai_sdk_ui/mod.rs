@@ -22,7 +22,8 @@
 //! as that command). The answer is the run as one assistant message (id =
 //! runId, see its `translate` module) from where the client stands until the run
 //! ends or waits on the front end again. The GET (the transport's
-//! reconnect) answers 204 when the session has no active run, else the
+//! reconnect) answers 204 when the session has no active run (or does not
+//! exist yet: a new chat's page resumes on mount), else the
 //! active run's whole message from `start` (the transport treats a resumed
 //! stream as a replay) and then live: read from the journal, so across
 //! restarts and replicas. A client that goes away (`stop()`, a reload)
@@ -306,7 +307,15 @@ pub async fn resume(
     principal.require(Permission::Read)?;
     principal.require_session(&session_id)?;
     let tenant = principal.tenant.clone();
-    let session = state.journal.session(&tenant, &session_id).await?;
+    // A new chat's page resumes on mount, before its first message creates
+    // the session: nothing to resume, as for a session with no active run.
+    let session = match state.journal.session(&tenant, &session_id).await {
+        Ok(session) => session,
+        Err(JournalError::SessionNotFound(_)) => {
+            return Ok(StatusCode::NO_CONTENT.into_response());
+        }
+        Err(e) => return Err(e.into()),
+    };
     let Some(run_id) = active_run(&session) else {
         return Ok(StatusCode::NO_CONTENT.into_response());
     };
