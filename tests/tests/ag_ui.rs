@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use narad_server::auth::Role;
-use narad_tests::{Server, token, whole_history};
+use narad_tests::{RuntimeSettings, Server, token, whole_history};
 use serde_json::{Value, json};
 use tokio::task::JoinHandle;
 
@@ -441,7 +441,7 @@ async fn a_frontend_tool_round_trip() {
     let (_, run, lease) = claim(&s, &jwt).await;
     let h = whole_history(&s, &jwt, "t1").await;
     let started = h.iter().find(|e| e["type"] == "run.started").unwrap();
-    assert_eq!(started["clientExecutorId"], "ag-ui:t1");
+    assert_eq!(started["clientExecutorId"], "front-end:t1");
     assert_eq!(started["input"]["prompt"], "book it");
     assert_eq!(started["input"]["agUi"]["tools"][0]["name"], "confirm");
     append(&s, &jwt, "t1", &run, &lease, vec![
@@ -513,4 +513,88 @@ async fn a_frontend_tool_round_trip() {
         ]
     );
     assert_eq!(a.last()["outcome"], json!({"type": "cancelled"}));
+}
+
+#[tokio::test]
+async fn a_client_call_of_a_chat_run_is_answered_through_ag_ui_in_one_session() {
+    let s = Server::start_with_runtime(RuntimeSettings {
+        lease_ttl: Duration::from_secs(60),
+        sweep_interval: Duration::from_millis(100),
+        ..RuntimeSettings::default()
+    })
+    .await;
+    let jwt = everyone("acme");
+    // Started by the AI SDK's chat route, the run calls the client's tool.
+    let first = json!({"id": "s1", "trigger": "submit-message",
+        "messages": [{"id": "u1", "role": "user", "parts": [{"type": "text", "text": "Where am I?"}]}]});
+    let chat = s
+        .http
+        .post(format!("{}/v1/chat", s.base))
+        .bearer_auth(&jwt)
+        .json(&first)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(chat.status(), 200);
+    let reading = tokio::spawn(chat.text());
+    let (_, run, lease) = claim(&s, &jwt).await;
+    append(&s, &jwt, "s1", &run, &lease, vec![
+        json!({"type": "tool.call.started", "toolCallId": "loc1", "toolName": "getLocation", "executor": "client", "args": {"precise": true}}),
+    ]).await;
+    let text = tokio::time::timeout(Duration::from_secs(20), reading)
+        .await
+        .expect("the chat answer ends")
+        .unwrap()
+        .unwrap();
+    assert!(text.contains("tool-input-available"), "{text}");
+
+    // An AG-UI client of the same session answers it.
+    let tools = json!([{"name": "getLocation", "description": "where the person is"}]);
+    let mut next = input(
+        "s1",
+        "a1",
+        json!([
+            user("u1", "Where am I?"),
+            {"id": "loc1", "role": "assistant", "toolCalls": [{"id": "loc1", "type": "function", "function": {"name": "getLocation", "arguments": "{\"precise\":true}"}}]},
+            {"id": "tm1", "role": "tool", "toolCallId": "loc1", "content": "{\"city\":\"Berlin\"}"},
+        ]),
+    );
+    next["tools"] = tools;
+    let answer = post(&s, &jwt, next);
+    let h = loop {
+        let h = whole_history(&s, &jwt, "s1").await;
+        if count(&h, "tool.call.finished") == 1 {
+            break h;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let finished = h
+        .iter()
+        .find(|e| e["type"] == "tool.call.finished")
+        .unwrap();
+    assert_eq!(
+        (finished["outcome"].clone(), finished["response"].clone()),
+        (json!("success"), json!({"city": "Berlin"}))
+    );
+    append(&s, &jwt, "s1", &run, &lease, vec![
+        json!({"type": "message.text.started", "messageId": "m2", "role": "assistant", "messageScope": "run"}),
+        json!({"type": "message.text.delta", "messageId": "m2", "delta": "Berlin."}),
+        json!({"type": "message.text.completed", "messageId": "m2"}),
+        json!({"type": "run.finished"}),
+    ]).await;
+    let a = answer.await.unwrap();
+    assert_eq!(a.status, 200, "{}", a.error);
+    assert_eq!(a.last()["type"], "RUN_FINISHED");
+    assert_eq!(a.last()["outcome"], json!({"type": "success"}));
+    let said: String = a
+        .events
+        .iter()
+        .filter(|e| e["type"] == "TEXT_MESSAGE_CONTENT")
+        .map(|e| e["delta"].as_str().unwrap())
+        .collect();
+    assert_eq!(said, "Berlin.");
+    // One session, one run, one transcript.
+    let h = whole_history(&s, &jwt, "s1").await;
+    assert_eq!(count(&h, "run.started"), 1);
+    assert_eq!(count(&h, "message.user.recorded"), 1);
 }

@@ -1044,7 +1044,7 @@ class AgUiResumeEntry(BaseModel):
 
 class AgUiRunAgentInput(BaseModel):
     """
-    AG-UI 1.0 RunAgentInput. `threadId` is the narad session (created when new); `runId` names the AG-UI run, and the narad run a new message starts (a repeated POST starts nothing twice). `forwardedProps.narad.queue` names the runtimes' queue, `forwardedProps.narad.stateScope` the state scope that is AG-UI's state (default `session`). `tools` are the client's (frontend) tools: a run started with some is bound to the thread's client executor `ag-ui:<threadId>`. `resume` answers the interrupts the last AG-UI run finished with. `state` and `context` are handed to the runtime in the run's input (`input.agUi`), not recorded as state.
+    AG-UI 1.0 RunAgentInput. `threadId` is the narad session (created when new); `runId` names the AG-UI run, and the narad run a new message starts (a repeated POST starts nothing twice). `forwardedProps.narad.queue` names the runtimes' queue, `forwardedProps.narad.stateScope` the state scope that is AG-UI's state (default `session`). `tools` are the client's (frontend) tools; every run the route starts is bound to the session's front-end executor `front-end:<threadId>` (the one `POST /v1/chat` uses), so a client tool call is answered from either route. `resume` answers the interrupts the last AG-UI run finished with. `state` and `context` are handed to the runtime in the run's input (`input.agUi`), not recorded as state.
     """
 
     model_config = ConfigDict(

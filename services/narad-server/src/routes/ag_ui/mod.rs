@@ -8,9 +8,10 @@
 //! message id as narad's, so that the history the client sends again is
 //! recognised), `resume` entries (`resolve-interrupt`, the signed-in person
 //! the actor), `tool` messages answering the run's client tool calls (a
-//! finish under the thread's client executor, see [`executor_id`]); then a
-//! run is started for the agent runtimes of a queue (`start-run`, its runId
-//! the input's). The answer is the run as AG-UI events over SSE until the
+//! finish under the session's front-end executor, the one every chat front
+//! end answers as, see [`front_end::executor_id`]); then a run is started
+//! for the agent runtimes of a queue (`start-run`, its runId the input's,
+//! bound to that executor). The answer is the run as AG-UI events over SSE until the
 //! AG-UI run ends: the narad run finishes, fails or is cancelled, pauses
 //! on an interrupt, or waits on the client's tools.
 //!
@@ -32,11 +33,11 @@ use narad_protocol::ErrorCode;
 use narad_protocol::primitives::SessionId;
 use narad_protocol::profile::ProfileSet;
 use serde_json::{Value, json};
-use sha2::{Digest, Sha256};
 use tokio::sync::broadcast;
 
 use self::thread::Thread;
 use self::translate::{Ending, Translator, narad};
+use super::front_end::{self, Answer};
 use super::sse::{self, Connection};
 use crate::AppState;
 use crate::audit::RequestId;
@@ -53,23 +54,6 @@ pub const DEFAULT_STATE_SCOPE: &str = "session";
 /// The decisions an AG-UI `cancelled` resume takes, the first the
 /// interrupt offers.
 pub const CANCEL_DECISIONS: [&str; 4] = ["cancel", "deny", "reject", "stop"];
-
-/// The client executor an AG-UI thread's frontend tools run under:
-/// `ag-ui:<threadId>` (or `ag-ui:` and the thread id's SHA-256, for a
-/// thread id too long for an id). The route attaches as it only while it
-/// records the client's answers, so the journal's fencing (one lease, one
-/// execution token per call) holds for them as for any executor.
-pub fn executor_id(thread_id: &str) -> String {
-    let id = format!("ag-ui:{thread_id}");
-    if id.chars().count() <= 256 {
-        id
-    } else {
-        format!(
-            "ag-ui:{}",
-            hex::encode(Sha256::digest(thread_id.as_bytes()))
-        )
-    }
-}
 
 /// Who calls: a bearer token, or a stream ticket (`?ticket=`) issued for
 /// `{stream: "ag-ui", sessionId}` when the request has no `Authorization`
@@ -239,7 +223,7 @@ async fn plan(
     let mut known = HashSet::new();
     let mut new_users: Vec<(String, Value, Option<String>)> = Vec::new();
     let mut client_results: HashMap<String, String> = HashMap::new();
-    let mut answers: HashMap<String, (Value, Option<String>)> = HashMap::new();
+    let mut answers: HashMap<String, Answer> = HashMap::new();
     let open_calls = thread
         .active
         .as_ref()
@@ -266,7 +250,11 @@ async fn plan(
                         .as_str()
                         .and_then(|s| serde_json::from_str::<Value>(s).ok())
                         .unwrap_or_else(|| content.clone());
-                    answers.insert(call, (response, t.error.clone()));
+                    let answer = match &t.error {
+                        Some(text) => Answer::Error(text.clone()),
+                        None => Answer::Output(response),
+                    };
+                    answers.insert(call, answer);
                 }
             }
             _ => {}
@@ -334,7 +322,7 @@ async fn plan(
 
     // The client's tools answered.
     if !answers.is_empty() {
-        answered = finish_client_calls(state, tenant, &thread_id, &answers).await?;
+        answered = front_end::finish_client_calls(state, tenant, &thread_id, &answers).await?;
     }
 
     let mut first = vec![
@@ -402,11 +390,12 @@ async fn plan(
             if last_text.is_none() {
                 run_input["content"] = last_content.clone();
             }
-            let mut body = json!({"sessionId": thread_id, "runId": ag_run_id,
-                "input": run_input, "runtime": {"queue": queue}});
-            if !input.tools.is_empty() {
-                body["clientExecutorId"] = json!(executor_id(&thread_id));
-            }
+            // Bound to the session's front end whatever tools this input
+            // lists: a client call of the run is answered under the same
+            // executor from any front-end route.
+            let body = json!({"sessionId": thread_id, "runId": ag_run_id,
+                "input": run_input, "runtime": {"queue": queue},
+                "clientExecutorId": front_end::executor_id(&thread_id)});
             let command = super::parse_command("start-run", &body)?;
             let _ = super::commands::execute(state, principal, request, command).await?;
             Some(ag_run_id.clone())
@@ -469,81 +458,6 @@ fn translator_rejoins(first: &[Event]) -> bool {
     first
         .iter()
         .any(|e| matches!(e, Event::MessagesSnapshot(_)))
-}
-
-/// Finishes the run's client tool calls the client answered, as the
-/// thread's executor: attach (a lease), take delivery (one execution token
-/// per call), finish each under its token, let go of the lease. The calls
-/// it finished; a call another answer took first is NRD-0404.
-async fn finish_client_calls(
-    state: &AppState,
-    tenant: &TenantId,
-    thread_id: &str,
-    answers: &HashMap<String, (Value, Option<String>)>,
-) -> ApiResult<HashSet<String>> {
-    let executor = executor_id(thread_id);
-    let max = state
-        .quotas
-        .limit(tenant, crate::quotas::Limit::AttachedExecutors)
-        .await?;
-    let settings = &state.executors;
-    let lease = state
-        .journal
-        .attach_executor_within(tenant, &executor, settings.lease_ttl, max)
-        .await?;
-    let deliveries = state
-        .journal
-        .deliver_client_calls(tenant, &executor, &lease.lease_id, settings.token_ttl, 64)
-        .await?;
-    let mut finished = HashSet::new();
-    let mut failure = None;
-    for delivery in deliveries {
-        let execute = serde_json::to_value(&delivery.execute).expect("serialises");
-        let call = execute["toolCallId"]
-            .as_str()
-            .unwrap_or_default()
-            .to_owned();
-        let Some((response, error)) = answers.get(&call) else {
-            continue;
-        };
-        let mut finish = json!({
-            "executionToken": execute["executionToken"], "toolCallId": call,
-            "outcome": if error.is_some() { "error" } else { "success" },
-            "response": response,
-        });
-        if let Some(message) = error {
-            finish["message"] = json!(message);
-        }
-        let finish = serde_json::from_value(finish).map_err(ApiError::internal)?;
-        match state
-            .journal
-            .finish_client_call(tenant, &executor, &lease.lease_id, &finish)
-            .await
-        {
-            Ok(_) => {
-                finished.insert(call);
-            }
-            Err(e) => failure = Some(e),
-        }
-    }
-    if let Err(e) = state.journal.resume_executor_runs(tenant, &executor).await {
-        tracing::warn!(error = %e, "cannot resume an AG-UI thread's run yet");
-    }
-    state
-        .journal
-        .expire_lease(tenant, &executor, &lease.lease_id)
-        .await?;
-    state.hub.wake_executors(tenant);
-    if let Some(e) = failure {
-        return Err(e.into());
-    }
-    if let Some(call) = answers.keys().find(|c| !finished.contains(*c)) {
-        return Err(ApiError::new(
-            ErrorCode::FinishConflict,
-            format!("tool call {call} was answered elsewhere first; its result is in the thread"),
-        ));
-    }
-    Ok(finished)
 }
 
 /// Folds the session's history.
@@ -728,7 +642,7 @@ pub fn schemas() -> Vec<(String, Value)> {
         "properties": {"interruptId": {"type": "string"}, "status": component("AgUiResumeStatus"), "payload": {}, "metadata": {"type": "object"}},
     });
     let input = json!({
-        "description": "AG-UI 1.0 RunAgentInput. `threadId` is the narad session (created when new); `runId` names the AG-UI run, and the narad run a new message starts (a repeated POST starts nothing twice). `forwardedProps.narad.queue` names the runtimes' queue, `forwardedProps.narad.stateScope` the state scope that is AG-UI's state (default `session`). `tools` are the client's (frontend) tools: a run started with some is bound to the thread's client executor `ag-ui:<threadId>`. `resume` answers the interrupts the last AG-UI run finished with. `state` and `context` are handed to the runtime in the run's input (`input.agUi`), not recorded as state.",
+        "description": "AG-UI 1.0 RunAgentInput. `threadId` is the narad session (created when new); `runId` names the AG-UI run, and the narad run a new message starts (a repeated POST starts nothing twice). `forwardedProps.narad.queue` names the runtimes' queue, `forwardedProps.narad.stateScope` the state scope that is AG-UI's state (default `session`). `tools` are the client's (frontend) tools; every run the route starts is bound to the session's front-end executor `front-end:<threadId>` (the one `POST /v1/chat` uses), so a client tool call is answered from either route. `resume` answers the interrupts the last AG-UI run finished with. `state` and `context` are handed to the runtime in the run's input (`input.agUi`), not recorded as state.",
         "type": "object",
         "required": ["threadId", "runId", "messages"],
         "properties": {
