@@ -313,6 +313,8 @@ async fn an_interrupt_ends_the_ag_ui_run_and_a_resume_continues_it() {
         json!({"type": "run.paused", "waitId": "w1", "reason": "interrupt", "resumeMode": "command", "interruptId": "i1"}),
     ]).await;
     let a = answer.await.unwrap();
+    // AG-UI's interrupt lifecycle: what a resume needs (the messages) is
+    // snapshot before the interrupt outcome.
     assert_eq!(
         a.types(),
         [
@@ -320,8 +322,16 @@ async fn an_interrupt_ends_the_ag_ui_run_and_a_resume_continues_it() {
             "TEXT_MESSAGE_START",
             "TEXT_MESSAGE_CONTENT",
             "TEXT_MESSAGE_END",
+            "MESSAGES_SNAPSHOT",
             "RUN_FINISHED"
         ]
+    );
+    assert_eq!(
+        a.events[4]["messages"],
+        json!([
+            {"id": "u1", "role": "user", "content": "delete it"},
+            {"id": "m1", "role": "assistant", "content": "May I"},
+        ])
     );
     let outcome = &a.last()["outcome"];
     assert_eq!(outcome["type"], "interrupt");
@@ -428,6 +438,11 @@ async fn an_interrupt_ends_the_ag_ui_run_and_a_resume_continues_it() {
         a.error
     );
     assert_eq!(a.error["details"]["decision"], "approve", "{}", a.error);
+    assert_eq!(
+        a.error["details"]["actor"], resolved["actor"],
+        "who decided first: {}",
+        a.error
+    );
 }
 
 #[tokio::test]

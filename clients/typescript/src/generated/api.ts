@@ -6727,7 +6727,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description NRD-0204: the thread's run is still active and the input brings new user messages; NRD-0205: an interrupt was decided by someone else first (`details.decision`); NRD-0404: a tool call was answered elsewhere first */
+            /** @description NRD-0204: the thread's run is still active and the input brings new user messages; NRD-0205: an interrupt was decided by someone else first (`details.decision`, `details.actor`); NRD-0404: a tool call was answered elsewhere first */
             409: {
                 headers: {
                     [name: string]: unknown;

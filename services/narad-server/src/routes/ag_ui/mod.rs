@@ -101,6 +101,11 @@ struct Plan {
     /// The AG-UI run ends before any live event.
     ending: Option<Ending>,
     translator: Translator,
+    /// The state scope that is AG-UI's state.
+    scope: String,
+    /// Client tool calls answered under the ids of the client's tool
+    /// messages: toolCallId → message id.
+    client_results: HashMap<String, String>,
 }
 
 /// Runs an AG-UI agent turn on a narad session.
@@ -116,7 +121,7 @@ struct Plan {
         (status = 401, description = "NRD-0101: no token, or a ticket unknown, expired or for another thread"),
         (status = 403, description = "NRD-0102: no `writer` role (`approver` too for `resume`), or the token does not reach the thread"),
         (status = 404, description = "NRD-0007: a resume names no interrupt of the thread"),
-        (status = 409, description = "NRD-0204: the thread's run is still active and the input brings new user messages; NRD-0205: an interrupt was decided by someone else first (`details.decision`); NRD-0404: a tool call was answered elsewhere first"),
+        (status = 409, description = "NRD-0204: the thread's run is still active and the input brings new user messages; NRD-0205: an interrupt was decided by someone else first (`details.decision`, `details.actor`); NRD-0404: a tool call was answered elsewhere first"),
         (status = 429, description = "NRD-0602, NRD-0603, NRD-0604, NRD-0605: a limit of the organisation"),
     ),
     security(("bearer" = []), ("streamTicket" = [])))]
@@ -306,6 +311,28 @@ async fn plan(
         if let Some(reason) = entry["payload"]["reason"].as_str() {
             body["reason"] = json!(reason);
         }
+        // Decided before this input came: this person's own decision sent
+        // again (a retried POST) is done; anyone else's is the 409 with
+        // the recorded decision and who made it.
+        if let Some(asked) = asked
+            && !asked["decision"].is_null()
+        {
+            if asked["decision"] == decision.as_str()
+                && asked["actor"]["sub"] == principal.subject.as_str()
+            {
+                continue;
+            }
+            return Err(ApiError::new(
+                ErrorCode::InterruptAlreadyResolved,
+                format!(
+                    "interrupt {id} was already resolved with decision {}",
+                    asked["decision"]
+                ),
+            )
+            .with_details(
+                json!({"interruptId": id, "decision": asked["decision"], "actor": asked["actor"]}),
+            ));
+        }
         let command = super::parse_command("resolve-interrupt", &body)?;
         match super::commands::execute(state, principal, request, command).await {
             Ok(_) => {}
@@ -330,17 +357,7 @@ async fn plan(
             json!({"sessionId": thread_id, "runId": thread.active.as_ref().map(|a| a.run_id.clone()).unwrap_or_else(|| ag_run_id.clone())}),
         )),
     ];
-    let snapshot = |first: &mut Vec<Event>| {
-        let messages: Vec<Message> = thread
-            .messages(&client_results)
-            .into_iter()
-            .filter_map(|m| serde_json::from_value(m).ok())
-            .collect();
-        first.push(Event::messages_snapshot(messages));
-        if let Some(s) = &thread.state {
-            first.push(Event::state_snapshot(s.clone()));
-        }
-    };
+    let snapshot = |first: &mut Vec<Event>| first.extend(snapshots(&thread, &client_results));
     let mut ending = None;
     let run_id = match &thread.active {
         Some(active) => {
@@ -450,7 +467,24 @@ async fn plan(
         first,
         ending,
         translator,
+        scope: scope.to_owned(),
+        client_results,
     })
+}
+
+/// The thread as snapshots: its messages (the client's tool answers under
+/// the ids of its tool messages), and its state when it has one.
+fn snapshots(thread: &Thread, client_results: &HashMap<String, String>) -> Vec<Event> {
+    let messages: Vec<Message> = thread
+        .messages(client_results)
+        .into_iter()
+        .filter_map(|m| serde_json::from_value(m).ok())
+        .collect();
+    let mut out = vec![Event::messages_snapshot(messages)];
+    if let Some(s) = &thread.state {
+        out.push(Event::state_snapshot(s.clone()));
+    }
+    out
 }
 
 /// Whether the first events are a rejoin's (they hold a snapshot).
@@ -566,8 +600,26 @@ async fn feed(
             for e in &page.events {
                 after = e["sessionSequence"].as_u64().unwrap_or(after + 1);
                 if let Some(ending) = plan.translator.event(e, &mut out) {
+                    let interrupted =
+                        matches!(&ending, Ending::Finished(RunOutcome::Interrupt { .. }, _));
                     plan.translator
                         .end(&thread_id, &ag_run_id, ending, &mut out);
+                    if interrupted {
+                        // What a resume needs, before the interrupt outcome
+                        // (AG-UI's interrupt lifecycle asks for both).
+                        match fold(&state, &tenant, &thread_id, &plan.scope).await {
+                            Ok(thread) => {
+                                let at = out.len() - 1;
+                                out.splice(at..at, snapshots(&thread, &plan.client_results));
+                            }
+                            Err(e) => {
+                                tracing::warn!(
+                                    code = e.code(),
+                                    "an AG-UI stream cannot snapshot the thread"
+                                );
+                            }
+                        }
+                    }
                     let _ = connection.send(frames(&out)).await;
                     return;
                 }
