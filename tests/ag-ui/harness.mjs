@@ -4,7 +4,8 @@
 // and checks each with @ag-ui/core's own EventSchema.
 //
 // Environment (.ci/ag-ui sets it): NARAD_BIN, NARAD_DATABASE_URL (a fresh
-// database).
+// database), CHROMIUM (the browser binary; default /usr/bin/chromium),
+// SCREENSHOTS (optional: a folder for pictures of the page).
 import assert from "node:assert/strict";
 import { execFileSync, spawn } from "node:child_process";
 import { createServer } from "node:http";
@@ -32,8 +33,8 @@ export async function freePort() {
   return port;
 }
 
-/** Starts narad on `port`; resolves once it serves. */
-export async function startNarad(port) {
+/** Starts narad on `port` (for pages of `origin`, if any); resolves once it serves. */
+export async function startNarad(port, origin) {
   const env = {
     ...process.env,
     NARAD_LISTEN: `127.0.0.1:${port}`,
@@ -41,6 +42,9 @@ export async function startNarad(port) {
     NARAD_JWT_HS256_SECRET: secret,
     RUST_LOG: "warn",
   };
+  if (origin) {
+    env.NARAD_CORS_ORIGINS = origin;
+  }
   const child = spawn(required("NARAD_BIN"), ["serve"], { env, stdio: ["ignore", "pipe", "inherit"] });
   await new Promise((resolve, reject) => {
     let out = "";
