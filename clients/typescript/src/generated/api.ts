@@ -7425,7 +7425,7 @@ export interface operations {
                     "text/event-stream": components["schemas"]["UiMessageChunk"];
                 };
             };
-            /** @description The session has no active run: nothing to resume */
+            /** @description The session has no active run, or does not exist yet (`useChat` with `resume: true` reconnects on mount, before its first message creates the session): nothing to resume */
             204: {
                 headers: {
                     [name: string]: unknown;
@@ -7452,15 +7452,6 @@ export interface operations {
             };
             /** @description NRD-0102: no `reader` role, or the token does not reach the session */
             403: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["Error"];
-                };
-            };
-            /** @description NRD-0007: no such session */
-            404: {
                 headers: {
                     [name: string]: unknown;
                 };

@@ -285,10 +285,9 @@ pub async fn chat(
     ),
     responses(
         (status = 200, description = "The active run's assistant message replayed from `start` (the same chunks the answers streamed), then live, as in `POST /v1/chat`", content_type = "text/event-stream", body = ref("#/components/schemas/UiMessageChunk")),
-        (status = 204, description = "The session has no active run: nothing to resume"),
+        (status = 204, description = "The session has no active run, or does not exist yet (`useChat` with `resume: true` reconnects on mount, before its first message creates the session): nothing to resume"),
         (status = 401, description = "NRD-0101: no token, or a ticket unknown, expired or for another session"),
         (status = 403, description = "NRD-0102: no `reader` role, or the token does not reach the session"),
-        (status = 404, description = "NRD-0007: no such session"),
         (status = 429, description = "NRD-0603: the organisation's open streams are at their limit"),
     ),
     security(("bearer" = []), ("streamTicket" = [])))]
