@@ -1,7 +1,7 @@
 //! What the chat front-end routes share (`POST /v1/chat` for the AI SDK's
-//! `useChat`, and any other toolkit's route): the client executor a
-//! session's front end answers tool calls as, and the finish of those
-//! calls when a front end sends its answers.
+//! `useChat`, `POST /v1/ag-ui` for AG-UI clients): the one client executor
+//! a session's front ends answer tool calls as, whichever toolkit they
+//! speak, and the finish of those calls when a front end sends its answers.
 //!
 //! A front end is not an executor that holds a lease: it answers in its
 //! next request. The route attaches as the session's front-end executor
