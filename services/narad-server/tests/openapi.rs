@@ -117,6 +117,7 @@ const OPERATIONS: &[(&str, &str, &str)] = &[
         "/v1/executors/{clientExecutorId}/controls",
         "pollExecutorControls",
     ),
+    ("post", "/v1/ag-ui", "runAgUi"),
     ("post", "/v1/chat", "chat"),
     ("get", "/v1/chat/{sessionId}/stream", "resumeChat"),
     ("post", "/v1/runtime/claims", "claimRun"),
