@@ -166,6 +166,32 @@ async fn errors_before_the_stream_are_http_errors() {
     .await
     .unwrap();
     assert_eq!(a.status, 403);
+    // A queue is 1 to 256 characters, named where it came from: the query
+    // parameter (it was refused naming the body's member), or the member.
+    let empty_query = s
+        .http
+        .post(format!("{}/v1/ag-ui?queue=", s.base))
+        .bearer_auth(&jwt)
+        .json(&input("t1", "a1", json!([user("u1", "hi")])))
+        .send()
+        .await
+        .expect("sent");
+    assert_eq!(empty_query.status().as_u16(), 400);
+    let error: Value = empty_query.json().await.expect("JSON");
+    assert_eq!(
+        (error["code"].as_str(), error["fields"]["queue"].is_string()),
+        (Some("NRD-0008"), true),
+        "{error}"
+    );
+    let mut member = input("t1", "a1", json!([user("u1", "hi")]));
+    member["forwardedProps"] = json!({"narad": {"queue": ""}});
+    let a = post(&s, &jwt, member).await.unwrap();
+    assert_eq!(a.status, 400, "{}", a.error);
+    assert!(
+        a.error["fields"]["/forwardedProps/narad/queue"].is_string(),
+        "{}",
+        a.error
+    );
     let mut resume = input("t1", "a1", json!([]));
     resume["resume"] =
         json!([{"interruptId": "nope", "status": "resolved", "payload": {"decision": "approve"}}]);

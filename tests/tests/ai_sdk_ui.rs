@@ -477,6 +477,18 @@ async fn a_reconnect_is_204_without_an_active_run_and_replays_one_from_start() {
     // A new chat's page resumes on mount before its first message created
     // the session: nothing to resume either, not an error on the page.
     assert_eq!(s.get("/v1/chat/nope/stream", &me).await.status, 204);
+    // An id no session can have (over 256 characters) is refused, not
+    // answered as a chat not created yet.
+    let long = s
+        .get(&format!("/v1/chat/{}/stream", "s".repeat(257)), &me)
+        .await;
+    assert_eq!(long.status, 400, "{}", long.body);
+    assert_eq!(long.body["code"], "NRD-0008");
+    assert!(
+        long.body["fields"]["sessionId"].is_string(),
+        "{}",
+        long.body
+    );
     // The transport keeps the query of its `api` on the reconnect URL: a
     // page posting to `/v1/chat?queue=…` reconnects with `?queue=…` too.
     assert_eq!(

@@ -1010,6 +1010,15 @@ export interface components {
          * @enum {string}
          */
         AgUiEventType: "RUN_STARTED" | "RUN_FINISHED" | "RUN_ERROR" | "STEP_STARTED" | "STEP_FINISHED" | "TEXT_MESSAGE_START" | "TEXT_MESSAGE_CONTENT" | "TEXT_MESSAGE_END" | "TOOL_CALL_START" | "TOOL_CALL_ARGS" | "TOOL_CALL_END" | "TOOL_CALL_RESULT" | "STATE_SNAPSHOT" | "STATE_DELTA" | "MESSAGES_SNAPSHOT" | "REASONING_START" | "REASONING_MESSAGE_START" | "REASONING_MESSAGE_CONTENT" | "REASONING_MESSAGE_END" | "REASONING_END" | "CUSTOM" | "RAW";
+        /** @description One server-sent event of POST /v1/ag-ui, as a client parses it: no `event:` or `id:` line, `data` one AG-UI event (JSON). */
+        AgUiFrame: {
+            /** @description The frame's `data:` lines: one JSON document. */
+            data: string;
+            /** @constant */
+            event: "message";
+            /** @description Not sent with this frame: an SSE parser reports the last id it saw, which this frame does not move. */
+            id?: components["schemas"]["defs.id"];
+        };
         /** @description An AG-UI message, by role: developer, system, assistant (`toolCalls`), user, tool (`toolCallId`, `error`), activity, reasoning. Only new `user` messages (by id) and `tool` messages answering the run's client tool calls are read; the rest is the client's history. */
         AgUiMessage: {
             content?: string | components["schemas"]["AgUiContentPart"][] | Record<string, never>;
@@ -1041,6 +1050,7 @@ export interface components {
         /** @description AG-UI 1.0 RunAgentInput. `threadId` is the narad session (created when new); `runId` names the AG-UI run, and the narad run a new message starts (a repeated POST starts nothing twice). `forwardedProps.narad.queue` names the runtimes' queue, `forwardedProps.narad.stateScope` the state scope that is AG-UI's state (default `session`). `tools` are the client's (frontend) tools; every run the route starts is bound to the session's front-end executor `front-end:<threadId>` (the one `POST /v1/chat` uses), so a client tool call is answered from either route. `resume` answers the interrupts the last AG-UI run finished with. `state` and `context` are handed to the runtime in the run's input (`input.agUi`), not recorded as state. */
         AgUiRunAgentInput: {
             context?: components["schemas"]["AgUiContext"][];
+            /** @description Anything but null (AG-UI's own schema): `narad.queue` and `narad.stateScope` are read. */
             forwardedProps?: unknown;
             messages: components["schemas"]["AgUiMessage"][];
             parentRunId?: string;
@@ -1152,6 +1162,20 @@ export interface components {
             uri: string;
             /** @description Where it is downloaded: `/v1/blobs/{blobId}`. */
             url: string;
+        };
+        /** @description One server-sent event of POST /v1/chat and GET /v1/chat/{sessionId}/stream, as a client parses it: `data` one UiMessageChunk (JSON), then `[DONE]`. */
+        ChatFrame: {
+            /** @description The frame's `data:` lines: one JSON document. */
+            data: string;
+            /** @constant */
+            event: "message";
+            /** @description Not sent with this frame: an SSE parser reports the last id it saw, which this frame does not move. */
+            id?: components["schemas"]["defs.id"];
+        } | {
+            /** @constant */
+            data: "[DONE]";
+            /** @constant */
+            event: "message";
         };
         /** @description Where the assistant message stands in the session: the message id is the runId; `through` is the last sessionSequence the answer covers (a continuation sends what comes after). */
         ChatMessageMetadata: {
@@ -6688,7 +6712,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "text/event-stream": components["schemas"]["AgUiEvent"];
+                    "text/event-stream": components["schemas"]["AgUiFrame"];
                 };
             };
             /** @description NRD-0003: the body is no RunAgentInput, or a resume entry cannot be decided (`fields` names the pointer); NRD-0008: a bad query parameter */
@@ -7304,7 +7328,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "text/event-stream": components["schemas"]["UiMessageChunk"];
+                    "text/event-stream": components["schemas"]["ChatFrame"];
                 };
             };
             /** @description NRD-0003: not the transport's body, a trigger or edit that does not map (regenerate, editing a sent message), a user message without text (`fields` names the pointer); NRD-0008: a bad query parameter */
@@ -7422,7 +7446,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "text/event-stream": components["schemas"]["UiMessageChunk"];
+                    "text/event-stream": components["schemas"]["ChatFrame"];
                 };
             };
             /** @description The session has no active run, or does not exist yet (`useChat` with `resume: true` reconnects on mount, before its first message creates the session): nothing to resume */

@@ -23,6 +23,34 @@ use sha2::{Digest, Sha256};
 use crate::AppState;
 use crate::error::{ApiError, ApiResult};
 
+/// The runtimes' queue of a front end's new run: `given`, the body's member
+/// at `pointer` (`forwardedProps.narad.queue`, `narad.queue`), else the
+/// query's `queue`, else the runtimes' default queue; a queue that is not 1 to 256
+/// characters is refused naming where it came from (the member: 400
+/// `NRD-0003`; the query parameter: 400 `NRD-0008`).
+pub fn queue_of(given: &Value, pointer: &str, query: Option<String>) -> ApiResult<String> {
+    let fits = |q: &str| !q.is_empty() && q.chars().count() <= 256;
+    match given {
+        Value::String(q) if fits(q) => Ok(q.clone()),
+        Value::Null => match query {
+            None => Ok(narad_journal::runtime::DEFAULT_QUEUE.to_owned()),
+            Some(q) if fits(&q) => Ok(q),
+            Some(_) => Err(ApiError::new(
+                ErrorCode::InvalidParameter,
+                "the query parameter queue is 1 to 256 characters",
+            )
+            .with_field("queue", "a queue is 1 to 256 characters")),
+        },
+        _ => Err(ApiError::new(
+            ErrorCode::InvalidObject,
+            format!(
+                "the body at {pointer:?} is no queue: a queue is a string of 1 to 256 characters"
+            ),
+        )
+        .with_field(pointer, "a queue is a string of 1 to 256 characters")),
+    }
+}
+
 /// The client executor a session's front end answers tool calls as:
 /// `front-end:<sessionId>` (or `front-end:` and the session id's SHA-256,
 /// for a session id too long for an id). A run started by a front-end

@@ -942,7 +942,7 @@ fn point_envelopes_at_proposed(schema: &mut Value) {
 /// and the schema of its data. As a client's SSE parser sees a frame, its
 /// data is text: the JSON it holds is the `contentSchema` (OpenAPI 3.2's
 /// way of describing event streams).
-fn frame(event: &str, id: Option<&str>, data: &str, description: &str) -> Value {
+pub(crate) fn frame(event: &str, id: Option<&str>, data: &str, description: &str) -> Value {
     let mut properties = json!({
         "event": { "const": event },
         "data": {

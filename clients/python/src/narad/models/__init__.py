@@ -202,6 +202,18 @@ class Blob(BaseModel):
     """
 
 
+class ChatFrame2(BaseModel):
+    """
+    The end of the stream: `data: [DONE]`.
+    """
+
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    data: Literal['[DONE]']
+    event: Literal['message']
+
+
 class Narad(BaseModel):
     model_config = ConfigDict(
         extra='allow',
@@ -1006,6 +1018,32 @@ class AgUiEvent(BaseModel):
     type: AgUiEventType
 
 
+class AgUiFrame(BaseModel):
+    """
+    One server-sent event of POST /v1/ag-ui, as a client parses it: no `event:` or `id:` line, `data` one AG-UI event (JSON).
+    """
+
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    data: str = Field(
+        ...,
+        json_schema_extra={
+            'contentMediaType': 'application/json',
+            'contentSchema': {'$ref': '#/components/schemas/AgUiEvent'},
+        },
+        pattern='^[^\\u0000]*$',
+    )
+    """
+    The frame's `data:` lines: one JSON document.
+    """
+    event: Literal['message']
+    id: str | None = Field(default=None, max_length=256, min_length=1, pattern='^[^\\u0000]*$')
+    """
+    Not sent with this frame: an SSE parser reports the last id it saw, which this frame does not move.
+    """
+
+
 class AgUiMessage(BaseModel):
     """
     An AG-UI message, by role: developer, system, assistant (`toolCalls`), user, tool (`toolCallId`, `error`), activity, reasoning. Only new `user` messages (by id) and `tool` messages answering the run's client tool calls are read; the rest is the client's history.
@@ -1052,6 +1090,9 @@ class AgUiRunAgentInput(BaseModel):
     )
     context: list[AgUiContext] | None = None
     forwarded_props: Any | None = Field(default=None, alias='forwardedProps')
+    """
+    Anything but null (AG-UI's own schema): `narad.queue` and `narad.stateScope` are read.
+    """
     messages: list[AgUiMessage]
     parent_run_id: str | None = Field(default=None, alias='parentRunId', pattern='^[^\\u0000]*$')
     protocol_version: str | None = Field(
@@ -1163,6 +1204,39 @@ class AuditPage(BaseModel):
     next_after: str | None = Field(default=None, alias='nextAfter', pattern='^[^\\u0000]*$')
     """
     The `after` of the next page, when more remain.
+    """
+
+
+class ChatFrame1(BaseModel):
+    """
+    A UI message chunk (no `event:` or `id:` line).
+    """
+
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    data: str = Field(
+        ...,
+        json_schema_extra={
+            'contentMediaType': 'application/json',
+            'contentSchema': {'$ref': '#/components/schemas/UiMessageChunk'},
+        },
+        pattern='^[^\\u0000]*$',
+    )
+    """
+    The frame's `data:` lines: one JSON document.
+    """
+    event: Literal['message']
+    id: str | None = Field(default=None, max_length=256, min_length=1, pattern='^[^\\u0000]*$')
+    """
+    Not sent with this frame: an SSE parser reports the last id it saw, which this frame does not move.
+    """
+
+
+class ChatFrame(RootModel[ChatFrame1 | ChatFrame2]):
+    root: ChatFrame1 | ChatFrame2
+    """
+    One server-sent event of POST /v1/chat and GET /v1/chat/{sessionId}/stream, as a client parses it: `data` one UiMessageChunk (JSON), then `[DONE]`.
     """
 
 

@@ -45,9 +45,6 @@ use crate::auth::{Permission, Principal};
 use crate::body::{JsonBody, Query};
 use crate::error::{ApiError, ApiResult};
 
-/// The queue a run goes to when neither `forwardedProps.narad.queue` nor
-/// `?queue=` names one.
-pub const DEFAULT_QUEUE: &str = "default";
 /// The state scope that is AG-UI's state unless
 /// `forwardedProps.narad.stateScope` names another.
 pub const DEFAULT_STATE_SCOPE: &str = "session";
@@ -112,11 +109,11 @@ struct Plan {
 #[utoipa::path(post, path = "/v1/ag-ui", operation_id = "runAgUi", tag = "ag-ui",
     request_body(content = ref("#/components/schemas/AgUiRunAgentInput"), description = "An AG-UI 1.0 `RunAgentInput`, as `HttpAgent` sends it"),
     params(
-        ("queue" = Option<String>, Query, description = "The runtimes' queue a new run goes to when `forwardedProps.narad.queue` names none (default `default`)"),
+        ("queue" = Option<String>, Query, min_length = 1, max_length = 256, description = "The runtimes' queue a new run goes to when `forwardedProps.narad.queue` names none (default `default`)"),
         ("ticket" = Option<String>, Query, description = "A stream ticket (`POST /v1/stream-tickets` with `{stream: \"ag-ui\", sessionId}`) instead of Authorization"),
     ),
     responses(
-        (status = 200, description = "text/event-stream of AG-UI 1.0 events (`data: {json}` frames; keep-alive comments): `RUN_STARTED` first, then the run's text, reasoning, tool calls and results, state, steps and custom events, and `RUN_FINISHED` (outcome success, success with `pendingToolCallIds` for the client's tools, `interrupt`, or `cancelled`) or `RUN_ERROR` last", content_type = "text/event-stream", body = ref("#/components/schemas/AgUiEvent")),
+        (status = 200, description = "text/event-stream of AG-UI 1.0 events (`data: {json}` frames; keep-alive comments): `RUN_STARTED` first, then the run's text, reasoning, tool calls and results, state, steps and custom events, and `RUN_FINISHED` (outcome success, success with `pendingToolCallIds` for the client's tools, `interrupt`, or `cancelled`) or `RUN_ERROR` last", content_type = "text/event-stream", body = ref("#/components/schemas/AgUiFrame")),
         (status = 400, description = "NRD-0003: the body is no RunAgentInput, or a resume entry cannot be decided (`fields` names the pointer); NRD-0008: a bad query parameter"),
         (status = 401, description = "NRD-0101: no token, or a ticket unknown, expired or for another thread"),
         (status = 403, description = "NRD-0102: no `writer` role (`approver` too for `resume`), or the token does not reach the thread"),
@@ -159,22 +156,7 @@ pub async fn run(
     let tenant = principal.tenant.clone();
     state.quotas.take_command(&tenant).await?;
     let props = &input.forwarded_props["narad"];
-    let queue = match props["queue"].as_str() {
-        Some(q) => q.to_owned(),
-        None if !props["queue"].is_null() => {
-            return Err(invalid(
-                "/forwardedProps/narad/queue",
-                "a queue is a string",
-            ));
-        }
-        None => queue_param.unwrap_or_else(|| DEFAULT_QUEUE.to_owned()),
-    };
-    if queue.is_empty() || queue.chars().count() > 256 {
-        return Err(invalid(
-            "/forwardedProps/narad/queue",
-            "a queue is 1 to 256 characters",
-        ));
-    }
+    let queue = front_end::queue_of(&props["queue"], "/forwardedProps/narad/queue", queue_param)?;
     let scope = props["stateScope"]
         .as_str()
         .unwrap_or(DEFAULT_STATE_SCOPE)
@@ -706,7 +688,7 @@ pub fn schemas() -> Vec<(String, Value)> {
             "messages": {"type": "array", "items": component("AgUiMessage")},
             "tools": {"type": "array", "items": component("AgUiTool")},
             "context": {"type": "array", "items": component("AgUiContext")},
-            "forwardedProps": {},
+            "forwardedProps": {"description": "Anything but null (AG-UI's own schema): `narad.queue` and `narad.stateScope` are read.", "not": {"type": "null"}},
             "resume": {"type": "array", "items": component("AgUiResumeEntry")},
         },
     });
@@ -726,6 +708,15 @@ pub fn schemas() -> Vec<(String, Value)> {
         ("AgUiContext".to_owned(), context),
         ("AgUiResumeEntry".to_owned(), resume),
         ("AgUiEvent".to_owned(), event),
+        (
+            "AgUiFrame".to_owned(),
+            super::openapi::frame(
+                "message",
+                None,
+                "AgUiEvent",
+                "One server-sent event of POST /v1/ag-ui, as a client parses it: no `event:` or `id:` line, `data` one AG-UI event (JSON).",
+            ),
+        ),
         (
             "AgUiRole".to_owned(),
             enumeration(

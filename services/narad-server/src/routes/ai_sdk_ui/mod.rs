@@ -55,10 +55,6 @@ use crate::auth::{Permission, Principal};
 use crate::body::{JsonBody, Query};
 use crate::error::{ApiError, ApiResult};
 
-/// The queue a run goes to when neither the body's `narad.queue` nor
-/// `?queue=` names one.
-pub const DEFAULT_QUEUE: &str = "default";
-
 /// The header that names the UI message stream protocol.
 pub const PROTOCOL_HEADER: &str = "x-vercel-ai-ui-message-stream";
 
@@ -184,14 +180,7 @@ fn read_request(body: &Value, queue_param: Option<String>) -> ApiResult<ChatRequ
              send a new message instead",
         ));
     }
-    let queue = match &body["narad"]["queue"] {
-        Value::Null => queue_param.unwrap_or_else(|| DEFAULT_QUEUE.to_owned()),
-        Value::String(q) => q.clone(),
-        _ => return Err(invalid("/narad/queue", "a queue is a string")),
-    };
-    if queue.is_empty() || queue.chars().count() > 256 {
-        return Err(invalid("/narad/queue", "a queue is 1 to 256 characters"));
-    }
+    let queue = front_end::queue_of(&body["narad"]["queue"], "/narad/queue", queue_param)?;
     Ok(ChatRequest {
         session_id,
         queue,
@@ -230,11 +219,11 @@ fn user_text(message: &Value, at: usize) -> ApiResult<String> {
 #[utoipa::path(post, path = "/v1/chat", operation_id = "chat", tag = "chat",
     request_body(content = ref("#/components/schemas/ChatRequest"), description = "The body `DefaultChatTransport` sends: `{id, messages, trigger, messageId?}` and the transport's `body` extras (`narad.queue`)"),
     params(
-        ("queue" = Option<String>, Query, description = "The runtimes' queue a new run goes to when the body's `narad.queue` names none (default `default`)"),
+        ("queue" = Option<String>, Query, min_length = 1, max_length = 256, description = "The runtimes' queue a new run goes to when the body's `narad.queue` names none (default `default`)"),
         ("ticket" = Option<String>, Query, description = "A stream ticket for the session's stream (`POST /v1/stream-tickets` with `{stream: \"session\", sessionId}`) instead of Authorization; it carries the roles of the token that asked for it"),
     ),
     responses(
-        (status = 200, description = "The UI message stream (protocol v1, header `x-vercel-ai-ui-message-stream: v1`): `data: {json}` frames, each one UiMessageChunk, `start` first (messageId = the runId), `finish` (or `error`) last, then `data: [DONE]`; keep-alive comments between", content_type = "text/event-stream", body = ref("#/components/schemas/UiMessageChunk")),
+        (status = 200, description = "The UI message stream (protocol v1, header `x-vercel-ai-ui-message-stream: v1`): `data: {json}` frames, each one UiMessageChunk, `start` first (messageId = the runId), `finish` (or `error`) last, then `data: [DONE]`; keep-alive comments between", content_type = "text/event-stream", body = ref("#/components/schemas/ChatFrame")),
         (status = 400, description = "NRD-0003: not the transport's body, a trigger or edit that does not map (regenerate, editing a sent message), a user message without text (`fields` names the pointer); NRD-0008: a bad query parameter"),
         (status = 401, description = "NRD-0101: no token, or a ticket unknown, expired or for another session"),
         (status = 403, description = "NRD-0102: no `writer` role (`approver` too for an approval), or the token does not reach the session"),
@@ -284,7 +273,7 @@ pub async fn chat(
         ("queue" = Option<String>, Query, description = "Ignored: the transport reconnects with the query of the URL it posts to, `queue` included"),
     ),
     responses(
-        (status = 200, description = "The active run's assistant message replayed from `start` (the same chunks the answers streamed), then live, as in `POST /v1/chat`", content_type = "text/event-stream", body = ref("#/components/schemas/UiMessageChunk")),
+        (status = 200, description = "The active run's assistant message replayed from `start` (the same chunks the answers streamed), then live, as in `POST /v1/chat`", content_type = "text/event-stream", body = ref("#/components/schemas/ChatFrame")),
         (status = 204, description = "The session has no active run, or does not exist yet (`useChat` with `resume: true` reconnects on mount, before its first message creates the session): nothing to resume"),
         (status = 401, description = "NRD-0101: no token, or a ticket unknown, expired or for another session"),
         (status = 403, description = "NRD-0102: no `reader` role, or the token does not reach the session"),
@@ -302,6 +291,15 @@ pub async fn resume(
     // `queue` comes along, and means nothing here.
     let _ = query.text("queue");
     query.finish()?;
+    // A chat not created yet is 204, so an id no session can have is
+    // refused here rather than answered as one not created yet.
+    SessionId::new(session_id.clone()).map_err(|e| {
+        ApiError::new(
+            ErrorCode::InvalidParameter,
+            format!("the sessionId of the path {e}"),
+        )
+        .with_field("sessionId", e.to_string())
+    })?;
     let principal = caller.principal(&state, &session_id).await?;
     principal.require(Permission::Read)?;
     principal.require_session(&session_id)?;
@@ -794,12 +792,36 @@ pub fn components() -> Vec<(String, Value)> {
                 "properties": {"narad": {"type": "object", "properties": {
                     "sessionId": text, "runId": text, "through": {"type": "integer", "minimum": 0}}}}}),
         ),
+        ("ChatFrame".to_owned(), chat_frame()),
         (
             "UiMessageChunk".to_owned(),
             json!({"description": "One chunk of the AI SDK's UI message stream (v1), as `DefaultChatTransport` parses it (`uiMessageChunkSchema` of `ai` 7); a frame `data: [DONE]` ends the stream.",
                 "oneOf": chunks}),
         ),
     ]
+}
+
+/// `ChatFrame`: one server-sent event of the chat routes as a client parses
+/// it (no `event:` or `id:` line): `data` one UI message chunk (JSON), or
+/// `[DONE]`, the last.
+fn chat_frame() -> Value {
+    let mut chunk = super::openapi::frame(
+        "message",
+        None,
+        "UiMessageChunk",
+        "A UI message chunk (no `event:` or `id:` line).",
+    );
+    chunk["properties"]["data"]["not"] = json!({"const": "[DONE]"});
+    let done = json!({
+        "description": "The end of the stream: `data: [DONE]`.",
+        "type": "object",
+        "required": ["event", "data"],
+        "properties": {"event": {"const": "message"}, "data": {"const": "[DONE]"}},
+    });
+    json!({
+        "description": "One server-sent event of POST /v1/chat and GET /v1/chat/{sessionId}/stream, as a client parses it: `data` one UiMessageChunk (JSON), then `[DONE]`.",
+        "oneOf": [chunk, done],
+    })
 }
 
 #[cfg(test)]
