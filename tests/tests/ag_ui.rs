@@ -639,3 +639,46 @@ async fn a_client_call_of_a_chat_run_is_answered_through_ag_ui_in_one_session() 
     assert_eq!(count(&h, "run.started"), 1);
     assert_eq!(count(&h, "message.user.recorded"), 1);
 }
+
+#[tokio::test]
+async fn the_clients_history_is_taken_as_it_comes_and_only_what_is_read_is_checked() {
+    let s = Server::start().await;
+    let jwt = everyone("acme");
+    // Message kinds and shapes the route never reads (an assistant's
+    // tool calls without their function, an activity, extra members, a
+    // tool message answering no call of narad's) are no reason to refuse:
+    // nothing new, so the answer is the thread as it stands.
+    let history = json!([
+        {"id": "a1", "role": "assistant", "content": "", "toolCalls": [{}], "extra": 1},
+        {"id": "act", "role": "activity", "activityType": "x", "content": {}},
+        {"id": "t1", "role": "tool", "toolCallId": "elsewhere", "content": "done"},
+    ]);
+    let a = post(&s, &jwt, input("h1", "r1", history)).await.unwrap();
+    assert_eq!(a.status, 200, "{}", a.error);
+    let types: Vec<&str> = a.events.iter().filter_map(|e| e["type"].as_str()).collect();
+    assert_eq!(types.first(), Some(&"RUN_STARTED"), "{types:?}");
+    assert_eq!(types.last(), Some(&"RUN_FINISHED"), "{types:?}");
+    // What the route does read must hold: a tool message names its call,
+    // a user message has content, ids are ids.
+    for (message, pointer) in [
+        (
+            json!({"id": "t2", "role": "tool", "content": "x"}),
+            "/messages/0/toolCallId",
+        ),
+        (json!({"id": "u2", "role": "user"}), "/messages/0/content"),
+        (
+            json!({"id": "u".repeat(257), "role": "user", "content": "x"}),
+            "/messages/0/id",
+        ),
+    ] {
+        let a = post(&s, &jwt, input("h1", "r2", json!([message])))
+            .await
+            .unwrap();
+        assert_eq!(a.status, 400, "{}", a.error);
+        assert!(
+            a.error["fields"][pointer].is_string(),
+            "{pointer}: {}",
+            a.error
+        );
+    }
+}

@@ -1029,7 +1029,7 @@ export interface components {
             role: components["schemas"]["AgUiRole"];
             toolCallId?: string;
             toolCalls?: Record<string, never>[];
-        };
+        } & (unknown & unknown);
         /** @description An answer to an interrupt: `resolved` with `payload.decision` (one of its actions) and optional `payload.reason`; `cancelled` decides the first of `cancel`, `deny`, `reject`, `stop` the interrupt offers. */
         AgUiResumeEntry: {
             interruptId: string;

@@ -1056,7 +1056,7 @@ class AgUiMessage(BaseModel):
         None
     )
     error: str | None = Field(default=None, pattern='^[^\\u0000]*$')
-    id: str = Field(..., pattern='^[^\\u0000]*$')
+    id: str = Field(..., max_length=256, min_length=1, pattern='^[^\\u0000]*$')
     metadata: dict[constr(pattern=r'^[^\u0000]*$'), Any] | None = None
     name: str | None = Field(default=None, pattern='^[^\\u0000]*$')
     role: AgUiRole

@@ -138,6 +138,12 @@ pub async fn run(
     {
         o.remove("state");
     }
+    // The history is read leniently (see `ClientMessage`): the typed
+    // input is read without it.
+    let messages = match body.as_object_mut().and_then(|o| o.get_mut("messages")) {
+        Some(raw) => read_messages(&std::mem::replace(raw, json!([])))?,
+        None => Vec::new(),
+    };
     let input: RunAgentInput = crate::body::typed(body)?;
     let thread_id = input.thread_id.as_str().to_owned();
     SessionId::new(thread_id.clone()).map_err(|e| invalid("/threadId", e.to_string()))?;
@@ -166,7 +172,10 @@ pub async fn run(
     // Subscribed before the history is read: nothing committed after it
     // is missed.
     let live = state.hub.subscribe(&tenant, &thread_id);
-    let plan = Box::pin(plan(&state, &principal, &request, input, queue, &scope)).await?;
+    let plan = Box::pin(plan(
+        &state, &principal, &request, input, &messages, queue, &scope,
+    ))
+    .await?;
     let (mut connection, rx) = Connection::new(
         crate::metrics::StreamKind::Session,
         ProfileSet::all(),
@@ -184,6 +193,7 @@ async fn plan(
     principal: &Principal,
     request: &RequestId,
     input: RunAgentInput,
+    messages: &[ClientMessage],
     queue: String,
     scope: &str,
 ) -> ApiResult<Plan> {
@@ -216,28 +226,23 @@ async fn plan(
         .as_ref()
         .map(|a| a.open_client_calls.clone())
         .unwrap_or_default();
-    for m in &input.messages {
-        let v = serde_json::to_value(m).expect("serialises");
-        let id = v["id"].as_str().unwrap_or_default().to_owned();
+    for m in messages {
+        let id = m.id.clone();
         known.insert(id.clone());
-        match m {
-            Message::User(u) if !thread.has_message(&id) => {
-                new_users.push((
-                    id,
-                    v["content"].clone(),
-                    u.content.as_text().map(str::to_owned),
-                ));
+        match m.role.as_str() {
+            "user" if !thread.has_message(&id) => {
+                new_users.push((id, m.content.clone(), text_of(&m.content)));
             }
-            Message::Tool(t) => {
-                let call = t.tool_call_id.as_str().to_owned();
+            "tool" => {
+                let call = m.tool_call_id.clone().unwrap_or_default();
                 client_results.insert(call.clone(), id);
                 if open_calls.contains_key(&call) {
-                    let content = &v["content"];
-                    let response = content
+                    let response = m
+                        .content
                         .as_str()
                         .and_then(|s| serde_json::from_str::<Value>(s).ok())
-                        .unwrap_or_else(|| content.clone());
-                    let answer = match &t.error {
+                        .unwrap_or_else(|| m.content.clone());
+                    let answer = match &m.error {
                         Some(text) => Answer::Error(text.clone()),
                         None => Answer::Output(response),
                     };
@@ -631,6 +636,85 @@ async fn feed(
     }
 }
 
+/// One message of the client's history, as the route reads it. HttpAgent
+/// sends its whole history with every input; only new `user` messages and
+/// `tool` messages answering the run's client calls are read, so the rest
+/// is taken as it comes (another client's message kinds, its metadata)
+/// rather than refused for a shape the route never uses.
+struct ClientMessage {
+    id: String,
+    role: String,
+    content: Value,
+    tool_call_id: Option<String>,
+    error: Option<String>,
+}
+
+/// Reads `messages`: each an object with an `id` (1 to 256 characters) and
+/// a `role`; a `user` message with its `content`, a `tool` message with its
+/// `toolCallId` and `content` (and `error` if it failed). 400 `NRD-0003`
+/// with the pointer otherwise.
+fn read_messages(raw: &Value) -> ApiResult<Vec<ClientMessage>> {
+    let Some(items) = raw.as_array() else {
+        return Err(invalid("/messages", "messages is an array"));
+    };
+    let mut out = Vec::with_capacity(items.len());
+    for (n, m) in items.iter().enumerate() {
+        let at = |member: &str| format!("/messages/{n}/{member}");
+        let text = |member: &str| -> ApiResult<Option<String>> {
+            match &m[member] {
+                Value::Null => Ok(None),
+                Value::String(s) => Ok(Some(s.clone())),
+                _ => Err(invalid(&at(member), format!("{member} is a string"))),
+            }
+        };
+        if !m.is_object() {
+            return Err(invalid(&format!("/messages/{n}"), "a message is an object"));
+        }
+        let id = text("id")?.ok_or_else(|| invalid(&at("id"), "a message has an id"))?;
+        SessionId::new(id.clone()).map_err(|e| invalid(&at("id"), format!("a message id {e}")))?;
+        let role = text("role")?.ok_or_else(|| invalid(&at("role"), "a message has a role"))?;
+        let content = m["content"].clone();
+        if matches!(role.as_str(), "user" | "tool") && content.is_null() {
+            return Err(invalid(
+                &at("content"),
+                format!("a {role} message has content"),
+            ));
+        }
+        let tool_call_id = text("toolCallId")?;
+        if role == "tool" && tool_call_id.is_none() {
+            return Err(invalid(
+                &at("toolCallId"),
+                "a tool message names its toolCallId",
+            ));
+        }
+        let error = text("error")?;
+        out.push(ClientMessage {
+            id,
+            role,
+            content,
+            tool_call_id,
+            error,
+        });
+    }
+    Ok(out)
+}
+
+/// The text of a user message's `content`: the string, or its text parts'.
+fn text_of(content: &Value) -> Option<String> {
+    match content {
+        Value::String(s) => Some(s.clone()),
+        Value::Array(parts) => {
+            let texts: Vec<&str> = parts
+                .iter()
+                .filter(|p| p["type"] == "text")
+                .filter_map(|p| p["text"].as_str())
+                .collect();
+            (!texts.is_empty()).then(|| texts.concat())
+        }
+        _ => None,
+    }
+}
+
 /// The OpenAPI components of the route: `AgUiRunAgentInput` (AG-UI 1.0's
 /// `RunAgentInput`, with the `AgUi*` parts it names) and `AgUiEvent` (one
 /// AG-UI event of the answer).
@@ -646,8 +730,12 @@ pub fn schemas() -> Vec<(String, Value)> {
         "description": "An AG-UI message, by role: developer, system, assistant (`toolCalls`), user, tool (`toolCallId`, `error`), activity, reasoning. Only new `user` messages (by id) and `tool` messages answering the run's client tool calls are read; the rest is the client's history.",
         "type": "object",
         "required": ["id", "role"],
+        "allOf": [
+            {"if": {"properties": {"role": {"enum": ["user", "tool"]}}}, "then": {"required": ["content"]}},
+            {"if": {"properties": {"role": {"const": "tool"}}}, "then": {"required": ["toolCallId"]}},
+        ],
         "properties": {
-            "id": {"type": "string"},
+            "id": {"type": "string", "minLength": 1, "maxLength": 256},
             "role": component("AgUiRole"),
             "content": {"oneOf": [{"type": "string"}, {"type": "array", "items": component("AgUiContentPart")}, {"type": "object"}]},
             "name": {"type": "string"},
