@@ -776,7 +776,7 @@ pub fn schemas() -> Vec<(String, Value)> {
             "messages": {"type": "array", "items": component("AgUiMessage")},
             "tools": {"type": "array", "items": component("AgUiTool")},
             "context": {"type": "array", "items": component("AgUiContext")},
-            "forwardedProps": {"description": "Anything but null (AG-UI's own schema): `narad.queue` and `narad.stateScope` are read.", "not": {"type": "null"}},
+            "forwardedProps": {"description": "Anything but null (AG-UI's own schema): `narad.queue` and `narad.stateScope` are read.", "not": {"anyOf": [{"type": "null"}, component("HoldsU0000")]}},
             "resume": {"type": "array", "items": component("AgUiResumeEntry")},
         },
     });
