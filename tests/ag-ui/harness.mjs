@@ -1,123 +1,23 @@
-// What the AG-UI tests share: narad started (and killed) as a process on a
-// port of its own, tokens, calls to the API, a session's history, and an
-// unmodified HttpAgent whose fetch keeps the raw SSE frames of every answer
-// and checks each with @ag-ui/core's own EventSchema.
+// What the AG-UI tests share: what tests/front-ends/harness.mjs gives
+// (narad started and killed on a port of its own, tokens, calls to the API,
+// a session's history), with tokens of tenant "agui", and an unmodified
+// HttpAgent whose fetch keeps the raw SSE frames of every answer and checks
+// each with @ag-ui/core's own EventSchema.
 //
 // Environment (.ci/ag-ui sets it): NARAD_BIN, NARAD_DATABASE_URL (a fresh
 // database), CHROMIUM (the browser binary; default /usr/bin/chromium),
 // SCREENSHOTS (optional: a folder for pictures of the page).
 import assert from "node:assert/strict";
-import { execFileSync, spawn } from "node:child_process";
-import { createServer } from "node:http";
-import { setTimeout as sleep } from "node:timers/promises";
 
 import { HttpAgent } from "@ag-ui/client";
 import { EventSchema } from "@ag-ui/core/schemas";
 
-const secret = "ag-ui-test-hs256-secret-of-32-bytes-or-more";
+import { tokensOf } from "../front-ends/harness.mjs";
 
-export function required(name) {
-  const value = process.env[name];
-  if (!value) {
-    throw new Error(`set ${name}`);
-  }
-  return value;
-}
-
-/** A port nothing listens on now. */
-export async function freePort() {
-  const server = createServer();
-  await new Promise((resolve) => server.listen(0, "127.0.0.1", resolve));
-  const { port } = server.address();
-  await new Promise((resolve) => server.close(resolve));
-  return port;
-}
-
-/** Starts narad on `port` (for pages of `origin`, if any); resolves once it serves. */
-export async function startNarad(port, origin) {
-  const env = {
-    ...process.env,
-    NARAD_LISTEN: `127.0.0.1:${port}`,
-    NARAD_DATABASE_URL: required("NARAD_DATABASE_URL"),
-    NARAD_JWT_HS256_SECRET: secret,
-    RUST_LOG: "warn",
-  };
-  if (origin) {
-    env.NARAD_CORS_ORIGINS = origin;
-  }
-  const child = spawn(required("NARAD_BIN"), ["serve"], { env, stdio: ["ignore", "pipe", "inherit"] });
-  await new Promise((resolve, reject) => {
-    let out = "";
-    child.stdout.on("data", (chunk) => {
-      out += chunk;
-      if (out.includes("narad is serving on")) {
-        resolve();
-      }
-    });
-    child.on("exit", (code) => reject(new Error(`narad exited (${code}) before serving`)));
-  });
-  return child;
-}
-
-/** Stops narad: SIGKILL when `hard`, else SIGTERM; waits until it is gone. */
-export async function kill(child, hard = true) {
-  if (child.exitCode !== null || child.signalCode !== null) {
-    return;
-  }
-  const gone = new Promise((resolve) => child.once("exit", resolve));
-  child.kill(hard ? "SIGKILL" : "SIGTERM");
-  await gone;
-}
+export * from "../front-ends/harness.mjs";
 
 /** A token of the test tenant for `sub` with `roles` (comma-separated). */
-export function token(roles, sub = "ann") {
-  return execFileSync(required("NARAD_BIN"), ["token", "--org", "agui", "--sub", sub, "--roles", roles], {
-    env: { ...process.env, NARAD_JWT_HS256_SECRET: secret },
-  })
-    .toString()
-    .trim();
-}
-
-/** A call to the API from Node: `{status, body}`. */
-export async function call(api, jwt, method, path, body) {
-  const res = await fetch(api + path, {
-    method,
-    headers: { Authorization: `Bearer ${jwt}`, "Content-Type": "application/json" },
-    body: body === undefined ? undefined : JSON.stringify(body),
-  });
-  const text = await res.text();
-  return { status: res.status, body: text ? JSON.parse(text) : undefined };
-}
-
-/** The session's whole history (every page); none when `orNone` and the session does not exist yet. */
-export async function history(api, jwt, sessionId, orNone = false) {
-  const events = [];
-  let after = 0;
-  for (;;) {
-    const { status, body } = await call(api, jwt, "GET", `/v1/sessions/${sessionId}/events?limit=1000&afterSessionSequence=${after}`);
-    if (orNone && status === 404) {
-      return events;
-    }
-    assert.equal(status, 200, JSON.stringify(body));
-    events.push(...body.events);
-    if (body.nextSessionSequence == null) {
-      return events;
-    }
-    after = body.nextSessionSequence;
-  }
-}
-
-export async function waitFor(what, check, seconds = 30) {
-  const deadline = Date.now() + seconds * 1000;
-  for (;;) {
-    const got = await check();
-    if (got) {
-      return got;
-    }
-    assert.ok(Date.now() < deadline, `no ${what} within ${seconds} s`);
-    await sleep(50);
-  }
-}
+export const token = tokensOf("agui");
 
 /**
  * The raw SSE frames of a body, as the bytes came: split on "\n\n" (AG-UI's

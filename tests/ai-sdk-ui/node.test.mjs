@@ -10,7 +10,6 @@ import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
 import { setTimeout as sleep } from "node:timers/promises";
 
-import { NaradClient, Runtime } from "../../clients/typescript/dist/index.js";
 import {
   lastAssistantMessageIsCompleteWithApprovalResponses,
   lastAssistantMessageIsCompleteWithToolCalls,
@@ -22,12 +21,11 @@ import {
   NodeChat,
   call,
   checkedFetch,
-  freePort,
   history,
-  kill,
   shapeOfMessage,
   shapeOfRun,
-  startNarad,
+  scenarioAgent,
+  serveWithAgent,
   textOf,
   token,
   transport,
@@ -37,85 +35,19 @@ import {
 const QUEUE = "node-chat";
 const WORDS = Array.from({ length: 24 }, (_, i) => `w${i + 1} `);
 let api;
-let narad;
-let runtime;
-let running;
+let server;
 let ann;
 let bob;
-const errors = [];
-
-/** The agent: what it does depends on the user message's id (`<scenario>-…`). */
-async function agent(ctx) {
-  const scenario = String(ctx.input?.messageId ?? "").split("-")[0];
-  switch (scenario) {
-    case "text":
-      await ctx.think("The user greets; greet back.");
-      await ctx.say(
-        (async function* () {
-          for (const piece of ["Hello", ", ", "I am ", "narad's ", "agent."]) {
-            yield piece;
-            await sleep(20);
-          }
-        })(),
-      );
-      break;
-    case "backend": {
-      const files = await ctx.tool("fs.list", { path: "/tmp" }, () => ["a.txt", "b.txt"]);
-      await ctx.say(`There are ${files.length} files: ${files.join(", ")}.`);
-      break;
-    }
-    case "client": {
-      await ctx.say("Let me look where you are. ");
-      const where = await ctx.clientTool("getLocation", { precise: true });
-      await ctx.say(`You are in ${where.city}.`);
-      break;
-    }
-    case "approve": {
-      const path = `/x/${ctx.input.messageId}`;
-      const approval = await ctx.approve(`Delete ${path}?`, {
-        kind: "tool.approval",
-        input: { toolName: "fs.delete", args: { path } },
-      });
-      if (approval.decision === "approve") {
-        await ctx.tool("fs.delete", { path }, () => ({ deleted: path }));
-        await ctx.say(`Deleted ${path}.`);
-      } else {
-        await ctx.say(`Kept ${path} (${approval.decision} by ${approval.actor?.sub}).`);
-      }
-      break;
-    }
-    case "slow": {
-      const m = ctx.message();
-      for (const w of WORDS) {
-        await m.say(w);
-        await sleep(120);
-      }
-      break;
-    }
-    default:
-      await ctx.say(`no scenario ${scenario}`);
-  }
-  await ctx.finish();
-}
 
 before(async () => {
-  const port = await freePort();
-  api = `http://127.0.0.1:${port}`;
-  narad = await startNarad(port);
+  server = await serveWithAgent(token, QUEUE, scenarioAgent(WORDS, 120));
+  api = server.api;
   ann = token("reader,writer,approver", "ann");
   bob = token("reader,writer,approver", "bob");
-  const client = new NaradClient({ servers: api, token: token("reader,writer,backend", "agent") });
-  runtime = new Runtime(client, { queue: QUEUE, waitMs: 1000, deltaWindowMs: 10, handler: agent, onError: (e) => errors.push(e) });
-  running = runtime.run();
 });
 
 after(async () => {
-  runtime?.stop();
-  await running;
-  if (narad) {
-    await kill(narad, false);
-  }
-  assert.deepEqual(errors.map(String), [], "the agent met no error");
+  await server?.stop();
 });
 
 /** A chat of session `id` as a page has it: the transport checked, tools and approvals sent on automatically. */

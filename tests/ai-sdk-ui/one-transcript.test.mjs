@@ -17,17 +17,13 @@ import { HttpAgent } from "@ag-ui/client";
 import { EventSchema } from "@ag-ui/core/schemas";
 import { validateUIMessages } from "ai";
 
-import { NaradClient, Runtime, SessionReducer } from "../../clients/typescript/dist/index.js";
-import { NodeChat, checkedFetch, freePort, history, kill, shapeOfMessage, shapeOfRun, startNarad, textOf, token, transport } from "./harness.mjs";
+import { NaradClient, SessionReducer } from "../../clients/typescript/dist/index.js";
+import { NodeChat, checkedFetch, history, serveWithAgent, shapeOfMessage, shapeOfRun, textOf, token, transport } from "./harness.mjs";
 
 const QUEUE = "one-transcript";
 const SESSION = "o-one";
 let api;
-let narad;
-let runtime;
-let running;
-let agentClient;
-const errors = [];
+let server;
 const warnings = [];
 
 // AG-UI's client's own detectors of material it does not know or must convert.
@@ -51,9 +47,9 @@ async function* pieces(...parts) {
  * recorded it (a run the console starts has no input): it reads the
  * session's history, so its answer also says how many user turns it saw.
  */
-async function agent(ctx) {
+async function agent(ctx, client) {
   const users = [];
-  for await (const e of agentClient.allHistory(ctx.sessionId)) {
+  for await (const e of client.allHistory(ctx.sessionId)) {
     if (e.type === "message.user.recorded") {
       users.push(String(e.content));
     }
@@ -70,21 +66,12 @@ async function agent(ctx) {
 }
 
 before(async () => {
-  const port = await freePort();
-  api = `http://127.0.0.1:${port}`;
-  narad = await startNarad(port);
-  agentClient = new NaradClient({ servers: api, token: token("reader,writer,backend", "agent") });
-  runtime = new Runtime(agentClient, { queue: QUEUE, waitMs: 1000, deltaWindowMs: 10, handler: agent, onError: (e) => errors.push(e) });
-  running = runtime.run();
+  server = await serveWithAgent(token, QUEUE, agent);
+  api = server.api;
 });
 
 after(async () => {
-  runtime?.stop();
-  await running;
-  if (narad) {
-    await kill(narad, false);
-  }
-  assert.deepEqual(errors.map(String), [], "the agent met no error");
+  await server?.stop();
   assert.deepEqual(warnings, [], "no [ag-ui][enforce] or [ag-ui][compat] warning");
 });
 
