@@ -14,14 +14,162 @@
 //! the executors' delivery timeout is closed `client_unavailable`.
 
 use std::collections::{HashMap, HashSet};
+use std::future::Future;
+use std::sync::Arc;
 
-use narad_journal::TenantId;
+use axum::body::Bytes;
+use narad_journal::{HistoryPage, HistoryQuery, JournalError, SessionRecord, TenantId};
 use narad_protocol::ErrorCode;
+use narad_protocol::profile::ProfileSet;
+use serde::Serialize;
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
+use tokio::sync::{broadcast, mpsc};
 
+use super::front_end_caller::Caller;
+use super::sse::Connection;
 use crate::AppState;
+use crate::audit::RequestId;
+use crate::auth::{Permission, Principal};
+use crate::body::Query;
 use crate::error::{ApiError, ApiResult};
+use crate::quotas::StreamSlot;
+
+/// 400 `NRD-0003` naming the body's member at `pointer` (in `fields`) with
+/// `message`.
+pub fn invalid(pointer: &str, message: impl Into<String>) -> ApiError {
+    let message = message.into();
+    ApiError::new(ErrorCode::InvalidObject, message.clone()).with_field(pointer, message)
+}
+
+/// Reads a front-end route's query: `queue` (returned, for a route that
+/// starts runs) and `ticket` (read by the caller's extractor); any other
+/// parameter is 400 `NRD-0008`.
+pub fn read_query(mut query: Query) -> ApiResult<Option<String>> {
+    let queue = query.text("queue");
+    let _ = query.text(super::tickets::PARAMETER);
+    query.finish()?;
+    Ok(queue)
+}
+
+/// The principal of a front end's POST, which writes to the session: the
+/// caller's (a ticket must have been issued for `stream`), with the
+/// `writer` role and reach to `session_id`, and one command taken from
+/// the organisation's rate (401, 403, 429 otherwise).
+pub async fn writer(
+    state: &AppState,
+    caller: Caller,
+    stream: &str,
+    session_id: &str,
+) -> ApiResult<Principal> {
+    let principal = caller.principal(state, stream).await?;
+    principal.require(Permission::Command)?;
+    principal.require_session(session_id)?;
+    state.quotas.take_command(&principal.tenant).await?;
+    Ok(principal)
+}
+
+/// The place of a front end's answer under the organisation's open-stream
+/// limit (429 `NRD-0603` over it, before any write), and the session's
+/// live feed, subscribed before the history is read so that nothing
+/// committed after it is missed.
+pub async fn open_stream(
+    state: &AppState,
+    tenant: &TenantId,
+    session_id: &str,
+) -> ApiResult<(StreamSlot, broadcast::Receiver<Arc<crate::hub::Live>>)> {
+    let slot = state.quotas.open_stream(tenant).await?;
+    Ok((slot, state.hub.subscribe(tenant, session_id)))
+}
+
+/// The session as it stood before this request, after creating it
+/// (`create-session`, through the commands' own path) when it did not
+/// exist: `None` when it is new, or was created by a request that came at
+/// the same time.
+pub async fn open_session(
+    state: &AppState,
+    principal: &Principal,
+    request: &RequestId,
+    session_id: &str,
+) -> ApiResult<Option<SessionRecord>> {
+    let session = match state.journal.session(&principal.tenant, session_id).await {
+        Ok(s) => Some(s),
+        Err(JournalError::SessionNotFound(_)) => None,
+        Err(e) => return Err(e.into()),
+    };
+    if session.is_none() {
+        let create = super::parse_command("create-session", &json!({"sessionId": session_id}))?;
+        match super::commands::execute(state, principal, request, create).await {
+            Ok(_) => {}
+            // Created by a request that came at the same time.
+            Err(e) if e.code() == ErrorCode::SessionExists.code() => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(session)
+}
+
+/// One page of the session's history after `after` (the journal's largest
+/// page).
+pub async fn history_after(
+    state: &AppState,
+    tenant: &TenantId,
+    session_id: &str,
+    after: u64,
+) -> Result<HistoryPage, JournalError> {
+    state
+        .journal
+        .history(
+            tenant,
+            session_id,
+            &HistoryQuery {
+                after_session_sequence: Some(after),
+                limit: Some(narad_journal::history::MAX_LIMIT),
+                ..HistoryQuery::default()
+            },
+        )
+        .await
+}
+
+/// The connection of a front end's answer (a session stream, every
+/// profile), holding `slot` (its place under the organisation's
+/// open-stream limit), and the receiver its response drains.
+pub fn connect(principal: Principal, slot: StreamSlot) -> (Connection, mpsc::Receiver<Bytes>) {
+    let (mut connection, rx) = Connection::new(
+        crate::metrics::StreamKind::Session,
+        ProfileSet::all(),
+        principal,
+    );
+    connection.hold(slot);
+    (connection, rx)
+}
+
+/// Items as SSE frames, one `data: {json}` line each.
+pub fn frames<T: Serialize>(items: &[T]) -> Bytes {
+    let mut out = String::new();
+    for item in items {
+        out.push_str("data: ");
+        out.push_str(&serde_json::to_string(item).expect("frames serialise"));
+        out.push_str("\n\n");
+    }
+    Bytes::from(out)
+}
+
+/// Waits for the session's next commit: `true` on a wake-up of its live
+/// feed (or one missed by a lagging receiver), `false` when the feed
+/// closed or the stream must end (`ended`, the connection's
+/// `until_ended`).
+pub async fn next_commit(
+    live: &mut broadcast::Receiver<Arc<crate::hub::Live>>,
+    ended: &mut (impl Future<Output = ()> + Unpin),
+) -> bool {
+    tokio::select! {
+        received = live.recv() => {
+            !matches!(received, Err(broadcast::error::RecvError::Closed))
+        }
+        () = ended => false,
+    }
+}
 
 /// The runtimes' queue of a front end's new run: `given`, the body's member
 /// at `pointer` (`forwardedProps.narad.queue`, `narad.queue`), else the
@@ -161,6 +309,17 @@ pub async fn finish_client_calls(
         ));
     }
     Ok(finished)
+}
+
+/// A journal event of run `r1` for the front ends' unit tests: `type` `ty`
+/// at `sessionSequence` `seq`, with the members of `extra`.
+#[cfg(test)]
+pub fn test_event(seq: u64, ty: &str, extra: Value) -> Value {
+    let mut e = json!({"type": ty, "sessionSequence": seq, "rootRunId": "r1", "runId": "r1"});
+    for (k, v) in extra.as_object().expect("an object") {
+        e[k] = v.clone();
+    }
+    e
 }
 
 #[cfg(test)]

@@ -11,6 +11,7 @@ pub mod events;
 pub mod executors;
 pub mod extensions;
 pub mod front_end;
+pub mod front_end_caller;
 pub mod graph_feed;
 pub mod interrupts;
 pub mod limits;

@@ -24,24 +24,22 @@ mod translate;
 use std::collections::{HashMap, HashSet};
 
 use ag_ui::{Event, Message, RunAgentInput, RunOutcome};
-use axum::body::Bytes;
-use axum::extract::{FromRequestParts, State};
-use axum::http::request::Parts;
+use axum::extract::State;
 use axum::response::Response;
-use narad_journal::{HistoryQuery, JournalError, TenantId};
+use narad_journal::TenantId;
 use narad_protocol::ErrorCode;
 use narad_protocol::primitives::SessionId;
-use narad_protocol::profile::ProfileSet;
 use serde_json::{Value, json};
 use tokio::sync::broadcast;
 
 use self::thread::Thread;
 use self::translate::{Ending, Translator, narad};
-use super::front_end::{self, Answer};
+use super::front_end::{self, Answer, frames, invalid};
+use super::front_end_caller::Caller;
 use super::sse::{self, Connection};
 use crate::AppState;
 use crate::audit::RequestId;
-use crate::auth::{Permission, Principal};
+use crate::auth::Principal;
 use crate::body::{JsonBody, Query};
 use crate::error::{ApiError, ApiResult};
 
@@ -51,38 +49,6 @@ pub const DEFAULT_STATE_SCOPE: &str = "session";
 /// The decisions an AG-UI `cancelled` resume takes, the first the
 /// interrupt offers.
 pub const CANCEL_DECISIONS: [&str; 4] = ["cancel", "deny", "reject", "stop"];
-
-/// Who calls: a bearer token, or a stream ticket (`?ticket=`) issued for
-/// `{stream: "ag-ui", sessionId}` when the request has no `Authorization`
-/// (checked against the body's `threadId`).
-pub enum Caller {
-    /// A verified token.
-    Token(Principal),
-    /// A ticket, to verify against the thread.
-    Ticket(String),
-}
-
-impl FromRequestParts<AppState> for Caller {
-    type Rejection = ApiError;
-
-    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Caller, ApiError> {
-        if !parts
-            .headers
-            .contains_key(axum::http::header::AUTHORIZATION)
-            && let Some(ticket) = super::tickets::ticket_of(parts)
-        {
-            return Ok(Caller::Ticket(ticket));
-        }
-        Principal::from_request_parts(parts, state)
-            .await
-            .map(Caller::Token)
-    }
-}
-
-fn invalid(pointer: &str, message: impl Into<String>) -> ApiError {
-    let message = message.into();
-    ApiError::new(ErrorCode::InvalidObject, message.clone()).with_field(pointer, message)
-}
 
 /// What the input brings, against what the journal holds.
 struct Plan {
@@ -126,12 +92,10 @@ pub async fn run(
     State(state): State<AppState>,
     caller: Caller,
     request: RequestId,
-    mut query: Query,
+    query: Query,
     JsonBody(mut body): JsonBody,
 ) -> ApiResult<Response> {
-    let queue_param = query.text("queue");
-    let _ = query.text(super::tickets::PARAMETER);
-    query.finish()?;
+    let queue_param = front_end::read_query(query)?;
     // AG-UI reads a null state as absent.
     if let Some(o) = body.as_object_mut()
         && o.get("state").is_some_and(Value::is_null)
@@ -151,37 +115,21 @@ pub async fn run(
     if ag_run_id.is_empty() || ag_run_id.chars().count() > 256 {
         return Err(invalid("/runId", "a runId is 1 to 256 characters"));
     }
-    let principal = match caller {
-        Caller::Token(p) => p,
-        Caller::Ticket(t) => {
-            super::tickets::verify_for(&state, &t, &format!("ag-ui:{thread_id}")).await?
-        }
-    };
-    principal.require(Permission::Command)?;
-    principal.require_session(&thread_id)?;
-    let tenant = principal.tenant.clone();
-    state.quotas.take_command(&tenant).await?;
+    // A ticket is issued for `{stream: "ag-ui", sessionId}`.
+    let principal =
+        front_end::writer(&state, caller, &format!("ag-ui:{thread_id}"), &thread_id).await?;
     let props = &input.forwarded_props["narad"];
     let queue = front_end::queue_of(&props["queue"], "/forwardedProps/narad/queue", queue_param)?;
     let scope = props["stateScope"]
         .as_str()
         .unwrap_or(DEFAULT_STATE_SCOPE)
         .to_owned();
-    // Refused at open over the organisation's limit, before any write.
-    let slot = state.quotas.open_stream(&tenant).await?;
-    // Subscribed before the history is read: nothing committed after it
-    // is missed.
-    let live = state.hub.subscribe(&tenant, &thread_id);
+    let (slot, live) = front_end::open_stream(&state, &principal.tenant, &thread_id).await?;
     let plan = Box::pin(plan(
         &state, &principal, &request, input, &messages, queue, &scope,
     ))
     .await?;
-    let (mut connection, rx) = Connection::new(
-        crate::metrics::StreamKind::Session,
-        ProfileSet::all(),
-        principal,
-    );
-    connection.hold(slot);
+    let (connection, rx) = front_end::connect(principal, slot);
     tokio::spawn(feed(state, connection, plan, live));
     sse::response(rx)
 }
@@ -200,20 +148,7 @@ async fn plan(
     let tenant = &principal.tenant;
     let thread_id = input.thread_id.as_str().to_owned();
     let ag_run_id = input.run_id.as_str().to_owned();
-    let exists = match state.journal.session(tenant, &thread_id).await {
-        Ok(_) => true,
-        Err(JournalError::SessionNotFound(_)) => false,
-        Err(e) => return Err(e.into()),
-    };
-    if !exists {
-        let create = super::parse_command("create-session", &json!({"sessionId": thread_id}))?;
-        match super::commands::execute(state, principal, request, create).await {
-            Ok(_) => {}
-            // Created by a request that came at the same time.
-            Err(e) if e.code() == ErrorCode::SessionExists.code() => {}
-            Err(e) => return Err(e),
-        }
-    }
+    front_end::open_session(state, principal, request, &thread_id).await?;
     let thread = Box::pin(fold(state, tenant, &thread_id, scope)).await?;
 
     // What the client holds, and what of it is new.
@@ -490,18 +425,7 @@ async fn fold(
 ) -> ApiResult<Thread> {
     let mut thread = Thread::new(scope);
     loop {
-        let page = state
-            .journal
-            .history(
-                tenant,
-                thread_id,
-                &HistoryQuery {
-                    after_session_sequence: Some(thread.covers),
-                    limit: Some(narad_journal::history::MAX_LIMIT),
-                    ..HistoryQuery::default()
-                },
-            )
-            .await?;
+        let page = front_end::history_after(state, tenant, thread_id, thread.covers).await?;
         for e in &page.events {
             thread.fold(e);
         }
@@ -509,17 +433,6 @@ async fn fold(
             return Ok(thread);
         }
     }
-}
-
-/// AG-UI events as SSE frames, one `data:` line each.
-fn frames(events: &[Event]) -> Bytes {
-    let mut out = String::new();
-    for e in events {
-        out.push_str("data: ");
-        out.push_str(&serde_json::to_string(e).expect("events serialise"));
-        out.push_str("\n\n");
-    }
-    Bytes::from(out)
 }
 
 /// Streams the plan: its first events, then the run's events as they are
@@ -551,19 +464,7 @@ async fn feed(
         // Everything committed so far.
         loop {
             while live.try_recv().is_ok() {}
-            let page = match state
-                .journal
-                .history(
-                    &tenant,
-                    &thread_id,
-                    &HistoryQuery {
-                        after_session_sequence: Some(after),
-                        limit: Some(narad_journal::history::MAX_LIMIT),
-                        ..HistoryQuery::default()
-                    },
-                )
-                .await
-            {
+            let page = match front_end::history_after(&state, &tenant, &thread_id, after).await {
                 Ok(page) => page,
                 Err(e) => {
                     tracing::warn!(error = %e, "an AG-UI stream cannot read history");
@@ -625,13 +526,8 @@ async fn feed(
             let _ = connection.send(frames(&out)).await;
             return;
         }
-        tokio::select! {
-            received = live.recv() => {
-                if matches!(received, Err(broadcast::error::RecvError::Closed)) {
-                    return;
-                }
-            }
-            () = &mut ended => return,
+        if !front_end::next_commit(&mut live, &mut ended).await {
+            return;
         }
     }
 }

@@ -263,13 +263,7 @@ impl Thread {
 mod tests {
     use super::*;
 
-    fn ev(seq: u64, ty: &str, extra: Value) -> Value {
-        let mut e = json!({"type": ty, "sessionSequence": seq, "rootRunId": "r1", "runId": "r1"});
-        for (k, v) in extra.as_object().unwrap() {
-            e[k] = v.clone();
-        }
-        e
-    }
+    use crate::routes::front_end::test_event as ev;
 
     #[test]
     fn a_fold_keeps_the_transcript_and_the_active_run() {

@@ -35,19 +35,18 @@ mod translate;
 use std::collections::HashMap;
 
 use axum::body::Bytes;
-use axum::extract::{FromRequestParts, Path, State};
-use axum::http::request::Parts;
+use axum::extract::{Path, State};
 use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use narad_journal::{HistoryQuery, JournalError, TenantId};
 use narad_protocol::ErrorCode;
 use narad_protocol::primitives::SessionId;
-use narad_protocol::profile::ProfileSet;
 use serde_json::{Value, json};
 use tokio::sync::broadcast;
 
 use self::translate::{Ended, Translator};
-use super::front_end::{self, Answer};
+use super::front_end::{self, Answer, frames, invalid};
+use super::front_end_caller::Caller;
 use super::sse::{self, Connection};
 use crate::AppState;
 use crate::audit::RequestId;
@@ -58,47 +57,10 @@ use crate::error::{ApiError, ApiResult};
 /// The header that names the UI message stream protocol.
 pub const PROTOCOL_HEADER: &str = "x-vercel-ai-ui-message-stream";
 
-/// Who calls: a bearer token, or a stream ticket (`?ticket=`) issued for
-/// the session's stream (`{stream: "session", sessionId}`) when the
-/// request has no `Authorization`.
-pub enum Caller {
-    /// A verified token.
-    Token(Principal),
-    /// A ticket, to verify against the session.
-    Ticket(String),
-}
-
-impl FromRequestParts<AppState> for Caller {
-    type Rejection = ApiError;
-
-    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Caller, ApiError> {
-        if !parts
-            .headers
-            .contains_key(axum::http::header::AUTHORIZATION)
-            && let Some(ticket) = super::tickets::ticket_of(parts)
-        {
-            return Ok(Caller::Ticket(ticket));
-        }
-        Principal::from_request_parts(parts, state)
-            .await
-            .map(Caller::Token)
-    }
-}
-
-impl Caller {
-    async fn principal(self, state: &AppState, session_id: &str) -> ApiResult<Principal> {
-        match self {
-            Caller::Token(p) => Ok(p),
-            Caller::Ticket(t) => {
-                super::tickets::verify_for(state, &t, &format!("session:{session_id}")).await
-            }
-        }
-    }
-}
-
-fn invalid(pointer: &str, message: impl Into<String>) -> ApiError {
-    let message = message.into();
-    ApiError::new(ErrorCode::InvalidObject, message.clone()).with_field(pointer, message)
+/// The stream a ticket for the chat routes is issued for: the session's
+/// (`{stream: "session", sessionId}`).
+fn ticket_stream(session_id: &str) -> String {
+    format!("session:{session_id}")
 }
 
 /// The runId of the run a user message starts.
@@ -236,31 +198,17 @@ pub async fn chat(
     State(state): State<AppState>,
     caller: Caller,
     request: RequestId,
-    mut query: Query,
+    query: Query,
     JsonBody(body): JsonBody,
 ) -> ApiResult<Response> {
-    let queue_param = query.text("queue");
-    let _ = query.text(super::tickets::PARAMETER);
-    query.finish()?;
+    let queue_param = front_end::read_query(query)?;
     let asked = read_request(&body, queue_param)?;
     let session_id = asked.session_id.clone();
-    let principal = caller.principal(&state, &session_id).await?;
-    principal.require(Permission::Command)?;
-    principal.require_session(&session_id)?;
-    let tenant = principal.tenant.clone();
-    state.quotas.take_command(&tenant).await?;
-    // Refused at open over the organisation's limit, before any write.
-    let slot = state.quotas.open_stream(&tenant).await?;
-    // Subscribed before the history is read: nothing committed after it
-    // is missed.
-    let live = state.hub.subscribe(&tenant, &session_id);
+    let principal =
+        front_end::writer(&state, caller, &ticket_stream(&session_id), &session_id).await?;
+    let (slot, live) = front_end::open_stream(&state, &principal.tenant, &session_id).await?;
     let plan = Box::pin(plan(&state, &principal, &request, asked)).await?;
-    let (mut connection, rx) = Connection::new(
-        crate::metrics::StreamKind::Session,
-        ProfileSet::all(),
-        principal,
-    );
-    connection.hold(slot);
+    let (connection, rx) = front_end::connect(principal, slot);
     tokio::spawn(feed(state, connection, plan, live));
     stream_response(rx)
 }
@@ -284,13 +232,11 @@ pub async fn resume(
     State(state): State<AppState>,
     caller: Caller,
     Path(session_id): Path<String>,
-    mut query: Query,
+    query: Query,
 ) -> ApiResult<Response> {
-    let _ = query.text(super::tickets::PARAMETER);
     // The transport reconnects with the query of its `api`: the POST's
     // `queue` comes along, and means nothing here.
-    let _ = query.text("queue");
-    query.finish()?;
+    let _ = front_end::read_query(query)?;
     // A chat not created yet is 204, so an id no session can have is
     // refused here rather than answered as one not created yet.
     SessionId::new(session_id.clone()).map_err(|e| {
@@ -300,7 +246,9 @@ pub async fn resume(
         )
         .with_field("sessionId", e.to_string())
     })?;
-    let principal = caller.principal(&state, &session_id).await?;
+    let principal = caller
+        .principal(&state, &ticket_stream(&session_id))
+        .await?;
     principal.require(Permission::Read)?;
     principal.require_session(&session_id)?;
     let tenant = principal.tenant.clone();
@@ -316,8 +264,7 @@ pub async fn resume(
     let Some(run_id) = active_run(&session) else {
         return Ok(StatusCode::NO_CONTENT.into_response());
     };
-    let slot = state.quotas.open_stream(&tenant).await?;
-    let live = state.hub.subscribe(&tenant, &session_id);
+    let (slot, live) = front_end::open_stream(&state, &tenant, &session_id).await?;
     let mut translator = Translator::new(&run_id, &front_end::executor_id(&session_id));
     let start = run_start(&state, &tenant, &session_id, &run_id).await?;
     translator.through = start.saturating_sub(1);
@@ -328,12 +275,7 @@ pub async fn resume(
         first: Vec::new(),
         replay_from: 0,
     };
-    let (mut connection, rx) = Connection::new(
-        crate::metrics::StreamKind::Session,
-        ProfileSet::all(),
-        principal,
-    );
-    connection.hold(slot);
+    let (connection, rx) = front_end::connect(principal, slot);
     tokio::spawn(feed(state, connection, plan, live));
     stream_response(rx)
 }
@@ -406,20 +348,7 @@ async fn plan(
         let message_id = asked.last["id"].as_str().expect("checked").to_owned();
         let text = user_text(&asked.last, asked.last_at)?;
         let run_id = run_id_of(&message_id);
-        let session = match state.journal.session(tenant, &session_id).await {
-            Ok(s) => Some(s),
-            Err(JournalError::SessionNotFound(_)) => None,
-            Err(e) => return Err(e.into()),
-        };
-        if session.is_none() {
-            let create = super::parse_command("create-session", &json!({"sessionId": session_id}))?;
-            match super::commands::execute(state, principal, request, create).await {
-                Ok(_) => {}
-                // Created by a request that came at the same time.
-                Err(e) if e.code() == ErrorCode::SessionExists.code() => {}
-                Err(e) => return Err(e),
-            }
-        }
+        let session = front_end::open_session(state, principal, request, &session_id).await?;
         match session.as_ref().and_then(active_run) {
             // This message's run, asked again (a retried POST): its answer.
             Some(active) if active == run_id => {}
@@ -571,18 +500,7 @@ async fn read_after(
     into: &mut Vec<Value>,
 ) -> Result<u64, JournalError> {
     loop {
-        let page = state
-            .journal
-            .history(
-                tenant,
-                session_id,
-                &HistoryQuery {
-                    after_session_sequence: Some(after),
-                    limit: Some(narad_journal::history::MAX_LIMIT),
-                    ..HistoryQuery::default()
-                },
-            )
-            .await?;
+        let page = front_end::history_after(state, tenant, session_id, after).await?;
         for e in page.events {
             after = e["sessionSequence"].as_u64().unwrap_or(after + 1);
             into.push(e);
@@ -591,17 +509,6 @@ async fn read_after(
             return Ok(after);
         }
     }
-}
-
-/// Chunks as SSE frames, one `data:` line each.
-fn frames(chunks: &[Value]) -> Bytes {
-    let mut out = String::new();
-    for c in chunks {
-        out.push_str("data: ");
-        out.push_str(&serde_json::to_string(c).expect("chunks serialise"));
-        out.push_str("\n\n");
-    }
-    Bytes::from(out)
 }
 
 /// The UI message stream response draining `rx`.
@@ -700,13 +607,8 @@ async fn feed(
         if !out.is_empty() && connection.send(frames(&out)).await.is_err() {
             return;
         }
-        tokio::select! {
-            received = live.recv() => {
-                if matches!(received, Err(broadcast::error::RecvError::Closed)) {
-                    return;
-                }
-            }
-            () = &mut ended => return,
+        if !front_end::next_commit(&mut live, &mut ended).await {
+            return;
         }
     }
 }

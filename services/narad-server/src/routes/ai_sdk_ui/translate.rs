@@ -504,13 +504,7 @@ impl Translator {
 mod tests {
     use super::*;
 
-    fn ev(seq: u64, ty: &str, extra: Value) -> Value {
-        let mut e = json!({"type": ty, "sessionSequence": seq, "rootRunId": "r1", "runId": "r1"});
-        for (k, v) in extra.as_object().unwrap() {
-            e[k] = v.clone();
-        }
-        e
-    }
+    use crate::routes::front_end::test_event as ev;
 
     fn types(out: &[Value]) -> Vec<&str> {
         out.iter().map(|c| c["type"].as_str().unwrap()).collect()
