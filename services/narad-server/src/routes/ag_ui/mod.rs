@@ -616,6 +616,9 @@ fn text_of(content: &Value) -> Option<String> {
 /// AG-UI event of the answer).
 pub fn schemas() -> Vec<(String, Value)> {
     let component = |name: &str| json!({"$ref": format!("#/components/schemas/{name}")});
+    // Members AG-UI types as any value but null (JSON Schema `{}` would
+    // admit null, which the input's reading refuses): no U+0000 either.
+    let not_null = json!({"not": {"anyOf": [{"type": "null"}, component("HoldsU0000")]}});
     let part = json!({
         "description": "An AG-UI content part: text, or an image, audio, video or document source.",
         "type": "object",
@@ -645,7 +648,7 @@ pub fn schemas() -> Vec<(String, Value)> {
         "description": "A tool of the client (a frontend tool).",
         "type": "object",
         "required": ["name", "description"],
-        "properties": {"name": {"type": "string"}, "description": {"type": "string"}, "parameters": {}, "metadata": {"type": "object"}},
+        "properties": {"name": {"type": "string"}, "description": {"type": "string"}, "parameters": not_null.clone(), "metadata": {"type": "object"}},
     });
     let context = json!({
         "description": "An AG-UI context entry, handed to the runtime.",
@@ -657,7 +660,7 @@ pub fn schemas() -> Vec<(String, Value)> {
         "description": "An answer to an interrupt: `resolved` with `payload.decision` (one of its actions) and optional `payload.reason`; `cancelled` decides the first of `cancel`, `deny`, `reject`, `stop` the interrupt offers.",
         "type": "object",
         "required": ["interruptId", "status"],
-        "properties": {"interruptId": {"type": "string"}, "status": component("AgUiResumeStatus"), "payload": {}, "metadata": {"type": "object"}},
+        "properties": {"interruptId": {"type": "string"}, "status": component("AgUiResumeStatus"), "payload": not_null.clone(), "metadata": {"type": "object"}},
     });
     let input = json!({
         "description": "AG-UI 1.0 RunAgentInput. `threadId` is the narad session (created when new); `runId` names the AG-UI run, and the narad run a new message starts (a repeated POST starts nothing twice). `forwardedProps.narad.queue` names the runtimes' queue, `forwardedProps.narad.stateScope` the state scope that is AG-UI's state (default `session`). `tools` are the client's (frontend) tools; every run the route starts is bound to the session's front-end executor `front-end:<threadId>` (the one `POST /v1/chat` uses), so a client tool call is answered from either route. `resume` answers the interrupts the last AG-UI run finished with. `state` and `context` are handed to the runtime in the run's input (`input.agUi`), not recorded as state.",
@@ -672,7 +675,7 @@ pub fn schemas() -> Vec<(String, Value)> {
             "messages": {"type": "array", "items": component("AgUiMessage")},
             "tools": {"type": "array", "items": component("AgUiTool")},
             "context": {"type": "array", "items": component("AgUiContext")},
-            "forwardedProps": {"description": "Anything but null (AG-UI's own schema): `narad.queue` and `narad.stateScope` are read.", "not": {"anyOf": [{"type": "null"}, component("HoldsU0000")]}},
+            "forwardedProps": {"description": "Anything but null (AG-UI's own schema): `narad.queue` and `narad.stateScope` are read.", "not": not_null["not"].clone()},
             "resume": {"type": "array", "items": component("AgUiResumeEntry")},
         },
     });
