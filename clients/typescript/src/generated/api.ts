@@ -1020,16 +1020,17 @@ export interface components {
             id?: components["schemas"]["defs.id"];
         };
         /** @description An AG-UI message, by role: developer, system, assistant (`toolCalls`), user, tool (`toolCallId`, `error`), activity, reasoning. Only new `user` messages (by id) and `tool` messages answering the run's client tool calls are read; the rest is the client's history. */
-        AgUiMessage: {
-            content?: string | components["schemas"]["AgUiContentPart"][] | Record<string, never>;
+        AgUiMessage: ({
+            /** @description A user message's text or content parts (AgUiContentPart), recorded as its content; a tool message's result (JSON text is parsed). */
+            content?: unknown;
             error?: string;
             id: string;
-            metadata?: Record<string, never>;
-            name?: string;
-            role: components["schemas"]["AgUiRole"];
+            /** @description The role (AgUiRole names AG-UI 1.0's): only `user` and `tool` messages are read, the others taken as they come. */
+            role: string;
             toolCallId?: string;
-            toolCalls?: Record<string, never>[];
-        } & (unknown & unknown);
+        } & {
+            [key: string]: unknown;
+        }) & (unknown & unknown);
         /** @description An answer to an interrupt: `resolved` with `payload.decision` (one of its actions) and optional `payload.reason`; `cancelled` decides the first of `cancel`, `deny`, `reject`, `stop` the interrupt offers. */
         AgUiResumeEntry: {
             interruptId: string;

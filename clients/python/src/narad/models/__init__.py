@@ -109,8 +109,28 @@ class AgUiEventType(Enum):
     raw = 'RAW'
 
 
-class Content(RootModel[str]):
-    root: str = Field(..., pattern='^[^\\u0000]*$')
+class AgUiMessage(BaseModel):
+    """
+    An AG-UI message, by role: developer, system, assistant (`toolCalls`), user, tool (`toolCallId`, `error`), activity, reasoning. Only new `user` messages (by id) and `tool` messages answering the run's client tool calls are read; the rest is the client's history.
+    """
+
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    __annotations__ = {
+        '__pydantic_extra__': Dict[constr(pattern=r'^[^\u0000]*$'), Any],
+    }
+    content: Any | None = None
+    """
+    A user message's text or content parts (AgUiContentPart), recorded as its content; a tool message's result (JSON text is parsed).
+    """
+    error: str | None = Field(default=None, pattern='^[^\\u0000]*$')
+    id: str = Field(..., max_length=256, min_length=1, pattern='^[^\\u0000]*$')
+    role: str = Field(..., pattern='^[^\\u0000]*$')
+    """
+    The role (AgUiRole names AG-UI 1.0's): only `user` and `tool` messages are read, the others taken as they come.
+    """
+    tool_call_id: str | None = Field(default=None, alias='toolCallId', pattern='^[^\\u0000]*$')
 
 
 class AgUiResumeStatus(Enum):
@@ -1042,28 +1062,6 @@ class AgUiFrame(BaseModel):
     """
     Not sent with this frame: an SSE parser reports the last id it saw, which this frame does not move.
     """
-
-
-class AgUiMessage(BaseModel):
-    """
-    An AG-UI message, by role: developer, system, assistant (`toolCalls`), user, tool (`toolCallId`, `error`), activity, reasoning. Only new `user` messages (by id) and `tool` messages answering the run's client tool calls are read; the rest is the client's history.
-    """
-
-    model_config = ConfigDict(
-        extra='allow',
-    )
-    content: Content | list[AgUiContentPart] | dict[constr(pattern=r'^[^\u0000]*$'), Any] | None = (
-        None
-    )
-    error: str | None = Field(default=None, pattern='^[^\\u0000]*$')
-    id: str = Field(..., max_length=256, min_length=1, pattern='^[^\\u0000]*$')
-    metadata: dict[constr(pattern=r'^[^\u0000]*$'), Any] | None = None
-    name: str | None = Field(default=None, pattern='^[^\\u0000]*$')
-    role: AgUiRole
-    tool_call_id: str | None = Field(default=None, alias='toolCallId', pattern='^[^\\u0000]*$')
-    tool_calls: list[dict[constr(pattern=r'^[^\u0000]*$'), Any]] | None = Field(
-        default=None, alias='toolCalls'
-    )
 
 
 class AgUiResumeEntry(BaseModel):

@@ -43,6 +43,20 @@ use crate::auth::Principal;
 use crate::body::{JsonBody, Query};
 use crate::error::{ApiError, ApiResult};
 
+/// The members of a `RunAgentInput` the route reads.
+const INPUT_MEMBERS: [&str; 10] = [
+    "threadId",
+    "runId",
+    "protocolVersion",
+    "parentRunId",
+    "state",
+    "messages",
+    "tools",
+    "context",
+    "forwardedProps",
+    "resume",
+];
+
 /// The state scope that is AG-UI's state unless
 /// `forwardedProps.narad.stateScope` names another.
 pub const DEFAULT_STATE_SCOPE: &str = "session";
@@ -96,11 +110,12 @@ pub async fn run(
     JsonBody(mut body): JsonBody,
 ) -> ApiResult<Response> {
     let queue_param = front_end::read_query(query)?;
-    // AG-UI reads a null state as absent.
-    if let Some(o) = body.as_object_mut()
-        && o.get("state").is_some_and(Value::is_null)
-    {
-        o.remove("state");
+    // AG-UI reads a null state as absent; members the input does not
+    // name are not read, whatever their value.
+    if let Some(o) = body.as_object_mut() {
+        o.retain(|name, value| {
+            !(value.is_null() && (name == "state" || !INPUT_MEMBERS.contains(&name.as_str())))
+        });
     }
     // The history is read leniently (see `ClientMessage`): the typed
     // input is read without it.
@@ -635,14 +650,12 @@ pub fn schemas() -> Vec<(String, Value)> {
         ],
         "properties": {
             "id": {"type": "string", "minLength": 1, "maxLength": 256},
-            "role": component("AgUiRole"),
-            "content": {"oneOf": [{"type": "string"}, {"type": "array", "items": component("AgUiContentPart")}, {"type": "object"}]},
-            "name": {"type": "string"},
+            "role": {"description": "The role (AgUiRole names AG-UI 1.0's): only `user` and `tool` messages are read, the others taken as they come.", "type": "string"},
+            "content": {"description": "A user message's text or content parts (AgUiContentPart), recorded as its content; a tool message's result (JSON text is parsed).", "not": not_null["not"].clone()},
             "toolCallId": {"type": "string"},
             "error": {"type": "string"},
-            "toolCalls": {"type": "array", "items": {"type": "object"}},
-            "metadata": {"type": "object"},
         },
+        "additionalProperties": {"description": "Not read (`name`, `toolCalls`, `metadata`, ...): taken as they come."},
     });
     let tool = json!({
         "description": "A tool of the client (a frontend tool).",
