@@ -192,16 +192,20 @@ async fn errors_before_the_stream_are_http_errors() {
         "{}",
         a.error
     );
-    let mut resume = input("t1", "a1", json!([]));
-    resume["resume"] =
-        json!([{"interruptId": "nope", "status": "resolved", "payload": {"decision": "approve"}}]);
-    let a = post(&s, &jwt, resume).await.unwrap();
-    assert_eq!(
-        (a.status, a.error["code"].as_str()),
-        (404, Some("NRD-0007")),
-        "{}",
-        a.error
-    );
+    for status in ["resolved", "cancelled"] {
+        // A resume naming no interrupt of the thread is not found, however
+        // it answers (a cancel was refused 400 for offering no cancel).
+        let mut resume = input("t1", "a1", json!([]));
+        resume["resume"] =
+            json!([{"interruptId": "nope", "status": status, "payload": {"decision": "approve"}}]);
+        let a = post(&s, &jwt, resume).await.unwrap();
+        assert_eq!(
+            (a.status, a.error["code"].as_str()),
+            (404, Some("NRD-0007")),
+            "{status}: {}",
+            a.error
+        );
+    }
 }
 
 #[tokio::test]

@@ -211,6 +211,18 @@ async fn plan(
         let id = entry.interrupt_id.as_str().to_owned();
         let entry = serde_json::to_value(entry).expect("serialises");
         let asked = thread.interrupts.get(&id);
+        if asked.is_none() && entry["status"] == "cancelled" {
+            // Which decision a cancel takes depends on the interrupt: one
+            // the thread does not hold is not found, as for `resolved`.
+            return Err(ApiError::new(
+                ErrorCode::NotFound,
+                format!("no interrupt {id} in thread {thread_id}"),
+            )
+            .with_field(
+                format!("/resume/{n}/interruptId"),
+                "names no interrupt of the thread",
+            ));
+        }
         let decision = if entry["status"] == "cancelled" {
             let actions = asked.map(|a| a["actions"].clone()).unwrap_or_default();
             CANCEL_DECISIONS
