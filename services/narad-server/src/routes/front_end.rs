@@ -18,7 +18,7 @@ use std::future::Future;
 use std::sync::Arc;
 
 use axum::body::Bytes;
-use narad_journal::{HistoryPage, HistoryQuery, JournalError, SessionRecord, TenantId};
+use narad_journal::{JournalError, SessionRecord, TenantId};
 use narad_protocol::ErrorCode;
 use narad_protocol::profile::ProfileSet;
 use serde::Serialize;
@@ -107,28 +107,6 @@ pub async fn open_session(
         }
     }
     Ok(session)
-}
-
-/// One page of the session's history after `after` (the journal's largest
-/// page).
-pub async fn history_after(
-    state: &AppState,
-    tenant: &TenantId,
-    session_id: &str,
-    after: u64,
-) -> Result<HistoryPage, JournalError> {
-    state
-        .journal
-        .history(
-            tenant,
-            session_id,
-            &HistoryQuery {
-                after_session_sequence: Some(after),
-                limit: Some(narad_journal::history::MAX_LIMIT),
-                ..HistoryQuery::default()
-            },
-        )
-        .await
 }
 
 /// The connection of a front end's answer (a session stream, every

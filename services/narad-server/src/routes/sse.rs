@@ -443,6 +443,28 @@ impl Connection {
     }
 }
 
+/// One page of a session's history after `after` (a sessionSequence), as
+/// large as pages go: what every stream reads to catch up or fill a gap.
+pub async fn history_after(
+    state: &AppState,
+    tenant: &narad_journal::TenantId,
+    session_id: &str,
+    after: u64,
+) -> Result<narad_journal::HistoryPage, narad_journal::JournalError> {
+    state
+        .journal
+        .history(
+            tenant,
+            session_id,
+            &narad_journal::HistoryQuery {
+                after_session_sequence: Some(after),
+                limit: Some(narad_journal::history::MAX_LIMIT),
+                ..narad_journal::HistoryQuery::default()
+            },
+        )
+        .await
+}
+
 #[cfg(test)]
 mod tests {
     use std::sync::{Arc, OnceLock};

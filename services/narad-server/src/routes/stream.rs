@@ -21,7 +21,6 @@
 use axum::extract::{Path, State};
 use axum::http::HeaderMap;
 use axum::response::Response;
-use narad_journal::HistoryQuery;
 use narad_protocol::ErrorCode;
 use narad_protocol::watch::WatchId;
 use tokio::sync::broadcast;
@@ -262,17 +261,7 @@ async fn history_page(
     session_id: &str,
     after: u64,
 ) -> Result<narad_journal::HistoryPage, ()> {
-    state
-        .journal
-        .history(
-            tenant,
-            session_id,
-            &HistoryQuery {
-                after_session_sequence: Some(after),
-                limit: Some(narad_journal::history::MAX_LIMIT),
-                ..HistoryQuery::default()
-            },
-        )
+    sse::history_after(state, tenant, session_id, after)
         .await
         .map_err(|e| tracing::warn!(error = %e, "a stream cannot read history"))
 }

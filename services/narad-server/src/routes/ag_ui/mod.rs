@@ -452,7 +452,7 @@ async fn fold(
 ) -> ApiResult<Thread> {
     let mut thread = Thread::new(scope);
     loop {
-        let page = front_end::history_after(state, tenant, thread_id, thread.covers).await?;
+        let page = super::sse::history_after(state, tenant, thread_id, thread.covers).await?;
         for e in &page.events {
             thread.fold(e);
         }
@@ -491,7 +491,7 @@ async fn feed(
         // Everything committed so far.
         loop {
             while live.try_recv().is_ok() {}
-            let page = match front_end::history_after(&state, &tenant, &thread_id, after).await {
+            let page = match super::sse::history_after(&state, &tenant, &thread_id, after).await {
                 Ok(page) => page,
                 Err(e) => {
                     tracing::warn!(error = %e, "an AG-UI stream cannot read history");

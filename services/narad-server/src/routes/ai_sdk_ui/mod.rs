@@ -500,7 +500,7 @@ async fn read_after(
     into: &mut Vec<Value>,
 ) -> Result<u64, JournalError> {
     loop {
-        let page = front_end::history_after(state, tenant, session_id, after).await?;
+        let page = super::sse::history_after(state, tenant, session_id, after).await?;
         for e in page.events {
             after = e["sessionSequence"].as_u64().unwrap_or(after + 1);
             into.push(e);
