@@ -78,6 +78,20 @@ fn post(s: &Server, jwt: &str, body: Value) -> JoinHandle<Answer> {
     })
 }
 
+/// The session's one `tool.call.finished`, once history holds it.
+async fn the_call_finished(s: &Server, jwt: &str, session: &str) -> Value {
+    loop {
+        let h = whole_history(s, jwt, session).await;
+        if count(&h, "tool.call.finished") == 1 {
+            return h
+                .into_iter()
+                .find(|e| e["type"] == "tool.call.finished")
+                .unwrap();
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 fn input(thread: &str, run: &str, messages: Value) -> Value {
     json!({"threadId": thread, "runId": run, "state": {}, "messages": messages,
         "tools": [], "context": [], "forwardedProps": {}})
@@ -520,17 +534,7 @@ async fn a_frontend_tool_round_trip() {
     );
     next["tools"] = tools;
     let answer = post(&s, &jwt, next);
-    let h = loop {
-        let h = whole_history(&s, &jwt, "t1").await;
-        if count(&h, "tool.call.finished") == 1 {
-            break h;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
-    let finished = h
-        .iter()
-        .find(|e| e["type"] == "tool.call.finished")
-        .unwrap();
+    let finished = the_call_finished(&s, &jwt, "t1").await;
     assert_eq!(
         (finished["outcome"].clone(), finished["response"].clone()),
         (json!("success"), json!({"ok": true}))
@@ -606,17 +610,7 @@ async fn a_client_call_of_a_chat_run_is_answered_through_ag_ui_in_one_session() 
     );
     next["tools"] = tools;
     let answer = post(&s, &jwt, next);
-    let h = loop {
-        let h = whole_history(&s, &jwt, "s1").await;
-        if count(&h, "tool.call.finished") == 1 {
-            break h;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
-    let finished = h
-        .iter()
-        .find(|e| e["type"] == "tool.call.finished")
-        .unwrap();
+    let finished = the_call_finished(&s, &jwt, "s1").await;
     assert_eq!(
         (finished["outcome"].clone(), finished["response"].clone()),
         (json!("success"), json!({"city": "Berlin"}))
