@@ -21,6 +21,7 @@ from conftest import NaradServer
 from narad.client import Client, Event, RuntimeOptions
 from narad.errors import NaradError
 from narad.runtime import (
+    TERMINALS,
     LeaseLost,
     RunContext,
     RunHandler,
@@ -154,6 +155,20 @@ async def until(check: Callable[[], bool], *, timeout: float = WAIT) -> None:
     while not check():
         assert asyncio.get_running_loop().time() < deadline, "timed out waiting"
         await asyncio.sleep(0.05)
+
+
+def said(events: list[Event], run: str) -> str:
+    """The text run ``run`` streamed (its ``message.text.delta`` s joined)."""
+    return "".join(
+        str(e["delta"]) for e in events if e["type"] == "message.text.delta" and e["runId"] == run
+    )
+
+
+def terminal(events: list[Event], run: str) -> Event:
+    """The terminal of ``run``; fails unless there is exactly one."""
+    found = [e for e in events if e["type"] in TERMINALS and e["runId"] == run]
+    assert len(found) == 1, found
+    return found[0]
 
 
 async def forever() -> None:
@@ -740,6 +755,176 @@ async def test_a_refused_claim_ends_the_loop(narad_server: NaradServer, org: str
         with pytest.raises(NaradError) as refused:
             await asyncio.wait_for(Runtime(reader, handler, claim_wait=1.0).run(), timeout=10)
     assert (refused.value.status, refused.value.code) == (403, "NRD-0102")
+
+
+# --- nested runs ------------------------------------------------------------
+
+
+async def test_a_nested_run_writes_under_its_parent_and_ends_before_it(client: Client) -> None:
+    async def handler(ctx: RunContext) -> None:
+        await ctx.say("Handing over.")
+        async with ctx.nested("billing", input={"agent": "billing"}) as child:
+            assert child.parent is ctx and child.run_id != ctx.run_id
+            await child.say("Billing here.")
+            await child.tool("invoice.find", {"n": 7}, lambda args: {"found": args["n"]})
+        await ctx.say("Back.")
+        await ctx.finish()
+
+    session, run = await start(client)
+    async with serving(client, handler):
+        events = await wait_history(client, session, has("run.finished", runId=run))
+    child_id = f"{run}.billing.run"
+    started = [e for e in of_type(events, "run.started") if e["runId"] == child_id]
+    assert len(started) == 1
+    assert started[0]["parentRunId"] == run and started[0]["rootRunId"] == run
+    assert started[0]["input"] == {"agent": "billing"}
+    assert "clientExecutorId" not in started[0]  # the parent has none
+    mine = [e for e in events if e["runId"] == child_id]
+    assert types(mine) == [
+        "run.started",
+        "message.text.started",
+        "message.text.delta",
+        "message.text.completed",
+        "tool.call.started",
+        "tool.call.finished",
+        "run.finished",
+    ]
+    assert all(e["rootRunId"] == run for e in events if e.get("rootRunId"))
+    assert said(events, child_id) == "Billing here."
+    assert said(events, run) == "Handing over.Back."
+    kinds = types(events)
+    assert kinds[-1] == "run.finished" and events[-1]["runId"] == run
+
+
+async def test_a_nested_run_records_its_parents_client_executor(
+    narad_server: NaradServer, client: Client, org: str
+) -> None:
+    desk = f"desk-{uuid.uuid4().hex[:6]}"
+    await executor_api(narad_server, org, desk)
+
+    async def handler(ctx: RunContext) -> None:
+        async with ctx.nested() as child:
+            assert child.client_executor_id == desk
+        await ctx.finish()
+
+    session, run = await start(client, client_executor_id=desk)
+    async with serving(client, handler):
+        events = await wait_history(client, session, has("run.finished", runId=run))
+    nested = [e for e in of_type(events, "run.started") if e.get("parentRunId") == run]
+    assert [e["clientExecutorId"] for e in nested] == [desk]
+
+
+async def test_a_nested_run_that_raises_ends_in_error_and_the_parent_goes_on(
+    client: Client,
+) -> None:
+    async def handler(ctx: RunContext) -> None:
+        try:
+            async with ctx.nested("flaky") as child:
+                await child.say("Trying.")
+                raise RuntimeError("the sub-agent broke")
+        except RuntimeError:
+            await ctx.say("The sub-agent failed; answering myself.")
+        await ctx.finish()
+
+    session, run = await start(client)
+    async with serving(client, handler):
+        events = await wait_history(client, session, has("run.finished", runId=run))
+    child_id = f"{run}.flaky.run"
+    error = terminal(events, child_id)
+    assert error["type"] == "run.error"
+    assert (error["code"], error["message"]) == ("nested_run_failed", "the sub-agent broke")
+    kinds = [(e["type"], e["runId"]) for e in events if e["type"].startswith("message.text.com")]
+    assert kinds[0] == ("message.text.completed", child_id)  # completed before its error
+    assert terminal(events, run)["type"] == "run.finished"
+
+
+async def test_a_stop_of_the_run_cancels_its_nested_run_first(client: Client) -> None:
+    async def handler(ctx: RunContext) -> None:
+        async with ctx.nested("talker") as child:
+            for n in range(400):
+                await child.say(f"word{n} ")
+                await asyncio.sleep(0.02)
+        await ctx.finish()
+
+    session, run = await start(client)
+    async with serving(client, handler):
+        await wait_history(client, session, lambda es: len(of_type(es, "message.text.delta")) >= 3)
+        await client.stop_run(session, run_id=run)
+        events = await wait_history(client, session, has("run.cancelled", runId=run))
+    child_id = f"{run}.talker.run"
+    tail = [(e["type"], e["runId"]) for e in events][-3:]
+    assert tail == [
+        ("message.text.completed", child_id),
+        ("run.cancelled", child_id),
+        ("run.cancelled", run),
+    ]
+
+
+async def test_a_nested_run_waiting_on_a_person_is_released_and_replayed_once(
+    client: Client,
+) -> None:
+    entered: list[str] = []
+
+    async def handler(ctx: RunContext) -> None:
+        async with ctx.nested("reviewer", input={"agent": "reviewer"}) as child:
+            entered.append(child.run_id)
+            await child.say("Reviewing.")
+            decision = await child.approve("Ship it?")
+            await child.say(f" {decision}.")
+        await ctx.finish()
+
+    session, run = await start(client)
+    async with serving(client, handler, release_when_waiting=True) as runtime:
+        events = await wait_history(client, session, has("run.paused"))
+        await until(lambda: not runtime.held)
+        interrupt = of_type(events, "interrupt.requested")[0]
+        assert interrupt["runId"] == f"{run}.reviewer.run"
+        await client.resolve_interrupt(
+            session, interrupt_id=interrupt["interruptId"], decision="approve"
+        )
+        events = await wait_history(client, session, has("run.finished", runId=run))
+    child_id = f"{run}.reviewer.run"
+    assert entered == [child_id, child_id]  # entered again on the second claim
+    assert [e["runId"] for e in of_type(events, "run.started")] == [run, child_id]
+    assert said(events, child_id) == "Reviewing. approve."
+    assert terminal(events, child_id)["type"] == "run.finished"
+
+
+async def test_a_nested_run_an_earlier_holder_left_open_is_closed_before_the_finish(
+    client: Client,
+) -> None:
+    async def handler(ctx: RunContext) -> None:
+        # What a lost holder leaves: a nested run started, nobody in it.
+        orphan = f"{ctx.run_id}.lost.run"
+        await ctx.append([ctx.event("run.started", runId=orphan, parentRunId=ctx.run_id)])
+        await ctx.append(
+            [
+                ctx.event(
+                    "message.text.started",
+                    runId=orphan,
+                    messageId="m-lost",
+                    role="assistant",
+                    messageScope="run",
+                )
+            ]
+        )
+        async with ctx.nested("kept") as child:
+            await child.say("Still here.")
+            await child.finish()
+        await ctx.finish()
+
+    session, run = await start(client)
+    async with serving(client, handler):
+        events = await wait_history(client, session, has("run.finished", runId=run))
+    tail = [(e["type"], e["runId"]) for e in events][-3:]
+    assert tail == [
+        ("message.text.completed", f"{run}.lost.run"),
+        ("run.cancelled", f"{run}.lost.run"),
+        ("run.finished", run),
+    ]
+    closed = terminal(events, f"{run}.lost.run")
+    assert closed["code"] == "runtime_lost"
+    assert terminal(events, f"{run}.kept.run")["type"] == "run.finished"
 
 
 # --- without a server -----------------------------------------------------

@@ -32,6 +32,7 @@ into few appends), :meth:`~RunContext.think` (reasoning),
 :meth:`~RunContext.tool` (a backend tool call), :meth:`~RunContext.client_tool`
 (a call on the run's client executor, waited for),
 :meth:`~RunContext.approve` (an interrupt and its pause, waited for),
+:meth:`~RunContext.nested` (a nested run: an agent handed off to, a subgraph),
 :meth:`~RunContext.finish`, :meth:`~RunContext.cancel`, :meth:`~RunContext.fail`.
 
 **Replay.** Steps are numbered in the order the handler takes them, and
@@ -67,6 +68,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 import inspect
 import logging
 import uuid
@@ -104,6 +106,12 @@ __all__ = [
 ]
 
 log = logging.getLogger("narad.runtime")
+
+#: The code of a nested run that ended because its block raised.
+NESTED_RUN_FAILED = "nested_run_failed"
+
+#: The code of a run whose replay took another path than its journal.
+REPLAY_DIVERGED = "replay_diverged"
 
 #: The header that carries a runtime lease on appends.
 LEASE_HEADER = "Narad-Runtime-Lease"
@@ -396,17 +404,23 @@ class _Journal:
             serials[base] = 1
         return sorted(serials, key=serials.__getitem__)
 
-    def open_runs_deepest_first(self) -> list[_RunState]:
-        """The journal's runs that have started and not ended, children before parents."""
+    def lineage(self, run: _RunState) -> list[str]:
+        """The ids of ``run`` and of its ancestors in the journal, the run first."""
+        ids = [run.run_id]
+        while run.parent_run_id is not None and run.parent_run_id in self.runs:
+            run = self.runs[run.parent_run_id]
+            ids.append(run.run_id)
+        return ids
 
-        def depth(run: _RunState) -> int:
-            d, at = 0, run
-            while at.parent_run_id is not None and at.parent_run_id in self.runs:
-                d, at = d + 1, self.runs[at.parent_run_id]
-            return d
-
-        open_runs = [r for r in self.runs.values() if r.started is not None and not r.terminal]
-        return sorted(open_runs, key=lambda r: (-depth(r), r.run_id))
+    def open_runs_deepest_first(self, under: str) -> list[_RunState]:
+        """The runs of the journal in ``under``'s tree (``under`` and what is
+        nested in it) that have started and not ended, children before parents."""
+        open_runs = [
+            (len(lineage), r)
+            for r in self.runs.values()
+            if r.started is not None and not r.terminal and under in (lineage := self.lineage(r))
+        ]
+        return [r for _, r in sorted(open_runs, key=lambda p: (-p[0], p[1].run_id))]
 
 
 # ------------------------------------------------------------------ messages
@@ -634,6 +648,11 @@ class RunContext:
         self.lost_event = asyncio.Event()
         self._journal = _Journal(str(claim.run_id))
         self._writing = asyncio.Lock()
+        #: The run this context writes: the claimed run, or a nested one.
+        self._run_id = str(claim.run_id)
+        self._parent: RunContext | None = None
+        #: The claimed run's context and its nested ones (shared by all of them).
+        self._family: list[RunContext] = [self]
         self._events_made = 0
         self._steps = 0
         #: Messages opened and not completed, in the order they opened.
@@ -663,8 +682,14 @@ class RunContext:
 
     @property
     def run_id(self) -> str:
-        """The run (the root of its journal)."""
-        return str(self.claim.run_id)
+        """The run this context writes: the claimed run (the root of its
+        journal), or a nested run of it (:meth:`nested`)."""
+        return self._run_id
+
+    @property
+    def parent(self) -> RunContext | None:
+        """The context of the run this one is nested in (``None`` for the claimed run)."""
+        return self._parent
 
     @property
     def attempt(self) -> int:
@@ -718,6 +743,9 @@ class RunContext:
         if not self.stop_event.is_set():
             log.info("run %s was asked to stop", self.run_id)
             self.stop_event.set()
+        for ctx in self._family:
+            if ctx._parent is self:
+                ctx._request_stop()
 
     def _lease_refused(self) -> None:
         if self.ended or self.lost:
@@ -752,7 +780,7 @@ class RunContext:
         while True:
             page = await self.client.history(
                 self.session_id,
-                root_run_id=self.run_id,
+                root_run_id=self._journal.root,
                 after_sequence=self._journal.through,
                 limit=_HISTORY_PAGE,
             )
@@ -782,8 +810,14 @@ class RunContext:
 
     def _observe_folded(self) -> list[Event]:
         folded = self._journal.advance()
-        if self._journal.run(self.run_id).stop_requested:
-            self._request_stop()
+        # Parents come before their nested runs in the family: a stop of a
+        # run reaches what is nested in it.
+        for ctx in self._family:
+            parent = ctx._parent
+            if self._journal.run(ctx.run_id).stop_requested or (
+                parent is not None and parent.stop_requested
+            ):
+                ctx._request_stop()
         return folded
 
     # --- writing -------------------------------------------------------------
@@ -800,7 +834,7 @@ class RunContext:
             "protocolVersion": PROTOCOL_VERSION,
             "type": type,
             "eventId": event_id,
-            "rootRunId": self.run_id,
+            "rootRunId": self._journal.root,
             "runId": self.run_id,
             **fields,
         }
@@ -1162,6 +1196,103 @@ class RunContext:
             fields["detail"] = detail
         await self.append([self.event("progress.recorded", **fields)])
 
+    @contextlib.asynccontextmanager
+    async def nested(
+        self, key: str | None = None, *, input: Any = None
+    ) -> AsyncIterator[RunContext]:
+        """Runs a nested run of this run (§3.3): an agent handed off to, a
+        subgraph, a sub-agent called as a tool.
+
+        On entering, ``run.started`` with ``parentRunId`` (this run),
+        ``clientExecutorId`` (this run's, recorded explicitly as §3.3 wants)
+        and ``input``; the block gets the nested run's context, whose steps
+        write into the nested run, under the same lease. On leaving, the
+        nested run ends: ``run.finished`` (unless the block ended it itself,
+        e.g. ``await child.finish(usage=...)``); ``run.cancelled`` when the
+        block raised :class:`RunStopped`; ``run.error`` when it raised
+        anything else (code ``replay_diverged``, a :class:`ToolError`'s or
+        :class:`ToolFailed`'s code, else ``nested_run_failed``), the
+        exception going on to the caller. A stop of this run reaches the
+        nested one; a stop of the nested run alone cancels it and raises
+        :class:`RunStopped` from the block, which the caller may catch.
+
+        The nested run's id is ``{runId}.{key}.run`` (``key`` names the step
+        instead of its position): on replay a nested run already in the
+        journal is entered again without a second ``run.started``, its steps
+        found in the journal as any others, and one that ended is not ended
+        twice.
+        """
+        await self.finish_message()
+        self._check_running()
+        child_id = _ident(self.run_id, self._step(key), "run")
+        if self._journal.run(child_id).started is None:
+            await self._until_running()
+            fields: dict[str, Any] = {"runId": child_id, "parentRunId": self.run_id}
+            if self.client_executor_id is not None:
+                fields["clientExecutorId"] = self.client_executor_id
+            if input is not None:
+                fields["input"] = input
+            await self.append([self.event("run.started", **fields)])
+        child = self._fork(child_id)
+        try:
+            yield child
+        except (_Waiting, LeaseLost, asyncio.CancelledError):
+            await child._settle_quietly()
+            raise
+        except RunStopped:
+            if not child.ended and not child.lost:
+                await child.cancel()
+            raise
+        except Exception as error:
+            if not child.ended and not child.lost:
+                await child._fail_with(error)
+            raise
+        else:
+            await child.finish()
+        finally:
+            child._abandon_timers()
+            self._family.remove(child)
+
+    def _fork(self, run_id: str) -> RunContext:
+        """The context of nested run ``run_id``: this one's client, claim,
+        lease, journal and write lock, with steps, messages and a stop of its own."""
+        child = copy.copy(self)
+        child._run_id = run_id
+        child._parent = self
+        child.stop_event = asyncio.Event()
+        child._events_made = 0
+        child._steps = 0
+        child._messages = []
+        child._current = None
+        child._ended = False
+        self._family.append(child)
+        if self.stop_requested or self._journal.run(run_id).stop_requested:
+            child.stop_event.set()
+        return child
+
+    async def _fail_with(self, error: Exception) -> None:
+        """Ends this run ``run.error`` for ``error`` (see :meth:`nested`); a
+        journal that refuses it leaves the run to the caller's closing."""
+        if isinstance(error, ReplayDiverged):
+            code = REPLAY_DIVERGED
+        elif isinstance(error, ToolError):
+            code = error.code
+        elif isinstance(error, ToolFailed):
+            code = error.code or TOOL_ERROR
+        else:
+            code = NESTED_RUN_FAILED
+        text = str(error) or type(error).__name__
+        try:
+            await self.fail(code, text[:500])
+        except NaradError as e:
+            log.warning("run %s: the failed nested run could not be closed: %s", self.run_id, e)
+
+    async def _settle_quietly(self) -> None:
+        """Sends what is buffered of the open messages, unless the lease is gone."""
+        if not self.lost:
+            with contextlib.suppress(NaradError):
+                await self.finish_message()
+
     async def read_state(self, scope: str = "session", *, ui: bool = False) -> tuple[int, Any]:
         """The session's state document of ``scope`` (``ui``: the UI profile's):
         its revision and value; ``(0, None)`` when it has none."""
@@ -1230,14 +1361,27 @@ class RunContext:
 
     async def finish(self, **fields: Any) -> None:
         """Ends the run with ``run.finished`` (``fields``: e.g. ``usage=``),
-        completing the open message in the same batch. Does nothing once
-        the run has ended."""
+        completing the open message in the same batch. A nested run an
+        earlier holder left open (no context of this holder is in it) is
+        closed first in the batch, ``run.cancelled`` with code
+        ``runtime_lost``. Does nothing once the run has ended."""
         if self.ended:
             return
         await self._until_running(for_terminal=True)
         self._abandon_timers()
         async with self._writing:
             batches, events = self._message_batches()
+            # A run some context of this holder writes in, or in what is nested in it.
+            held = {
+                i for c in self._family for i in self._journal.lineage(self._journal.run(c.run_id))
+            }
+            left = [
+                r
+                for r in self._journal.open_runs_deepest_first(self.run_id)
+                if r.run_id not in held
+            ]
+            lost = "the agent runtime running this nested run was lost"
+            events.extend(self._closing_of(left, "run.cancelled", RUNTIME_LOST, lost, None, set()))
             events.append(self.event("run.finished", **fields))
             await self._append_locked(events)
             self._sent_batches(batches)
@@ -1337,10 +1481,27 @@ class RunContext:
     ) -> tuple[list[tuple[Message, _Batch]], list[Event]]:
         """The events that close the journal's open runs (see :meth:`cancel`),
         with the batches of the open messages among them."""
-        journal = self._journal
         batches, events = self._message_batches()
         ours = {m.message_id for m, _ in batches}
-        open_runs = journal.open_runs_deepest_first()
+        open_runs = self._journal.open_runs_deepest_first(self.run_id)
+        events.extend(self._closing_of(open_runs, terminal, code, message, usage, ours))
+        return batches, events
+
+    def _closing_of(
+        self,
+        open_runs: list[_RunState],
+        terminal: str,
+        code: str,
+        message: str | None,
+        usage: Mapping[str, float] | None,
+        ours: set[str],
+    ) -> list[Event]:
+        """The events that close ``open_runs`` (deepest first): their open
+        messages (but ``ours``, sent with their batches), calls, interrupts
+        and pauses, then each run's ``terminal``."""
+        journal = self._journal
+        message = message or _CLOSING_MESSAGES.get(code, code)
+        events: list[Event] = []
         open_ids = {r.run_id for r in open_runs}
         for message_id, stream in journal.messages.items():
             if not stream.completed and stream.run_id in open_ids and message_id not in ours:
@@ -1367,7 +1528,7 @@ class RunContext:
             if usage and run.run_id == self.run_id:
                 ending["usage"] = dict(usage)
             events.append(self.event(terminal, runId=run.run_id, **ending))
-        return batches, events
+        return events
 
     async def _close(
         self,

@@ -550,6 +550,80 @@ async def test_an_interrupt_inside_a_tool_runs_the_tool_after_the_decision(
     assert transcript(events) == await produced(graph, run, events) == ["Publishing.", "Done."]
 
 
+def with_subgraph(sub: Pregel[Any, Any, Any, Any], checkpointer: Any) -> Pregel[Any, Any, Any, Any]:
+    """A top graph whose one node, ``research``, runs ``sub`` as a subgraph."""
+    builder = StateGraph(State)
+    builder.add_node("research", sub.copy(update={"checkpointer": None}))
+    builder.add_edge(START, "research")
+    builder.add_edge("research", END)
+    return builder.compile(checkpointer=checkpointer)
+
+
+@pytest.mark.parametrize("messages", ["top", "nested"])
+async def test_a_subgraph_runs_in_a_nested_run_ended_with_its_node(
+    client: Client, messages: str
+) -> None:
+    sub = build([said("Looking.", ("c_add", "add", {"a": 1, "b": 2})), said("It is 3.")], [add])
+    graph = with_subgraph(sub, InMemorySaver())
+    async with serving(client, handler(graph, subgraph_messages=messages)):  # type: ignore[arg-type]
+        session, run = await start(client)
+        events = await wait_history(client, session, has("run.finished", runId=run))
+    (nested,) = [e for e in of_type(events, "run.started") if e.get("parentRunId") == run]
+    child = nested["runId"]
+    assert nested["input"] == {"subgraph": "research"}
+    assert child.startswith(f"{run}.subgraph.") and child.endswith(".run")
+    (call,) = of_type(events, "tool.call.finished")
+    assert (call["runId"], call["response"]) == (child, "3")  # a ToolMessage's content
+    # The subgraph's node steps are the nested run's; the top graph's node is the run's.
+    steps = {(e["runId"], e["label"]) for e in of_type(events, "progress.recorded")}
+    assert steps == {(run, "research"), (child, "agent"), (child, "tools")}
+    speaker = run if messages == "top" else child
+    assert streamed(events, speaker) == "Looking.It is 3."
+    # The nested run ends when its node does, before the node's step completes.
+    order = [
+        (e["type"], e["runId"], e.get("status"))
+        for e in events
+        if e["type"] == "run.finished" or (e["type"] == "progress.recorded" and e["runId"] == run)
+    ]
+    assert order == [
+        ("progress.recorded", run, "active"),
+        ("run.finished", child, None),
+        ("progress.recorded", run, "completed"),
+        ("run.finished", run, None),
+    ]
+    assert of_type(events, "run.finished")[-1]["usage"]["inputTokens"] == 20
+    one_each(events)
+    if messages == "top":
+        assert transcript(events) == ["Looking.", "It is 3."]
+
+
+@pytest.mark.parametrize("saver", [InMemorySaver, NaradSaver])
+async def test_an_interrupt_in_a_subgraph_is_asked_in_its_nested_run(
+    client: Client, saver: Callable[[], Any]
+) -> None:
+    sub = build([said("Here is the draft.")], review=True)
+    graph = with_subgraph(sub, saver())
+    release = saver is NaradSaver  # a second holder finds where the interrupt was raised
+    async with serving(client, handler(graph), release_when_waiting=release):
+        session, run = await start(client)
+        events = await wait_history(client, session, has("run.paused"))
+        (nested,) = [e for e in of_type(events, "run.started") if e.get("parentRunId") == run]
+        (asked,) = of_type(events, "interrupt.requested")
+        assert asked["runId"] == nested["runId"]
+        assert asked["message"] == "Publish the answer?"
+        await client.resolve_interrupt(
+            session, interrupt_id=asked["interruptId"], decision="approve"
+        )
+        events = await wait_history(client, session, has("run.finished", runId=run))
+    child = nested["runId"]
+    assert [e["runId"] for e in of_type(events, "run.started")] == [run, child]
+    assert [e["runId"] for e in of_type(events, "run.finished")] == [child, run]
+    assert [e["runId"] for e in of_type(events, "run.resumed")] == [child]
+    one_each(events)
+    assert transcript(events) == ["Here is the draft."]
+    assert (await state_of(graph, run, events)).values["verdict"] == "approve"
+
+
 async def test_a_takeover_without_a_checkpoint_fails_the_run_cleanly(short_client: Client) -> None:
     words = " ".join(f"w{i}" for i in range(100))
     model = Scripted(script=[said(words)], delay=0.05)

@@ -254,6 +254,11 @@ def last_output(items: list[dict[str, Any]]) -> str | None:
     return str(last["output"]) if last.get("type") == "function_call_output" else None
 
 
+def tool_outputs(items: list[dict[str, Any]]) -> list[str]:
+    """The outputs of the conversation's tool calls (handoffs among them), in order."""
+    return [str(i["output"]) for i in items if i.get("type") == "function_call_output"]
+
+
 def usage_of(requests: int) -> dict[str, float]:
     """The terminal's usage after ``requests`` model responses."""
     return {
@@ -460,26 +465,79 @@ async def test_a_tool_that_needs_approval_waits_for_a_person(client: Client, dec
         assert reduced(events) == ["I will delete it.", "Done: Tool execution was not approved."]
 
 
-async def test_a_handoff_is_recorded_as_progress_and_the_next_agent_answers(
-    client: Client,
-) -> None:
+async def test_a_handoff_runs_the_next_agent_in_a_nested_run(client: Client) -> None:
     def reply(items: list[dict[str, Any]]) -> list[Part]:
-        if last_output(items) is None:
-            return [Call("transfer_to_billing")]
-        return [Call("add", {"a": 40, "b": 2})] if len(items) < 4 else [Say("You owe 42.")]
+        outputs = tool_outputs(items)
+        if not outputs:
+            return [Say("Passing you to billing."), Call("transfer_to_billing")]
+        return [Call("add", {"a": 40, "b": 2})] if len(outputs) == 1 else [Say("You owe 42.")]
 
     model = Script(reply)
     billing = Agent(name="billing", model=model, tools=[add])
     triage = Agent(name="triage", model=model, handoffs=[billing])
-    _, _, events = await run_to_end(client, triage)
-    (handoff,) = of_type(events, "progress.recorded")
-    assert (handoff["category"], handoff["status"]) == ("handoff", "completed")
-    assert handoff["label"] == "triage handed off to billing"
-    # The next agent's tools are journaled too.
+    _, run, events = await run_to_end(client, triage)
+    (nested,) = [e for e in of_type(events, "run.started") if e.get("parentRunId") == run]
+    assert nested["input"] == {"agent": "billing", "from": "triage"}
+    child = nested["runId"]
+    assert child.startswith(f"{run}.handoff.") and child.endswith(".run")
+    # The next agent's tools are journaled in its nested run, which ends
+    # before the run does; what it says goes on in the conversation (§9.2).
     (call,) = of_type(events, "tool.call.finished")
-    assert call["response"] == 42
-    assert reduced(events) == ["You owe 42."]
-    assert of_type(events, "run.finished")[0]["usage"] == usage_of(3)
+    assert (call["runId"], call["response"]) == (child, 42)
+    assert said(events, child) == ""
+    assert said(events, run) == "Passing you to billing.You owe 42."
+    ends = [(e["type"], e["runId"]) for e in events if e["type"] == "run.finished"]
+    assert ends == [("run.finished", child), ("run.finished", run)]
+    assert not of_type(events, "progress.recorded")
+    assert reduced(events) == ["Passing you to billing.", "You owe 42."]
+    assert of_type(events, "run.finished")[-1]["usage"] == usage_of(3)
+
+
+async def test_an_approval_in_a_handed_off_agent_resumes_in_its_nested_run(
+    client: Client,
+) -> None:
+    deleted.clear()
+
+    def reply(items: list[dict[str, Any]]) -> list[Part]:
+        outputs = tool_outputs(items)
+        if not outputs:
+            return [Call("transfer_to_janitor")]
+        if len(outputs) == 1:
+            return [Say("I will delete it."), Call("delete_file", {"path": "/tmp/x"})]
+        return [Say(f"Done: {outputs[-1]}")]
+
+    model = Script(reply)
+    janitor = Agent(name="janitor", model=model, tools=[delete_file])
+    triage = Agent(name="triage", model=model, handoffs=[janitor])
+    claims: list[int] = []
+    inner = handler(triage)
+
+    async def counted(ctx: Any) -> None:
+        claims.append(ctx.attempt)
+        await inner(ctx)
+
+    async with serving(client, counted, queue=QUEUE, release_when_waiting=True):
+        session, run = await start(client, queue=QUEUE)
+        events = await wait_history(client, session, has("run.paused"))
+        await asyncio.sleep(0.3)
+        assert len(claims) == 1  # given back while it waits
+        (nested,) = [e for e in of_type(events, "run.started") if e.get("parentRunId") == run]
+        (asked,) = of_type(events, "interrupt.requested")
+        assert asked["runId"] == nested["runId"]  # the janitor asks, in its own run
+        await client.resolve_interrupt(
+            session, interrupt_id=asked["interruptId"], decision="approve"
+        )
+        events = await wait_history(client, session, ended(run))
+    assert len(claims) == 2, claims
+    child = nested["runId"]
+    assert [e["runId"] for e in of_type(events, "run.started")] == [run, child]
+    assert deleted == ["/tmp/x"]
+    (call,) = of_type(events, "tool.call.finished")
+    assert (call["runId"], call["response"]) == (child, "deleted /tmp/x")
+    assert said(events, run) == "I will delete it.Done: deleted /tmp/x"
+    assert reduced(events) == ["I will delete it.", "Done: deleted /tmp/x"]
+    ends = [e["runId"] for e in events if e["type"] == "run.finished"]
+    assert ends == [child, run]
 
 
 # --- a stop, errors --------------------------------------------------------------------

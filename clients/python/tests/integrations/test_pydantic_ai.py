@@ -49,14 +49,14 @@ from pydantic_ai.models.function import (
     DeltaToolCalls,
     FunctionModel,
 )
-from pydantic_ai.tools import ToolDefinition
+from pydantic_ai.tools import RunContext, ToolDefinition
 from pydantic_ai.toolsets import ExternalToolset
 from pydantic_ai.usage import UsageLimits
 from test_runtime import ROLES, of_type, serving, start, wait_history
 
 from narad.client import Client, Event, RuntimeOptions
 from narad.executor import Executor
-from narad.integrations.pydantic_ai import handler, state_scope
+from narad.integrations.pydantic_ai import delegate, handler, state_scope
 from narad.reducer import SessionReducer
 
 QUEUE = "pydantic"
@@ -424,6 +424,64 @@ async def test_a_tool_that_needs_approval_asks_and_runs_only_when_approved(
     else:
         assert ran == [] and calls == []
         assert transcript(events) == [("assistant", "Done: The tool call was denied (deny).")]
+
+
+async def test_an_agent_delegated_to_from_a_tool_runs_in_a_nested_run(
+    client: Client, no_refusals: None
+) -> None:
+    expert = Agent(
+        scripted(
+            ["Let me check. ", call("lookup", '{"code": "NRD"}', "call-lookup")],
+            ["It means narad."],
+        ),
+        name="expert",
+    )
+
+    @expert.tool_plain
+    def lookup(code: str) -> str:
+        """Looks a code up."""
+        return f"{code} = narad"
+
+    agent = Agent(
+        scripted(
+            [call("ask_expert", '{"question": "NRD?"}', "call-ask")],
+            ["The expert says: It means narad."],
+        ),
+        name="front",
+    )
+
+    @agent.tool
+    async def ask_expert(ctx: RunContext[object], question: str) -> str:
+        """Asks the expert."""
+        return str(await delegate(expert, question, usage=ctx.usage))
+
+    session, run = await start(client, "what is NRD?", queue=QUEUE)
+    async with serving(client, handler(agent), queue=QUEUE):
+        events = await wait_for(client, session, ended(run))
+    child = f"{run}.delegate.call-ask.run"
+    (nested,) = [e for e in of_type(events, "run.started") if e.get("parentRunId") == run]
+    assert nested["runId"] == child
+    assert nested["input"] == {"agent": "expert", "prompt": "NRD?"}
+    calls = [(e["runId"], e["toolName"]) for e in of_type(events, "tool.call.started")]
+    assert calls == [(run, "ask_expert"), (child, "lookup")]
+    finished = {e["toolCallId"]: e["response"] for e in of_type(events, "tool.call.finished")}
+    assert finished[f"{run}.call-ask.tool"] == "It means narad."
+    assert said(events, child) == "Let me check. It means narad."
+    # The expert's work is in its nested run, ended before the call that made it.
+    order = [
+        (e["type"], e["runId"])
+        for e in events
+        if e["type"] in ("run.finished", "tool.call.finished")
+    ]
+    assert order == [
+        ("tool.call.finished", child),
+        ("run.finished", child),
+        ("tool.call.finished", run),
+        ("run.finished", run),
+    ]
+    assert transcript(events) == [("assistant", "The expert says: It means narad.")]
+    # The run's usage counts the expert's requests too (the caller's usage was shared).
+    assert terminal(events, run)["usage"]["requests"] == 2 + 2
 
 
 # --- stop and errors --------------------------------------------------------------

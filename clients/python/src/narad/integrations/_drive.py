@@ -13,14 +13,11 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from ..runtime import LeaseLost, ReplayDiverged, RunContext, RunStopped, _Waiting
+from ..runtime import REPLAY_DIVERGED, LeaseLost, ReplayDiverged, RunContext, RunStopped, _Waiting
 
 __all__ = ["Turn", "Usage", "conversation", "drive", "text_of"]
 
 log = logging.getLogger("narad.integrations")
-
-#: The code of a run whose replay took another path than its journal.
-REPLAY_DIVERGED = "replay_diverged"
 
 #: The longest message a terminal carries (run.error's is for people).
 _MESSAGE_LIMIT = 500

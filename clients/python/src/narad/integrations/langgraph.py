@@ -9,7 +9,7 @@ id) and journals what it does as the narad events that mean the same thing::
     runtime = Runtime(client, handler(graph, client_tools=("fs.delete",)), queue="agents")
 
 The graph runs under ``graph.astream(..., stream_mode=["messages", "updates",
-"tasks", "values"])``:
+"tasks", "values"], subgraphs=True)``:
 
 - ``messages``: the model's ``AIMessageChunk`` s become ``message.text.*``
   (one message per model message, keyed by its node task and order), its
@@ -20,7 +20,17 @@ The graph runs under ``graph.astream(..., stream_mode=["messages", "updates",
   the state document (``state.snapshot``, then RFC 6902 ``state.delta``);
 - ``updates``: an ``interrupt()`` becomes ``interrupt.requested`` +
   ``run.paused`` (keyed by LangGraph's interrupt id); its decision goes back
-  as ``Command(resume=...)``.
+  as ``Command(resume=...)``;
+- subgraphs: a node that runs a subgraph runs it in a nested run
+  (``run.started`` with ``parentRunId``, ``input`` ``{"subgraph": node}``,
+  keyed by the node's task id), started when the subgraph first journals
+  something and ended when the node's task ends; the subgraph's tool calls,
+  node steps and interrupts are journaled in it (a subgraph's subgraph in a
+  run nested in that one). Its model's text and reasoning are journaled in
+  the top run by default, as the conversation the user reads (a default
+  transcript shows a nested run's messages only when a person opens it,
+  §9.2); ``subgraph_messages="nested"`` keeps them in the nested run. The
+  state document is the top graph's.
 
 Tool calls are not observed but run through narad: every ``ToolNode`` of the
 graph (``langgraph.prebuilt.ToolNode``, as ``create_react_agent`` builds) gets
@@ -45,12 +55,14 @@ ends ``run.error`` with code ``no_checkpoint``.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import contextvars
 import json
 import logging
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any, Literal, cast
 
 import jsonpatch
 from langchain_core.messages import (
@@ -67,7 +79,7 @@ from langgraph.errors import GraphBubbleUp, GraphRecursionError
 from langgraph.prebuilt import ToolNode
 from langgraph.prebuilt.tool_node import ToolCallRequest
 from langgraph.pregel import Pregel
-from langgraph.types import Command, Interrupt, StreamMode
+from langgraph.types import Command, Interrupt, StateSnapshot, StreamMode
 from pydantic import BaseModel
 
 from ..runtime import (
@@ -115,6 +127,10 @@ _WORK = frozenset(
 )
 
 _CONTROL = (RunStopped, LeaseLost, ReplayDiverged, _Waiting)
+
+#: A graph's place in the run: ``()`` for the top graph, then one
+#: ``"node:taskId"`` per subgraph level (LangGraph's checkpoint namespace).
+Namespace = tuple[str, ...]
 
 Graph = Pregel[Any, Any, Any, Any]
 InputFactory = Callable[[RunContext, list[Turn]], Any]
@@ -265,6 +281,8 @@ class _Said:
     """A model message being journaled: its narad message and reasoning so far."""
 
     key: str
+    #: The run the message is journaled in (the top run, or a subgraph's).
+    ctx: RunContext
     message: Any = None
     serial: int = 1
     reasoning: str = ""
@@ -332,6 +350,60 @@ class _Run:
         self.state_revision = 0
         self.tool_exceptions: set[int] = set()
         self.input_ids: set[str] = set()
+        #: The subgraphs' nested runs: their contexts and what leaves them.
+        self.nested: dict[Namespace, tuple[RunContext, contextlib.AsyncExitStack]] = {}
+        #: Where each interrupt was raised (the deepest graph that reported it).
+        self.raised_in: dict[str, Namespace] = {}
+        #: Held while nested runs are entered or left: the graph runs ahead of
+        #: its stream, so a tool call may need a subgraph's run while the
+        #: stream's reader is entering it.
+        self.entering = asyncio.Lock()
+
+    # --- subgraphs -----------------------------------------------------------
+
+    async def at(self, ns: Namespace) -> RunContext:
+        """The run graph ``ns`` journals in: the top run, or its subgraph's
+        nested run (entered when first needed: again, on replay, without a
+        second ``run.started``)."""
+        if not ns:
+            return self.ctx
+        known = self.nested.get(ns)
+        if known is not None:
+            return known[0]
+        async with self.entering:
+            return await self._enter(ns)
+
+    async def _enter(self, ns: Namespace) -> RunContext:
+        if not ns:
+            return self.ctx
+        known = self.nested.get(ns)
+        if known is not None:
+            return known[0]
+        parent = await self._enter(ns[:-1])
+        node, _, task = ns[-1].partition(":")
+        stack = contextlib.AsyncExitStack()
+        child = await stack.enter_async_context(
+            parent.nested(f"subgraph.{task or node}", input={"subgraph": node})
+        )
+        self.nested[ns] = (child, stack)
+        return child
+
+    async def leave(self, ns: Namespace, error: BaseException | None = None) -> None:
+        """Ends the nested runs of graph ``ns`` and of what is nested in it,
+        deepest first: ``run.finished``, or as ``error`` says (see :meth:`RunContext.nested`)."""
+        async with self.entering:
+            await self._leave(ns, error)
+
+    async def _leave(self, ns: Namespace, error: BaseException | None) -> None:
+        inside = sorted((k for k in self.nested if k[: len(ns)] == ns), key=len, reverse=True)
+        for key in inside:
+            child, stack = self.nested.pop(key)
+            for said in [s for s in self.said.values() if s.ctx is child]:
+                await self._complete(said)
+            if error is None:
+                await stack.aclose()
+            else:
+                await stack.__aexit__(type(error), error, error.__traceback__)
 
     # --- tools ---------------------------------------------------------------
 
@@ -346,24 +418,34 @@ class _Run:
         args = dict(call.get("args") or {})
         if not call_id:
             return await plain(request, execute)
+        runtime = getattr(request, "runtime", None)
+        config = getattr(runtime, "config", None)
+        metadata = config.get("metadata") if isinstance(config, Mapping) else None
         try:
+            ctx = await self.at(_graph_of(metadata))
             if name in self.adapter.client_tools:
-                return await self._client_call(call, name, args, call_id)
-            return await self._backend_call(request, execute, plain, name, args, call_id)
+                return await self._client_call(ctx, call, name, args, call_id)
+            return await self._backend_call(ctx, request, execute, plain, name, args, call_id)
         except _CONTROL as e:
             raise _Escape(e) from e
 
     async def _client_call(
-        self, call: Mapping[str, Any], name: str, args: dict[str, Any], call_id: str
+        self,
+        ctx: RunContext,
+        call: Mapping[str, Any],
+        name: str,
+        args: dict[str, Any],
+        call_id: str,
     ) -> ToolMessage:
         try:
-            result = await self.ctx.client_tool(name, args, key=call_id)
+            result = await ctx.client_tool(name, args, key=call_id)
         except ToolFailed as e:
             return _tool_message(call, e.message or e.code or e.outcome, error=True)
         return _tool_message(call, result)
 
     async def _backend_call(
         self,
+        ctx: RunContext,
         request: ToolCallRequest,
         execute: Callable[..., Any],
         plain: Callable[..., Any],
@@ -394,9 +476,9 @@ class _Run:
             return _jsonable(result)
 
         try:
-            response = await self.ctx.tool(name, args, run, key=call_id)
+            response = await ctx.tool(name, args, run, key=call_id)
         except _Bubbling as e:
-            await self._close_interrupted(call_id)
+            await self._close_interrupted(ctx, call_id)
             raise e.inner from None
         except ToolFailed as e:
             cause = e.__cause__
@@ -411,23 +493,21 @@ class _Run:
             return outcome[0]
         return _tool_message(request.tool_call, response)
 
-    async def _close_interrupted(self, key: str) -> None:
+    async def _close_interrupted(self, ctx: RunContext, key: str) -> None:
         """Closes the call an ``interrupt()`` in its tool left open (``cancelled``,
         code ``interrupted``): the tool runs again, as a new call, on resume."""
-        base = f"{self.ctx.run_id}.{key}.tool"
+        base = f"{ctx.run_id}.{key}.tool"
         started = [
             str(e.get("toolCallId"))
-            for e in self.ctx.journal
+            for e in ctx.journal
             if e.get("type") == "tool.call.started" and str(e.get("toolCallId")).startswith(base)
         ]
         finished = {
-            str(e.get("toolCallId"))
-            for e in self.ctx.journal
-            if e.get("type") == "tool.call.finished"
+            str(e.get("toolCallId")) for e in ctx.journal if e.get("type") == "tool.call.finished"
         }
         open_calls = [c for c in started if c not in finished]
         if open_calls:
-            closing = self.ctx.event(
+            closing = ctx.event(
                 "tool.call.finished",
                 toolCallId=open_calls[-1],
                 outcome="cancelled",
@@ -435,7 +515,7 @@ class _Run:
                 code=INTERRUPTED,
                 message="the tool asked a person (interrupt); it runs again once answered",
             )
-            await self.ctx.append([closing])
+            await ctx.append([closing])
 
     # --- the stream ----------------------------------------------------------
 
@@ -448,9 +528,11 @@ class _Run:
         ns = str(meta.get("langgraph_checkpoint_ns") or meta.get("langgraph_node") or "graph")
         said = self.said.get((ns, message_id))
         if said is None:
+            nested = self.adapter.subgraph_messages == "nested"
+            ctx = await self.at(_graph_of(meta)) if nested else self.ctx
             index = self.per_task.get(ns, 0)
             self.per_task[ns] = index + 1
-            said = self.said[(ns, message_id)] = _Said(key=f"{ns}.{index}")
+            said = self.said[(ns, message_id)] = _Said(key=f"{ns}.{index}", ctx=ctx)
         if isinstance(message, AIMessageChunk):
             self.counts.chunk(message_id, message.usage_metadata)
         else:
@@ -469,7 +551,7 @@ class _Run:
         if said.reasoning:
             said.thoughts += 1
             text, said.reasoning = said.reasoning, ""
-            await self.ctx.think(text, key=f"{said.key}.thought{said.thoughts}")
+            await said.ctx.think(text, key=f"{said.key}.thought{said.thoughts}")
 
     async def _say(self, said: _Said, text: str) -> None:
         message = said.message
@@ -479,7 +561,7 @@ class _Run:
             message = None
         if message is None:
             key = said.key if said.serial == 1 else f"{said.key}.{said.serial}"
-            message = said.message = self.ctx.message(key=key)
+            message = said.message = said.ctx.message(key=key)
         await message.say(text)
 
     async def _complete(self, said: _Said) -> None:
@@ -487,22 +569,24 @@ class _Run:
         if said.message is not None:
             await said.message.complete()
 
-    async def on_task(self, task: Mapping[str, Any]) -> None:
-        if not self.adapter.progress:
-            return
+    async def on_task(self, ns: Namespace, task: Mapping[str, Any]) -> None:
         name, task_id = str(task.get("name")), str(task.get("id"))
-        if name.startswith("__"):
+        ended = "result" in task or "error" in task
+        if ended and not task.get("interrupts"):
+            await self.leave((*ns, f"{name}:{task_id}"))
+        if not self.adapter.progress or name.startswith("__"):
             return
+        ctx = await self.at(ns)
         key = f"task.{task_id}"
-        if "result" not in task and "error" not in task:
-            await self.ctx.progress(name, status="active", category="node", key=key)
+        if not ended:
+            await ctx.progress(name, status="active", category="node", key=key)
             return
-        for said in [s for (ns, _), s in self.said.items() if ns.endswith(task_id)]:
+        for said in [s for (n, _), s in self.said.items() if n.endswith(task_id)]:
             await self._complete(said)
         if task.get("interrupts"):
             return
         status = "failed" if task.get("error") else "completed"
-        await self.ctx.progress(name, status=status, category="node", key=key)
+        await ctx.progress(name, status=status, category="node", key=key)
 
     async def on_values(self, values: Any) -> None:
         messages = values.get("messages") if isinstance(values, Mapping) else None
@@ -541,7 +625,8 @@ class _Run:
             if not (isinstance(actions, Sequence) and actions and not isinstance(actions, str)):
                 actions = ("approve", "deny")
             title = fields.get("title")
-            decision = await self.ctx.approve(
+            ctx = await self.at(self.raised_in.get(interrupt.id, ()))
+            decision = await ctx.approve(
                 message or "Continue?",
                 title=title if isinstance(title, str) else None,
                 actions=[str(a) for a in actions],
@@ -551,6 +636,28 @@ class _Run:
             )
             resume[interrupt.id] = self.adapter.resume(decision, interrupt)
         return Command(resume=resume)
+
+
+def _graph_of(metadata: Mapping[str, Any] | None) -> Namespace:
+    """The graph a node ran in, from its ``langgraph_checkpoint_ns``
+    (``"sub:task|node:task"``: the node ``node`` of subgraph ``sub``)."""
+    ns = metadata.get("langgraph_checkpoint_ns") if isinstance(metadata, Mapping) else None
+    if not isinstance(ns, str) or not ns:
+        return ()
+    return tuple(ns.split("|")[:-1])
+
+
+def _raised_in(snapshot: StateSnapshot, ns: Namespace = ()) -> dict[str, Namespace]:
+    """Where each pending interrupt of ``snapshot`` was raised: the deepest
+    subgraph whose state (read with ``subgraphs=True``) lists it."""
+    found: dict[str, Namespace] = {}
+    for task in snapshot.tasks:
+        for interrupt in task.interrupts:
+            found.setdefault(interrupt.id, ns)
+        if isinstance(task.state, StateSnapshot):
+            inner = _raised_in(task.state, (*ns, f"{task.name}:{task.id}"))
+            found.update(inner)
+    return found
 
 
 def _update_messages(command: Command[Any]) -> list[Any]:
@@ -631,6 +738,7 @@ class _Adapter:
         state_scope: str,
         progress: bool,
         durability: str,
+        subgraph_messages: str,
     ) -> None:
         self.graph = graph
         self.client_tools = frozenset(client_tools)
@@ -640,6 +748,7 @@ class _Adapter:
         self.state = state
         self.state_scope = state_scope
         self.progress = progress
+        self.subgraph_messages = subgraph_messages
         self.durability = durability
         for node in _tool_nodes(graph):
             _intercept(node)
@@ -671,7 +780,11 @@ class _Adapter:
         if self.state is not False:
             run.state_revision, run.state_base = await ctx.read_state(self.state_scope)
         pending: Any = None
-        snapshot = await self.graph.aget_state(config) if _has_checkpointer(self.graph) else None
+        snapshot = (
+            await self.graph.aget_state(config, subgraphs=True)
+            if _has_checkpointer(self.graph)
+            else None
+        )
         if snapshot is not None and snapshot.created_at is not None:
             # Taken over (or given back and claimed again): from the checkpoint.
             if isinstance(snapshot.values, Mapping):
@@ -680,10 +793,11 @@ class _Adapter:
                         run.counts.message(message)
             interrupts = [i for task in snapshot.tasks for i in task.interrupts]
             if interrupts:
+                run.raised_in.update(_raised_in(snapshot))
                 pending = await run.decide(interrupts)
             elif not snapshot.next:
                 return
-        elif any(e.get("type") in _WORK and e.get("runId") == ctx.run_id for e in ctx.journal):
+        elif any(e.get("type") in _WORK or e.get("parentRunId") for e in ctx.journal):
             raise _NoCheckpoint(
                 f"run {ctx.run_id} was taken over and its graph has no checkpoint to resume "
                 "from (compile it with checkpointer=NaradSaver(), or another durable one)"
@@ -699,8 +813,12 @@ class _Adapter:
             while True:
                 interrupts = await self._stream(run, pending, config)
                 if not interrupts:
+                    await run.leave(())
                     return
                 pending = await run.decide(interrupts)
+        except BaseException as error:
+            await run.leave((), error)
+            raise
         finally:
             _ACTIVE.reset(token)
 
@@ -710,20 +828,24 @@ class _Adapter:
         if _has_checkpointer(self.graph):
             options["durability"] = self.durability
         try:
-            parts = self.graph.astream(pending, config, stream_mode=STREAM_MODES, **options)
+            parts = self.graph.astream(
+                pending, config, stream_mode=STREAM_MODES, subgraphs=True, **options
+            )
             async for part in parts:
-                mode, data = cast("tuple[str, Any]", part)
+                ns, mode, data = cast("tuple[Namespace, str, Any]", part)
                 if mode == "messages":
                     message, meta = data
                     await run.on_message(message, meta)
                 elif mode == "tasks":
-                    await run.on_task(data)
-                elif mode == "values":
+                    await run.on_task(ns, data)
+                elif mode == "values" and not ns:
                     await run.on_values(data)
                 elif mode == "updates" and isinstance(data, Mapping):
-                    found = data.get("__interrupt__")
-                    if found:
-                        interrupts.extend(found)
+                    # An interrupt is reported by its graph and each one above it.
+                    for interrupt in data.get("__interrupt__") or ():
+                        if interrupt.id not in run.raised_in:
+                            run.raised_in[interrupt.id] = ns
+                            interrupts.append(interrupt)
         except _Escape as e:
             raise e.inner from None
         for said in list(run.said.values()):
@@ -745,6 +867,7 @@ def handler(
     state: bool | StateView = True,
     state_scope: str = "session",
     progress: bool = True,
+    subgraph_messages: Literal["top", "nested"] = "top",
     checkpointer_required: bool = False,
     durability: str = "sync",
 ) -> RunHandler:
@@ -760,6 +883,8 @@ def handler(
     - ``state``: ``False`` to keep the graph state out of the state document,
       or a function of the state values to the document; ``state_scope`` its scope;
     - ``progress``: node tasks as ``progress.recorded``;
+    - ``subgraph_messages``: where a subgraph's model text goes: the top run
+      (``"top"``, the conversation) or the subgraph's nested run (``"nested"``);
     - ``checkpointer_required``: refuse a graph compiled without a checkpointer;
     - ``durability``: LangGraph's ``durability`` (``"sync"``: each step's
       checkpoint is saved before the next step starts, so that a takeover
@@ -778,6 +903,7 @@ def handler(
         state=state,
         state_scope=state_scope,
         progress=progress,
+        subgraph_messages=subgraph_messages,
         durability=durability,
     )
 

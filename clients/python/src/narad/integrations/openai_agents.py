@@ -20,7 +20,13 @@ Use it as ``Runtime(client, handler(agent), queue="agents")``
   ``interrupt.requested`` + ``run.paused``; ``approve`` → ``RunState.approve``,
   anything else (``deny``, ``expired``) → ``RunState.reject``; the run goes on
   with ``Runner.run_streamed(agent, state)``;
-- handoffs → ``progress.recorded`` (category ``handoff``);
+- handoffs → nested runs: the agent handed off to works in a nested run of
+  the run (``run.started`` with ``parentRunId``, keyed by the handoff's call
+  id, ``input`` ``{"agent", "from"}``), which ends ``run.finished`` at the next
+  handoff or at the end of the run; its tool calls, client tool calls and
+  approvals are journaled in it. Its text and reasoning are journaled in the
+  run itself: a handoff hands the conversation over, and a default
+  transcript shows a nested run's messages only when a person opens it (§9.2);
 - usage: the run's ``context_wrapper.usage`` → the terminal's ``usage``
   (partial on error and cancellation);
 - a stop cancels the streamed run (``result.cancel()`` and its task) →
@@ -44,11 +50,12 @@ over.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import logging
 import re
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
 from agents import Agent, FunctionTool, Runner, RunResultStreaming, RunState
@@ -233,8 +240,9 @@ async def _failure_text(tool: FunctionTool, tool_ctx: ToolContext[Any], failed: 
     return text
 
 
-def _backend(tool: FunctionTool, ctx: RunContext) -> FunctionTool:
-    """``tool`` invoked through :meth:`RunContext.tool` keyed by the model's call id."""
+def _backend(tool: FunctionTool, at: Callable[[], RunContext]) -> FunctionTool:
+    """``tool`` invoked through :meth:`RunContext.tool` of the run the current
+    agent writes (``at()``), keyed by the model's call id."""
     inner = dataclasses.replace(tool)  # its own invoker, failures raised
     set_function_tool_failure_error_function(inner, None)
 
@@ -243,7 +251,7 @@ def _backend(tool: FunctionTool, ctx: RunContext) -> FunctionTool:
             return _jsonable(await inner.on_invoke_tool(tool_ctx, input_json))
 
         try:
-            return await ctx.tool(
+            return await at().tool(
                 tool.name, _arguments(input_json), run, key=str(tool_ctx.tool_call_id)
             )
         except ToolFailed as failed:
@@ -252,14 +260,14 @@ def _backend(tool: FunctionTool, ctx: RunContext) -> FunctionTool:
     return dataclasses.replace(tool, on_invoke_tool=invoke)
 
 
-def _client(tool: FunctionTool, ctx: RunContext) -> FunctionTool:
+def _client(tool: FunctionTool, at: Callable[[], RunContext]) -> FunctionTool:
     """``tool`` run by the run's client executor: it needs approval, so that the
     SDK pauses at it; the pause runs the call (:meth:`_Run.settle`) and the
     resumed SDK reads its result from the journal here."""
 
     async def invoke(tool_ctx: ToolContext[Any], input_json: str) -> Any:
         try:
-            result = await ctx.client_tool(
+            result = await at().client_tool(
                 tool.name, _arguments(input_json), key=str(tool_ctx.tool_call_id)
             )
         except ToolFailed as failed:
@@ -270,10 +278,11 @@ def _client(tool: FunctionTool, ctx: RunContext) -> FunctionTool:
 
 
 def _bind(
-    agent: Agent[Any], ctx: RunContext, client_tools: frozenset[str]
+    agent: Agent[Any], at: Callable[[], RunContext], client_tools: frozenset[str]
 ) -> tuple[Agent[Any], dict[str, FunctionTool]]:
     """A copy of ``agent`` (and of the agents it hands off to) whose function
-    tools journal into ``ctx``; and the client tools by name, as the agent had them."""
+    tools journal into the run the current agent writes (``at()``); and the
+    client tools by name, as the agent had them."""
     copies: dict[int, Agent[Any]] = {}
     clients: dict[str, FunctionTool] = {}
     for original in _agents(agent):
@@ -281,9 +290,9 @@ def _bind(
         for tool in original.tools:
             if isinstance(tool, FunctionTool) and tool.name in client_tools:
                 clients[tool.name] = tool
-                tools.append(_client(tool, ctx))
+                tools.append(_client(tool, at))
             elif isinstance(tool, FunctionTool):
-                tools.append(_backend(tool, ctx))
+                tools.append(_backend(tool, at))
             else:
                 tools.append(tool)
         copies[id(original)] = original.clone(tools=tools)
@@ -337,7 +346,14 @@ class _Run:
         usage: _Counters,
     ) -> None:
         self.ctx = ctx
-        self.agent, self.clients = _bind(agent, ctx, client_tools)
+        #: The run the current agent writes: the run, or the nested run of
+        #: the agent last handed off to.
+        self.at = ctx
+        #: Leaves that nested run (ends it as the exception passed says).
+        self.leave: contextlib.AsyncExitStack | None = None
+        #: The key and input of that nested run (kept with the RunState).
+        self.handed: tuple[str, dict[str, Any]] | None = None
+        self.agent, self.clients = _bind(agent, lambda: self.at, client_tools)
         self.run_config = run_config
         self.max_turns = max_turns
         self.context = context
@@ -345,7 +361,29 @@ class _Run:
         self.scope = state_scope(ctx.run_id)
 
     async def work(self) -> None:
-        """Drives the agent until its final output (``drive`` ends the run)."""
+        """Drives the agent until its final output (``drive`` ends the run),
+        the nested run of the agent last handed off to ended before."""
+        try:
+            await self.segments()
+        except BaseException as error:
+            if self.leave is not None:
+                await self.leave.__aexit__(type(error), error, error.__traceback__)
+            raise
+        if self.leave is not None:
+            await self.leave.aclose()
+
+    async def enter(self, key: str, agent: dict[str, Any]) -> None:
+        """Ends the nested run of the agent handed off to before (if any) and
+        enters the nested run ``key`` of the agent handed off to now."""
+        leave = self.leave
+        if leave is not None:
+            self.leave, self.at = None, self.ctx
+            await leave.aclose()
+        stack = contextlib.AsyncExitStack()
+        self.at = await stack.enter_async_context(self.ctx.nested(key, input=agent))
+        self.leave, self.handed = stack, (key, agent)
+
+    async def segments(self) -> None:
         state = await self.stored_state()
         run_input: str | list[TResponseInputItem] | RunState[Any]
         if state is not None:
@@ -386,7 +424,7 @@ class _Run:
         earlier = [
             e
             for e in self.ctx.journal
-            if e.get("runId") == self.ctx.run_id and str(e.get("type")).startswith(_WORK)
+            if str(e.get("type")).startswith(_WORK) or e.get("parentRunId") is not None
         ]
         if earlier:
             raise NoResumableState(
@@ -419,12 +457,17 @@ class _Run:
                 f"{self.scope}; it cannot be resumed without writing that answer again"
             )
         log.info("run %s resumes from the RunState in %s", self.ctx.run_id, self.scope)
+        handed = document.get("handedOff")
+        if isinstance(handed, Mapping):
+            await self.enter(str(handed["key"]), dict(handed["input"]))
         return await RunState.from_json(self.agent, dict(document["runState"]))
 
     async def keep(self, state: RunState[Any], items: Sequence[ToolApprovalItem]) -> None:
         """Puts ``state`` in the run's state document, before anything waits on it."""
         key = "state." + "+".join(str(i.call_id) for i in items)
-        document = {"format": STATE_FORMAT, "runState": state.to_json()}
+        document: dict[str, Any] = {"format": STATE_FORMAT, "runState": state.to_json()}
+        if self.handed is not None:
+            document["handedOff"] = {"key": self.handed[0], "input": self.handed[1]}
         await self.ctx.put_state(document, scope=self.scope, key=key)
 
     # --- interruptions --------------------------------------------------------
@@ -441,7 +484,7 @@ class _Run:
             if client is None or (
                 wrapper is not None and await _needs_approval(client, wrapper, args, call_id)
             ):
-                decision = await self.ctx.approve(
+                decision = await self.at.approve(
                     f"{item.agent.name} wants to call {name}",
                     title=name,
                     input={"tool": name, "args": args},
@@ -452,7 +495,7 @@ class _Run:
                     continue
             if client is not None:
                 try:
-                    await self.ctx.client_tool(name, args, key=call_id)
+                    await self.at.client_tool(name, args, key=call_id)
                 except ToolFailed:
                     pass  # the resumed SDK reads the failure again and tells the model
             state.approve(item)
@@ -468,7 +511,7 @@ class _Run:
                 if isinstance(event, RawResponsesStreamEvent):
                     await self.raw(result, event.data, messages, thoughts)
                 elif isinstance(event, RunItemStreamEvent) and event.name == "handoff_occured":
-                    await self.handoff(event)
+                    await self.handoff(event, result.current_turn)
         except Exception as error:
             control = _control(error)
             if control is not None:
@@ -513,19 +556,17 @@ class _Run:
                 if text:
                     await self.ctx.think(text, key=key)
 
-    async def handoff(self, event: RunItemStreamEvent) -> None:
+    async def handoff(self, event: RunItemStreamEvent, turn: int) -> None:
+        """The agent handed off to works in a nested run of its own from now on."""
         item = event.item
         source = getattr(getattr(item, "source_agent", None), "name", "?")
         target = getattr(getattr(item, "target_agent", None), "name", "?")
         call_id = getattr(item.raw_item, "call_id", None)
         if call_id is None and isinstance(item.raw_item, Mapping):
             call_id = item.raw_item.get("call_id")
-        await self.ctx.progress(
-            f"{source} handed off to {target}",
-            status="completed",
-            category="handoff",
-            key=f"handoff.{call_id or target}",
-        )
+        # Chat-completions models may give every call the same placeholder
+        # id: the turn keeps the key of each handoff its own.
+        await self.enter(f"handoff.{turn}.{call_id or target}", {"agent": target, "from": source})
 
 
 def _reasoning_text(item: Any) -> str:

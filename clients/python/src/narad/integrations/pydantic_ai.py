@@ -26,6 +26,13 @@ does as the narad events that mean the same thing::
 - The run's ``RunUsage`` is the terminal's ``usage``; a stop cancels the
   agent's task; an error ends the run ``run.error`` with a code made of the
   exception's class (``UsageLimitExceeded`` → ``usage_limit_exceeded``).
+- Agent delegation (an agent called from a tool of another): inside a
+  tool, ``await delegate(agent, prompt, usage=ctx.usage)`` runs ``agent`` in a
+  nested run of the run (``run.started`` with ``parentRunId``, keyed by the
+  tool call, ``input`` ``{"agent", "prompt"}``), journaled as the run is
+  (its text, reasoning, tools and approvals in the nested run, which a
+  default transcript shows only when opened, §9.2), and answers its output;
+  the calling tool's result is what the tool makes of it.
 - Takeover: the message history (``ModelMessagesTypeAdapter`` JSON) and the
   usage so far are the state document of scope ``pydantic_ai.{runId}``,
   written at every step boundary. A later holder resumes from it; the steps
@@ -36,6 +43,7 @@ does as the narad events that mean the same thing::
 from __future__ import annotations
 
 import builtins
+import contextvars
 import json
 import re
 from collections.abc import Callable, Collection, Mapping, Sequence
@@ -79,7 +87,15 @@ from ..runtime import (
 from ..runtime import ToolFailed as NaradToolFailed
 from ._drive import Turn, Usage, conversation, drive
 
-__all__ = ["NO_RESUMABLE_STATE", "RETRY", "TOOL_FAILED", "error_code", "handler", "state_scope"]
+__all__ = [
+    "NO_RESUMABLE_STATE",
+    "RETRY",
+    "TOOL_FAILED",
+    "delegate",
+    "error_code",
+    "handler",
+    "state_scope",
+]
 
 #: The code of a run taken over whose state document cannot be read back.
 NO_RESUMABLE_STATE = "no_resumable_state"
@@ -150,6 +166,37 @@ def handler(
     return run
 
 
+async def delegate(
+    agent: AbstractAgent[Any, Any], prompt: str, *, usage: RunUsage | None = None, **options: Any
+) -> Any:
+    """Runs ``agent`` on ``prompt`` and answers its output; called from a tool
+    of an agent that :func:`handler` drives, in a nested run of the narad run.
+
+    The nested run is keyed by the calling tool call (a replay enters it
+    again and finds its steps in the journal) and journaled as the run is;
+    it ends ``run.finished`` when the agent is done, ``run.error`` when it
+    raises (the exception goes on to the tool). ``usage``: the calling
+    agent's ``ctx.usage``, so that the run's terminal counts the delegate's
+    tokens, as Pydantic AI's agent delegation does. ``options`` (``deps``,
+    ``model``, ``usage_limits``...) go to the agent's ``iter``. Outside a
+    narad-driven tool it is ``(await agent.run(prompt, usage=usage, **options)).output``.
+    """
+    calling = _CALLING.get()
+    if calling is None:
+        return (await agent.run(prompt, usage=usage, **options)).output
+    parent, call_id = calling
+    entered = {"agent": agent.name or "agent", "prompt": prompt}
+    async with parent.ctx.nested(f"delegate.{call_id}", input=entered) as child:
+        run = _Run(child, agent, frozenset(), options)
+        return await run.work(prompt=prompt, usage=usage)
+
+
+#: The driven run and the model's id of the tool call running now (for :func:`delegate`).
+_CALLING: contextvars.ContextVar[tuple[_Run, str] | None] = contextvars.ContextVar(
+    "narad_pydantic_ai_calling", default=None
+)
+
+
 # ------------------------------------------------------------------ the run
 
 
@@ -203,13 +250,19 @@ class _Run:
 
     # --- the work --------------------------------------------------------
 
-    async def work(self) -> None:
+    async def work(self, *, prompt: str | None = None, usage: RunUsage | None = None) -> Any:
+        """Drives the agent to its output (answered): from the state document
+        an earlier holder wrote, else from ``prompt`` (a delegate's) or the
+        session's conversation. ``usage``: counters to add to (a delegate's caller's)."""
         saved = await self._load()
-        prompt: str | None = None
-        if saved is None:
+        if saved is None and prompt is not None:
+            saved = _Saved([], usage or RunUsage())
+        elif saved is None:
             turns = await conversation(self.ctx)
             history, prompt = _history_of(turns)
             saved = _Saved(history)
+        else:
+            prompt = None
         # The history given is written again only once it grew: the
         # session's conversation (and the prompt) can be read again.
         self.saved_through = len(saved.messages)
@@ -224,7 +277,7 @@ class _Run:
             if not isinstance(output, DeferredToolRequests):
                 if not isinstance(output, str):
                     await self._say_output(output, history)
-                return
+                return output
             results = await self._resolve(output)
 
     async def _agent_run(
@@ -363,12 +416,15 @@ class _Run:
         live: list[Any] = []
 
         async def execute(arguments: dict[str, Any]) -> Any:
+            calling = _CALLING.set((self, key))
             try:
                 result = await run(args)
             except (pai.ModelRetry, pai.ToolRetryError) as e:
                 raise ToolError(RETRY, str(e)) from e
             except (pai.ToolFailed, pai.ToolFailedError) as e:
                 raise ToolError(TOOL_FAILED, str(e)) from e
+            finally:
+                _CALLING.reset(calling)
             live.append(result)
             return to_jsonable_python(result, fallback=str)
 
