@@ -144,18 +144,27 @@ export class Journal {
     return serials.sort((a, b) => a[1] - b[1]).map(([id]) => id);
   }
 
-  /** The journal's runs that started and have not ended, children before parents. */
-  openRunsDeepestFirst(): RunState[] {
-    const depth = (run: RunState): number => {
-      let d = 0;
-      for (let at = run; at.parentRunId !== undefined && this.runs.has(at.parentRunId); d++) {
-        at = this.runs.get(at.parentRunId) as RunState;
-      }
-      return d;
-    };
+  /** The ids of run `runId` and of its ancestors in the journal, the run first. */
+  lineage(runId: string): string[] {
+    const ids = [runId];
+    for (let at = this.runs.get(runId); at?.parentRunId !== undefined && this.runs.has(at.parentRunId); ) {
+      ids.push(at.parentRunId);
+      at = this.runs.get(at.parentRunId);
+    }
+    return ids;
+  }
+
+  /**
+   * The runs of `under`'s tree (`under` and what is nested in it) that
+   * started and have not ended, children before parents.
+   */
+  openRunsDeepestFirst(under: string): RunState[] {
     return [...this.runs.values()]
       .filter((r) => r.started !== undefined && r.terminal === undefined)
-      .sort((a, b) => depth(b) - depth(a) || (a.runId < b.runId ? -1 : a.runId > b.runId ? 1 : 0));
+      .map((r) => ({ run: r, lineage: this.lineage(r.runId) }))
+      .filter(({ lineage }) => lineage.includes(under))
+      .sort((a, b) => b.lineage.length - a.lineage.length || (a.run.runId < b.run.runId ? -1 : a.run.runId > b.run.runId ? 1 : 0))
+      .map(({ run }) => run);
   }
 
   private fold(e: JournalEvent): void {

@@ -38,6 +38,7 @@ import { Journal, TERMINALS } from "./journal.js";
 import type { JournalEvent } from "./journal.js";
 import type { Json, PatchOperation } from "./jsonpatch.js";
 import { LeaseLost, LEASE_NOT_CURRENT, RunStopped, RunWaiting, RUNTIME_LOST, STOPPED, STOPPED_MESSAGE, TOOL_ERROR, ToolFailed } from "./run-errors.js";
+import type { RunState } from "./journal.js";
 import { Mutex, openStreams, TextStream } from "./text-stream.js";
 import type { StreamBatch, StreamHost } from "./text-stream.js";
 import type { Appended, AuthorityEvent, ProposedEvent, Schemas } from "./types.js";
@@ -162,6 +163,25 @@ export interface RunContextOptions {
   releaseWhenWaiting?: boolean;
 }
 
+/** The options of a nested run ({@link RunContext.nested}). */
+export interface NestedOptions extends StepOptions {
+  /** The nested run's `input` on its `run.started` (what it was asked: an agent's name, a prompt). */
+  input?: Json;
+}
+
+/** The code of a nested run that ended because its body threw. */
+export const NESTED_RUN_FAILED = "nested_run_failed";
+
+/** What the claimed run's context and its nested runs' share: the lease's fate and the session's stream. */
+interface Shared {
+  lost: boolean;
+  watcher: AbortController | undefined;
+  watchFailed: boolean;
+  closed: boolean;
+  /** The claimed run's context and its nested runs', parents first. */
+  family: RunContext[];
+}
+
 const HISTORY_PAGE = 1000;
 const CLOSE_TRIES = 5;
 /** With the session's stream followed, the journal is read anyway after this long without a change. */
@@ -198,16 +218,20 @@ export class RunContext {
 
   private readonly controller = new AbortController();
   /** Aborted when the lease is lost: an append still being tried again stops then. */
-  private readonly leaseGone = new AbortController();
+  private readonly leaseGone: AbortController;
   private readonly state: Journal;
-  private readonly writing = new Mutex();
+  private readonly writing: Mutex;
+  private readonly shared: Shared;
+  /** The run this context writes: the claimed run, or a nested one. */
+  private readonly ownRunId: string;
+  /** The context of the run this one is nested in. */
+  readonly parent: RunContext | undefined;
   private readonly host: StreamHost;
   private readonly deltaWindowMs: number;
   private readonly deltaChars: number;
   private readonly pollIntervalMs: number;
   private readonly releaseWhenWaiting: boolean;
   private stopFlag = false;
-  private lostFlag = false;
   private endedHere = false;
   private eventsMade = 0;
   private steps = 0;
@@ -216,29 +240,39 @@ export class RunContext {
   private current: TextStream | undefined;
   /** The sessionSequence through which `history()` read (or appends wrote). */
   private readThrough: number;
-  private readonly waiters = new Set<() => void>();
-  private watcher: AbortController | undefined;
-  private watchFailed = false;
-  private closed = false;
-  private readonly revisions = new Map<string, number>();
+  private readonly waiters: Set<() => void>;
+  private readonly revisions: Map<string, number>;
 
-  /** The context of `claim` (made by the `Runtime`). */
-  constructor(client: NaradClient, claim: Claim, options: RunContextOptions = {}) {
+  /**
+   * The context of `claim` (made by the `Runtime`); `nestedIn` is for
+   * {@link nested}: the context of nested run `runId` of `parent`, sharing
+   * its client, lease, journal and write lock.
+   */
+  constructor(client: NaradClient, claim: Claim, options: RunContextOptions = {}, nestedIn?: { parent: RunContext; runId: string }) {
     this.client = client;
     this.claim = claim;
     this.signal = this.controller.signal;
-    this.state = new Journal(claim.runId);
+    const parent = nestedIn?.parent;
+    this.parent = parent;
+    this.ownRunId = nestedIn?.runId ?? claim.runId;
+    this.state = parent?.state ?? new Journal(claim.runId);
+    this.writing = parent?.writing ?? new Mutex();
+    this.leaseGone = parent?.leaseGone ?? new AbortController();
+    this.waiters = parent?.waiters ?? new Set();
+    this.revisions = parent?.revisions ?? new Map();
+    this.shared = parent?.shared ?? { lost: false, watcher: undefined, watchFailed: false, closed: false, family: [] };
+    this.shared.family.push(this);
     this.readThrough = claim.cursor;
     this.deltaWindowMs = options.deltaWindowMs ?? 50;
     this.deltaChars = options.deltaChars ?? 256;
     this.pollIntervalMs = options.pollIntervalMs ?? 1000;
     this.releaseWhenWaiting = options.releaseWhenWaiting ?? false;
-    if (claim.stopRequested) {
+    if (parent === undefined ? claim.stopRequested : parent.stopFlag || this.state.run(this.ownRunId).stopRequested) {
       this._requestStop();
     }
     const self = this;
     this.host = {
-      runId: claim.runId,
+      runId: this.ownRunId,
       journal: this.state,
       writing: this.writing,
       deltaWindowMs: this.deltaWindowMs,
@@ -260,9 +294,9 @@ export class RunContext {
     return this.claim.sessionId;
   }
 
-  /** The run (the root of its journal). */
+  /** The run this context writes: the claimed run (the root of its journal), or a nested run of it ({@link nested}). */
   get runId(): string {
-    return this.claim.runId;
+    return this.ownRunId;
   }
 
   /** This holder's number, from 1; above 1 after lost holders. */
@@ -305,7 +339,7 @@ export class RunContext {
 
   /** Whether the lease was lost: nothing more may be appended. */
   lost(): boolean {
-    return this.lostFlag;
+    return this.shared.lost;
   }
 
   /** Whether the run has ended (its terminal is in the journal, or was appended). */
@@ -320,22 +354,29 @@ export class RunContext {
       this.controller.abort("stop");
       this.notify();
     }
+    for (const ctx of this.shared.family) {
+      if (ctx.parent === this) {
+        ctx._requestStop();
+      }
+    }
   }
 
   /** Marks the lease lost and aborts {@link signal} (the runtime calls it on a 409 NRD-0501). */
   _leaseRefused(): void {
-    if (this.ended || this.lostFlag) {
+    if (this.ended || this.shared.lost) {
       return;
     }
-    this.lostFlag = true;
-    this.controller.abort("lost");
+    this.shared.lost = true;
+    for (const ctx of this.shared.family) {
+      ctx.controller.abort("lost");
+    }
     this.leaseGone.abort(new LeaseLost(this.runId));
     this.notify();
   }
 
   /** Throws when no new work may start: `LeaseLost` once the lease is lost, `RunStopped` after a stop. */
   checkRunning(): void {
-    if (this.lostFlag) {
+    if (this.shared.lost) {
       throw new LeaseLost(this.runId);
     }
     if (this.stopFlag) {
@@ -360,7 +401,7 @@ export class RunContext {
     const folded: JournalEvent[] = [];
     for (;;) {
       const page = await this.client.history(this.sessionId, {
-        rootRunId: this.runId,
+        rootRunId: this.state.root,
         afterSequence: this.state.through,
         limit: HISTORY_PAGE,
       });
@@ -397,7 +438,7 @@ export class RunContext {
    * `ctx.event("message.text.delta", { messageId, delta })`.
    */
   event<T extends ProposedType>(type: T, fields: EventFields<T>): Proposed<T> {
-    return runEvent({ runId: this.runId, eventId: () => this.nextEventId() }, type, fields);
+    return runEvent({ rootRunId: this.state.root, runId: this.runId, eventId: () => this.nextEventId() }, type, fields);
   }
 
   /**
@@ -422,7 +463,7 @@ export class RunContext {
   }
 
   private async appendLocked(events: ProposedEvent[]): Promise<Appended> {
-    if (this.lostFlag) {
+    if (this.shared.lost) {
       throw new LeaseLost(this.runId);
     }
     if (events.length === 0) {
@@ -754,6 +795,80 @@ export class RunContext {
   }
 
   /**
+   * Runs `body` in a nested run of this run (§3.3): an agent handed off to,
+   * a subgraph, a sub-agent called as a tool. Answers what `body` answers.
+   *
+   * First `run.started` with `parentRunId` (this run), `clientExecutorId`
+   * (this run's, recorded explicitly as §3.3 wants) and `input`; `body` gets
+   * the nested run's context, whose steps write into the nested run under
+   * the same lease. When `body` returns, the nested run ends `run.finished`
+   * (unless `body` ended it itself, e.g. `child.finish({ usage })`); when it
+   * throws `RunStopped`, `run.cancelled`; anything else, `run.error` (code
+   * `replay_diverged`, a `ToolFailed`'s code, else `nested_run_failed`), and
+   * the error goes on to the caller. A stop of this run reaches the nested
+   * one; a stop of the nested run alone cancels it and throws `RunStopped`
+   * from `nested`, which the caller may catch.
+   *
+   * The nested run's id is `{runId}.{step}.run` (a `key` names the step
+   * instead of its position): on replay a nested run already in the
+   * journal is entered again without a second `run.started`, its steps
+   * found in the journal as any others, and one that ended is not ended twice.
+   */
+  async nested<T>(body: (child: RunContext) => Promise<T>, options: NestedOptions = {}): Promise<T> {
+    await this.finishMessage();
+    this.checkRunning();
+    const runId = ident(this.runId, this.step(options.key), "run");
+    if (this.state.run(runId).started === undefined) {
+      await this.untilRunning(false);
+      const fields: EventFields<"run.started"> = { runId, parentRunId: this.runId };
+      if (this.clientExecutorId !== undefined) {
+        fields.clientExecutorId = this.clientExecutorId;
+      }
+      if (options.input !== undefined) {
+        fields.input = options.input;
+      }
+      await this.append([this.event("run.started", fields)]);
+    }
+    const child = new RunContext(
+      this.client,
+      this.claim,
+      { deltaWindowMs: this.deltaWindowMs, deltaChars: this.deltaChars, pollIntervalMs: this.pollIntervalMs, releaseWhenWaiting: this.releaseWhenWaiting },
+      { parent: this, runId },
+    );
+    try {
+      const answer = await body(child);
+      await child.finish();
+      return answer;
+    } catch (e) {
+      if (e instanceof RunWaiting || e instanceof LeaseLost) {
+        if (!child.lost()) {
+          await child.finishMessage().catch(() => undefined);
+        }
+      } else if (!child.ended && !child.lost()) {
+        await (e instanceof RunStopped ? child.cancel() : child.failWith(e));
+      }
+      throw e;
+    } finally {
+      child.abandonTimers();
+      this.shared.family.splice(this.shared.family.indexOf(child), 1);
+    }
+  }
+
+  /** Ends this run `run.error` for `error` (see {@link nested}); a journal that refuses it leaves the run to the caller's closing. */
+  private async failWith(error: unknown): Promise<void> {
+    const code =
+      error instanceof ReplayDiverged ? REPLAY_DIVERGED : error instanceof ToolFailed ? (error.code ?? TOOL_ERROR) : NESTED_RUN_FAILED;
+    const text = (error instanceof Error ? error.message || error.name : String(error)) || "the nested run failed";
+    try {
+      await this.fail(code, Array.from(text).slice(0, 500).join(""));
+    } catch (e) {
+      if (!(e instanceof NaradError)) {
+        throw e;
+      }
+    }
+  }
+
+  /**
    * Replaces a state document (`state.snapshot`, or `ui.state.snapshot`
    * with `ui`) of scope `scope` (default `session`) at its next revision;
    * answers that revision. Written once: a replay of the step writes nothing.
@@ -830,6 +945,11 @@ export class RunContext {
     this.abandonTimers();
     await this.writing.run(async () => {
       const [batches, events] = this.messageBatches();
+      // A nested run an earlier holder left open (no context of this
+      // holder writes in it or in what is nested in it) is closed first.
+      const held = new Set(this.shared.family.flatMap((ctx) => this.state.lineage(ctx.runId)));
+      const left = this.state.openRunsDeepestFirst(this.runId).filter((r) => !held.has(r.runId));
+      events.push(...this.closingOf(left, "run.cancelled", RUNTIME_LOST, "the agent runtime running this nested run was lost", undefined, new Set()));
       events.push(this.event("run.finished", fields));
       await this.appendLocked(events);
       sentBatches(batches);
@@ -878,8 +998,8 @@ export class RunContext {
         throw new RunWaiting(this.runId);
       }
       this.watch();
-      const changed = await this.nextChange(this.watchFailed ? delay : QUIET_READ_MS);
-      if (!changed || this.watchFailed) {
+      const changed = await this.nextChange(this.shared.watchFailed ? delay : QUIET_READ_MS);
+      if (!changed || this.shared.watchFailed) {
         await this.syncPatiently();
         delay = Math.min(delay * 1.5, this.pollIntervalMs);
       }
@@ -898,12 +1018,12 @@ export class RunContext {
       if (pause === undefined || pause.resumeMode !== "automatic") {
         return;
       }
-      if (this.lostFlag || (this.stopFlag && !forTerminal)) {
+      if (this.shared.lost || (this.stopFlag && !forTerminal)) {
         this.checkRunning();
       }
       this.watch();
-      const changed = await this.nextChange(this.watchFailed ? delay : QUIET_READ_MS);
-      if (!changed || this.watchFailed) {
+      const changed = await this.nextChange(this.shared.watchFailed ? delay : QUIET_READ_MS);
+      if (!changed || this.shared.watchFailed) {
         await this.syncPatiently();
         delay = Math.min(delay * 1.5, this.pollIntervalMs);
       }
@@ -912,12 +1032,13 @@ export class RunContext {
 
   /** Starts following the session's stream (once): what it brings is folded into the journal. */
   private watch(): void {
-    if (this.watcher !== undefined || this.closed) {
+    const shared = this.shared;
+    if (shared.watcher !== undefined || shared.closed) {
       return;
     }
     const watcher = new AbortController();
-    this.watcher = watcher;
-    this.watchFailed = false;
+    shared.watcher = watcher;
+    shared.watchFailed = false;
     void (async () => {
       try {
         for await (const frame of follow(this.client, {
@@ -925,7 +1046,7 @@ export class RunContext {
           afterSessionSequence: this.state.sessionThrough,
           signal: watcher.signal,
         })) {
-          if (frame.kind === "authority" && frame.event.rootRunId === this.runId) {
+          if (frame.kind === "authority" && frame.event.rootRunId === this.state.root) {
             this.state.add(frame.event as JournalEvent);
             this.observeFolded();
           }
@@ -934,11 +1055,11 @@ export class RunContext {
         // Refused for good (a token without the stream, say): the waits
         // read the journal instead.
         if (!watcher.signal.aborted) {
-          this.watchFailed = true;
+          shared.watchFailed = true;
         }
       } finally {
-        if (this.watcher === watcher && !watcher.signal.aborted) {
-          this.watchFailed = true;
+        if (shared.watcher === watcher && !watcher.signal.aborted) {
+          shared.watchFailed = true;
         }
         this.notify();
       }
@@ -969,8 +1090,12 @@ export class RunContext {
 
   private observeFolded(): JournalEvent[] {
     const folded = this.state.advance();
-    if (this.state.run(this.runId).stopRequested) {
-      this._requestStop();
+    // Parents come before their nested runs in the family: a stop of a run
+    // reaches what is nested in it.
+    for (const ctx of this.shared.family) {
+      if (this.state.run(ctx.runId).stopRequested || ctx.parent?.stopFlag === true) {
+        ctx._requestStop();
+      }
     }
     if (folded.length > 0) {
       this.notify();
@@ -1009,7 +1134,25 @@ export class RunContext {
   private closingEvents(terminal: "run.cancelled" | "run.error", code: string, message: string, usage: Usage | undefined) {
     const [batches, events] = this.messageBatches();
     const ours = new Set(batches.map(([stream]) => stream.id));
-    const openRuns = this.state.openRunsDeepestFirst();
+    const openRuns = this.state.openRunsDeepestFirst(this.runId);
+    events.push(...this.closingOf(openRuns, terminal, code, message, usage, ours));
+    return { batches, events };
+  }
+
+  /**
+   * The events that close `openRuns` (deepest first): their open streams
+   * (but `ours`, sent with their batches), calls, interrupts and pauses,
+   * then each run's `terminal` (with `usage` on this run's).
+   */
+  private closingOf(
+    openRuns: RunState[],
+    terminal: "run.cancelled" | "run.error",
+    code: string,
+    message: string,
+    usage: Usage | undefined,
+    ours: Set<string>,
+  ): ProposedEvent[] {
+    const events: ProposedEvent[] = [];
     const openIds = new Set(openRuns.map((r) => r.runId));
     for (const stream of openStreams(this.state, openIds)) {
       if (!ours.has(stream.id)) {
@@ -1038,7 +1181,7 @@ export class RunContext {
       }
       events.push(this.event(terminal, fields));
     }
-    return { batches, events };
+    return events;
   }
 
   private async close(terminal: "run.cancelled" | "run.error", code: string, message: string, usage: Usage | undefined): Promise<void> {
@@ -1072,16 +1215,18 @@ export class RunContext {
 
   /** Completes the open messages (the runtime does it when the handler returns). */
   async _settle(): Promise<void> {
-    if (!this.lostFlag) {
+    if (!this.shared.lost) {
       await this.finishMessage();
     }
   }
 
   /** Ends the context's background work: coalescing timers and the session's stream (the runtime does it). */
   _close(): void {
-    this.closed = true;
-    this.abandonTimers();
-    this.watcher?.abort();
+    this.shared.closed = true;
+    for (const ctx of this.shared.family) {
+      ctx.abandonTimers();
+    }
+    this.shared.watcher?.abort();
     this.notify();
   }
 

@@ -618,6 +618,172 @@ test("a stop mid-answer: say throws RunStopped, the message is completed and the
   assert.ok(String(cancelled["eventId"]).startsWith(`${runId}@1.`), "the runtime, not the server, closed it");
 });
 
+// --- nested runs ---------------------------------------------------------------
+
+/** The text run `runId` streamed. */
+function saidBy(events: AuthorityEvent[], runId: string): string {
+  return ofType(events, "message.text.delta")
+    .filter((e) => e["runId"] === runId)
+    .map((e) => String(e["delta"]))
+    .join("");
+}
+
+test("nested: a nested run writes under its parent, records the parent's executor, and ends before it; one that throws ends run.error", async () => {
+  const queue = newQueue();
+  const { sessionId, runId } = await start(queue, { clientExecutorId: "desk-nested" });
+  let caught: unknown;
+  await serving(
+    {
+      queue,
+      onError: (e) => assert.fail(`no error: ${String(e)}`),
+      handler: async (ctx) => {
+        await ctx.say("Handing over.");
+        const found = await ctx.nested(
+          async (child) => {
+            assert.equal(child.parent, ctx);
+            assert.equal(child.clientExecutorId, "desk-nested");
+            await child.say("Billing here.");
+            return child.tool("invoice.find", { n: 7 }, (args) => ({ found: args.n }));
+          },
+          { key: "billing", input: { agent: "billing" } },
+        );
+        assert.deepEqual(found, { found: 7 });
+        try {
+          await ctx.nested(async (child) => {
+            await child.say("Trying.");
+            throw new Error("the sub-agent broke");
+          });
+        } catch (e) {
+          caught = e;
+        }
+        await ctx.say(" Back.");
+        await ctx.finish();
+      },
+    },
+    async () => {
+      await waitFor(sessionId, "run.finished", runId);
+    },
+  );
+  assert.equal((caught as Error | undefined)?.message, "the sub-agent broke");
+  const result = await narad.runs.join(sessionId, runId);
+  assert.deepEqual(result.violations.map(String), []);
+  const events = await historyOf(sessionId);
+  const billing = `${runId}.billing.run`;
+  const started = ofType(events, "run.started").filter((e) => e["parentRunId"] === runId);
+  assert.deepEqual(
+    started.map((e) => [e["runId"], e["clientExecutorId"], e["input"]]),
+    [
+      [billing, "desk-nested", { agent: "billing" }],
+      [`${runId}.2.run`, "desk-nested", undefined],
+    ],
+  );
+  assert.ok(events.every((e) => e.rootRunId === runId));
+  assert.deepEqual(
+    events.filter((e) => e.runId === billing).map((e) => e.type),
+    ["run.started", "message.text.started", "message.text.delta", "message.text.completed", "tool.call.started", "tool.call.finished", "run.finished"],
+  );
+  assert.equal(saidBy(events, billing), "Billing here.");
+  assert.equal(saidBy(events, runId), "Handing over. Back.");
+  const failed = ofType(events, "run.error")[0] as Field;
+  assert.deepEqual([failed["runId"], failed["code"], failed["message"]], [`${runId}.2.run`, "nested_run_failed", "the sub-agent broke"]);
+  assert.equal(events[events.length - 1]?.type, "run.finished");
+  assert.equal(events[events.length - 1]?.runId, runId);
+});
+
+test("nested: a stop of the run cancels its nested run first; a nested run an earlier holder left open is closed before the finish", async () => {
+  const queue = newQueue();
+  const stopped = await start(queue);
+  const orphaned = await start(queue);
+  await serving(
+    {
+      queue,
+      handler: async (ctx) => {
+        if (ctx.runId === orphaned.runId) {
+          const orphan = `${ctx.runId}.lost.run`;
+          await ctx.append([ctx.event("run.started", { runId: orphan, parentRunId: ctx.runId })]);
+          await ctx.nested(async (child) => child.say("Still here."), { key: "kept" });
+          await ctx.finish();
+          return;
+        }
+        await ctx.nested(
+          async (child) => {
+            for (let i = 0; ; i++) {
+              await child.say(`word${i} `);
+              await new Promise((r) => setTimeout(r, 30));
+            }
+          },
+          { key: "talker" },
+        );
+      },
+    },
+    async () => {
+      await waitFor(stopped.sessionId, "message.text.delta", `${stopped.runId}.talker.run`);
+      await narad.command("stop-run", { runId: stopped.runId });
+      await waitFor(stopped.sessionId, "run.cancelled", stopped.runId);
+      await waitFor(orphaned.sessionId, "run.finished", orphaned.runId);
+    },
+  );
+  const events = await historyOf(stopped.sessionId);
+  const talker = `${stopped.runId}.talker.run`;
+  assert.deepEqual(
+    events.slice(-3).map((e) => [e.type, e.runId]),
+    [
+      ["message.text.completed", talker],
+      ["run.cancelled", talker],
+      ["run.cancelled", stopped.runId],
+    ],
+  );
+  const other = await historyOf(orphaned.sessionId);
+  const lost = `${orphaned.runId}.lost.run`;
+  assert.deepEqual(
+    other.slice(-2).map((e) => [e.type, e.runId]),
+    [
+      ["run.cancelled", lost],
+      ["run.finished", orphaned.runId],
+    ],
+  );
+  assert.equal((ofType(other, "run.cancelled")[0] as Field)["code"], "runtime_lost");
+  assert.equal(ofType(other, "run.finished").filter((e) => e["runId"] === `${orphaned.runId}.kept.run`).length, 1);
+});
+
+test("nested: a nested run waiting on a person is given back and entered again once answered, without a second run.started", { timeout: 60_000 }, async () => {
+  const queue = newQueue();
+  const { sessionId, runId } = await start(queue);
+  const entered: string[] = [];
+  await serving(
+    {
+      queue,
+      releaseWhenWaiting: true,
+      handler: async (ctx) => {
+        await ctx.nested(
+          async (child) => {
+            entered.push(child.runId);
+            await child.say("Reviewing.");
+            const { decision } = await child.approve("Ship it?");
+            await child.say(` ${decision}.`);
+          },
+          { key: "reviewer" },
+        );
+        await ctx.finish();
+      },
+    },
+    async (runtime) => {
+      const paused = await waitFor(sessionId, "run.paused");
+      await until("the run given back", async () => (runtime.held.length === 0 ? true : undefined));
+      const interrupt = ofType(paused, "interrupt.requested")[0] as Field;
+      assert.equal(interrupt["runId"], `${runId}.reviewer.run`);
+      await approver.command("resolve-interrupt", { interruptId: String(interrupt["interruptId"]), decision: "approve" });
+      await waitFor(sessionId, "run.finished", runId);
+    },
+  );
+  const child = `${runId}.reviewer.run`;
+  assert.deepEqual(entered, [child, child]);
+  const events = await historyOf(sessionId);
+  assert.deepEqual(ofType(events, "run.started").map((e) => e["runId"]), [runId, child]);
+  assert.equal(saidBy(events, child), "Reviewing. approve.");
+  assert.deepEqual(ofType(events, "run.finished").map((e) => e["runId"]), [child, runId]);
+});
+
 test("a stop while an approval is awaited resolves the interrupt expired, resumes the run and cancels it", async () => {
   const queue = newQueue();
   const { sessionId, runId } = await start(queue);
