@@ -188,6 +188,21 @@ test("an approval: an interrupt outcome, a resume, and the 409 of a decision mad
   await c.check();
 });
 
+test("abortRun() alone: the run is stopped once the grace passes with no rejoin", { timeout: 60_000 }, async () => {
+  const c = conversation(api, ann, "g-abort");
+  const running_ = say(c, "slow-abort", "Count slowly").catch(() => undefined);
+  await waitFor("the first words", async () => saidInRun(await history(api, ann, "g-abort", true), "run-slow-abort").length > 0);
+  c.agent.abortRun();
+  await running_;
+  const events = await waitFor("the run cancelled", async () => {
+    const got = await history(api, ann, "g-abort");
+    return got.some((e) => e.type === "run.cancelled" && e.runId === "run-slow-abort") ? got : undefined;
+  });
+  const stop = events.find((e) => e.type === "run.stop.requested");
+  assert.deepEqual([stop.reason, stop.actor?.sub], ["front_end.abort", "ann"]);
+  assert.ok(saidInRun(events, "run-slow-abort").length < WORDS.join("").length, "stopped before the end");
+});
+
 test("a stop: stop-run ends the AG-UI run cancelled", { timeout: 60_000 }, async () => {
   const c = conversation(api, ann, "g-stop");
   const running_ = say(c, "slow-stop", "Count slowly");

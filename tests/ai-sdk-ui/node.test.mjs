@@ -234,6 +234,24 @@ test("a stop: stop-run with the message id ends the answer", { timeout: 60_000 }
   await checked.check();
 });
 
+test("stop() alone: the transport's abort stops the run once the grace passes with no reconnect", { timeout: 60_000 }, async () => {
+  const checked = checkedFetch();
+  const chat = chatOf("n-abort", checked);
+  const sending = chat.sendMessage(user("slow-abort", "Count slowly"));
+  await waitFor("a few words", () => textOf(chat.messages.at(-1) ?? { parts: [] }).includes("w3 "));
+  await chat.stop();
+  await sending;
+  const events = await waitFor("the run cancelled", async () => {
+    const got = await history(api, ann, "n-abort");
+    return got.some((e) => e.type === "run.cancelled") ? got : undefined;
+  });
+  const stop = events.find((e) => e.type === "run.stop.requested");
+  assert.deepEqual([stop.runId, stop.reason, stop.actor?.sub], ["slow-abort.run", "front_end.abort", "ann"]);
+  const said = events.filter((e) => e.type === "message.text.delta").map((e) => e.delta).join("");
+  assert.ok(said.length > 0 && said.length < WORDS.join("").length, `stopped before the end: ${said}`);
+  await checked.check();
+});
+
 test("a reconnect mid-answer gives the whole message once", { timeout: 60_000 }, async () => {
   const checked = checkedFetch();
   const chat = chatOf("n-resume", checked);

@@ -51,6 +51,9 @@ export async function startNarad(port, origin) {
     NARAD_LISTEN: `127.0.0.1:${port}`,
     NARAD_DATABASE_URL: required("NARAD_DATABASE_URL"),
     NARAD_JWT_HS256_SECRET: secret,
+    // A stream the client breaks off stops its run after a second unless a
+    // front end comes back to the session (the tests' reconnects come sooner).
+    NARAD_CHAT_ABORT_GRACE_MS: "1000",
     RUST_LOG: "warn",
   };
   if (origin) {

@@ -680,3 +680,88 @@ async fn the_clients_history_is_taken_as_it_comes_and_only_what_is_read_is_check
         );
     }
 }
+
+#[tokio::test]
+async fn an_abort_run_stops_the_narad_run_after_the_grace_unless_the_thread_is_rejoined() {
+    let s = Server::start_with_runtime(RuntimeSettings {
+        lease_ttl: Duration::from_secs(60),
+        front_end_abort_grace: Some(Duration::from_millis(300)),
+        ..RuntimeSettings::default()
+    })
+    .await;
+    let jwt = everyone("acme");
+    let open = |thread: &str, run: &str, messages: Value| {
+        let (http, url, jwt, body) = (
+            s.http.clone(),
+            format!("{}/v1/ag-ui", s.base),
+            jwt.clone(),
+            input(thread, run, messages),
+        );
+        async move {
+            let res = http
+                .post(url)
+                .bearer_auth(jwt)
+                .json(&body)
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(res.status(), 200);
+            res
+        }
+    };
+
+    // `abortRun()`: the stream is broken off and the thread is not rejoined.
+    let aborted = open("t-abort", "ag-1", json!([user("u1", "Go")])).await;
+    let (session, run, lease) = claim(&s, &jwt).await;
+    append(
+        &s,
+        &jwt,
+        &session,
+        &run,
+        &lease,
+        vec![json!({"type": "message.text.started",
+        "messageId": "m1", "role": "assistant", "messageScope": "run"})],
+    )
+    .await;
+    drop(aborted);
+    tokio::time::sleep(Duration::from_millis(900)).await;
+    let h = whole_history(&s, &jwt, "t-abort").await;
+    let stops: Vec<&Value> = h
+        .iter()
+        .filter(|e| e["type"] == "run.stop.requested")
+        .collect();
+    assert_eq!(stops.len(), 1, "{h:?}");
+    assert_eq!(
+        (stops[0]["runId"].as_str(), stops[0]["reason"].as_str()),
+        (Some(run.as_str()), Some("front_end.abort"))
+    );
+
+    // Broken off, then rejoined within the grace (the same input again):
+    // the run goes on.
+    let broken = open("t-rejoin", "ag-2", json!([user("u2", "Go")])).await;
+    let (session, run, lease) = claim(&s, &jwt).await;
+    drop(broken);
+    let rejoined = open("t-rejoin", "ag-3", json!([user("u2", "Go")])).await;
+    tokio::time::sleep(Duration::from_millis(900)).await;
+    assert_eq!(
+        count(
+            &whole_history(&s, &jwt, "t-rejoin").await,
+            "run.stop.requested"
+        ),
+        0
+    );
+    append(
+        &s,
+        &jwt,
+        &session,
+        &run,
+        &lease,
+        vec![json!({"type": "run.finished"})],
+    )
+    .await;
+    let text = tokio::time::timeout(Duration::from_secs(20), rejoined.text())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(text.contains("RUN_FINISHED"), "{text}");
+}

@@ -668,3 +668,128 @@ async fn requests_that_cannot_be_served_are_refused_before_any_streaming() {
         .unwrap();
     assert_eq!(res.status(), 401);
 }
+
+/// Settings whose abort grace is short: a broken-off stream stops its run
+/// within a test's patience.
+fn quick_abort() -> RuntimeSettings {
+    RuntimeSettings {
+        front_end_abort_grace: Some(Duration::from_millis(300)),
+        ..patient()
+    }
+}
+
+/// The session's `run.stop.requested` events after `wait`.
+async fn stops_after(s: &Server, jwt: &str, session: &str, wait: Duration) -> Vec<Value> {
+    tokio::time::sleep(wait).await;
+    whole_history(s, jwt, session)
+        .await
+        .into_iter()
+        .filter(|e| e["type"] == "run.stop.requested")
+        .collect()
+}
+
+#[tokio::test]
+async fn an_abort_stops_the_run_after_the_grace_unless_a_front_end_comes_back() {
+    let s = Server::start_with_runtime(quick_abort()).await;
+    let other = s.replica_with_runtime(quick_abort()).await;
+    let (me, rt) = (person("acme", "ann"), backend("acme"));
+
+    // The transport's abort (`stop()`): the stream is broken off mid-answer
+    // and nobody comes back. The run is asked to stop, by the person.
+    let aborted = post(
+        &s,
+        &me,
+        &json!({"id": "chat-a", "messages": [user("u1", "Go")]}),
+    )
+    .await;
+    let run = claim(&s, &rt).await;
+    run.say(&s, &rt, &text_events("m1", &["one "])[..2]).await;
+    drop(aborted);
+    let stop = history_with(&s, &rt, "chat-a", "run.stop.requested").await;
+    let stop: Vec<&Value> = stop
+        .iter()
+        .filter(|e| e["type"] == "run.stop.requested")
+        .collect();
+    assert_eq!(stop.len(), 1);
+    assert_eq!(stop[0]["runId"], run.run.as_str());
+    assert_eq!(stop[0]["reason"], "front_end.abort");
+    assert_eq!(stop[0]["actor"]["sub"], "ann", "{}", stop[0]);
+
+    // A reload with `resume: true`: broken off, and the page reconnects
+    // within the grace, on another replica. Nothing is stopped; the
+    // reconnected page gets the answer to its end.
+    let reloaded = post(
+        &s,
+        &me,
+        &json!({"id": "chat-b", "messages": [user("u2", "Go")]}),
+    )
+    .await;
+    let run = claim(&s, &rt).await;
+    run.say(&s, &rt, &text_events("m2", &["one "])[..2]).await;
+    drop(reloaded);
+    let res = other
+        .http
+        .get(format!("{}/v1/chat/chat-b/stream", other.base))
+        .bearer_auth(&me)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 200);
+    let reading = tokio::spawn(chunks(res));
+    assert_eq!(
+        stops_after(&s, &rt, "chat-b", Duration::from_millis(900)).await,
+        Vec::<Value>::new()
+    );
+    run.say(
+        &s,
+        &rt,
+        &[
+            ("message.text.completed", json!({"messageId": "m2"})),
+            ("run.finished", json!({})),
+        ],
+    )
+    .await;
+    let got = reading.await.unwrap();
+    assert_eq!(got[got.len() - 2]["finishReason"], "stop");
+
+    // A stream that ended with its answer stops nothing, and neither does
+    // one broken off after its run ended.
+    let done = post(
+        &s,
+        &me,
+        &json!({"id": "chat-c", "messages": [user("u3", "Go")]}),
+    )
+    .await;
+    let run = claim(&s, &rt).await;
+    let mut events = text_events("m3", &["done"]);
+    events.push(("run.finished", json!({})));
+    run.say(&s, &rt, &events).await;
+    assert_eq!(types(&chunks(done).await).last().unwrap(), "[DONE]");
+    assert_eq!(
+        stops_after(&s, &rt, "chat-c", Duration::from_millis(900)).await,
+        Vec::<Value>::new()
+    );
+}
+
+#[tokio::test]
+async fn with_no_abort_grace_a_broken_off_stream_stops_nothing() {
+    let s = Server::start_with_runtime(RuntimeSettings {
+        front_end_abort_grace: None,
+        ..patient()
+    })
+    .await;
+    let (me, rt) = (person("acme", "ann"), backend("acme"));
+    let aborted = post(
+        &s,
+        &me,
+        &json!({"id": "chat-d", "messages": [user("u1", "Go")]}),
+    )
+    .await;
+    let run = claim(&s, &rt).await;
+    run.say(&s, &rt, &text_events("m1", &["one "])[..2]).await;
+    drop(aborted);
+    assert_eq!(
+        stops_after(&s, &rt, "chat-d", Duration::from_millis(700)).await,
+        Vec::<Value>::new()
+    );
+}

@@ -31,6 +31,7 @@ async fn rows_left(db: &tokio_postgres::Client, tenant: &str, session: &str) -> 
         "executor_pauses",
         "interrupt_deadlines",
         "idempotency_keys",
+        "front_end_returns",
     ] {
         let n: i64 = db
             .query_one(
@@ -137,13 +138,28 @@ async fn an_erased_session_is_gone_everywhere_and_stays_gone() {
 
     let stored = whole_history(&s, &t, "a").await.len();
     assert!(stored >= 3, "{stored}");
+    // A chat front end reads its active run (a row of front_end_returns).
+    let chat = s
+        .http
+        .get(format!("{}/v1/chat/a/stream", s.base))
+        .bearer_auth(&t)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(chat.status(), 200);
+    let db = s.admin_db().await;
+    assert!(
+        rows_left(&db, "acme", "a")
+            .await
+            .contains(&("front_end_returns".to_owned(), 1))
+    );
     let erased = delete(&s, "/v1/sessions/a", &admin).await;
     let erased = erased.expect(200);
     assert_eq!(erased["sessionId"], "a");
     assert_eq!(erased["eventsErased"], stored, "{erased}");
 
     // Nothing of it is left in any table.
-    let db = s.admin_db().await;
+    drop(chat);
     assert_eq!(
         rows_left(&db, "acme", "a").await,
         Vec::<(String, i64)>::new()

@@ -14,6 +14,7 @@
 //!   transactions, each still decided alone);
 //! - [`commands`]: server-issued events of commands (start-run, resolve-interrupt);
 //! - [`history`]: history reads with every cursor form of §10.2;
+//! - [`front_ends`]: when chat front ends come back to a session (their aborts stop runs);
 //! - [`idempotency`]: the first answers to requests with an `Idempotency-Key`;
 //! - [`sessions`]: creating, reading and listing sessions;
 //! - [`rebuild`]: deriving the engine's state from the events alone;
@@ -32,6 +33,7 @@ pub mod erasure;
 pub mod error;
 pub mod executors;
 pub mod extensions;
+pub mod front_ends;
 mod group;
 pub mod history;
 pub mod idempotency;

@@ -152,6 +152,13 @@ pub struct Config {
     /// `run.cancelled` (`stop_unanswered`), in seconds.
     #[arg(long, env = "NARAD_STOP_GRACE_SECONDS", default_value_t = 30)]
     pub stop_grace_seconds: u64,
+    /// How long after a chat front end's stream broke off (`useChat`'s
+    /// `stop()`, AG-UI's `abortRun()`: the transport's abort) its run is
+    /// asked to stop, unless a front end came back to the session
+    /// meanwhile (a reload with `resume: true`, a rejoin), in milliseconds;
+    /// 0: a broken-off stream stops nothing.
+    #[arg(long, env = "NARAD_CHAT_ABORT_GRACE_MS", default_value_t = 5_000)]
+    pub chat_abort_grace_ms: u64,
     /// What happens to a queued run whose runtime is lost, unless its
     /// start-run says: `retry` (another runtime takes it) or `fail` (it is
     /// closed with run.error runtime_lost).
@@ -361,6 +368,8 @@ impl Config {
             lease_ttl: Duration::from_millis(self.runtime_lease_ttl_ms),
             sweep_interval: Duration::from_millis(self.runtime_sweep_ms),
             stop_grace: Duration::from_secs(self.stop_grace_seconds),
+            front_end_abort_grace: (self.chat_abort_grace_ms > 0)
+                .then(|| Duration::from_millis(self.chat_abort_grace_ms)),
             defaults: narad_journal::WorkDefaults {
                 on_lost: crate::runtime::RuntimeSettings::parse_on_lost(&self.runtime_on_lost)?,
                 max_attempts: self.runtime_max_attempts,

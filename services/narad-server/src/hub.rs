@@ -283,6 +283,11 @@ impl Hub {
         self.closing.send_replace(true);
     }
 
+    /// Whether [`Hub::close`] was called (the server is stopping).
+    pub fn is_closing(&self) -> bool {
+        *self.closing.borrow()
+    }
+
     /// Completes once [`Hub::close`] was called.
     pub async fn closed(&self) {
         let mut rx = self.closing.subscribe();

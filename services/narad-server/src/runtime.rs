@@ -38,6 +38,10 @@ pub struct RuntimeSettings {
     /// How long an uploaded blob may go unreferenced by any event before
     /// the collector deletes it.
     pub blob_unreferenced_after: Duration,
+    /// How long after a chat front end's stream broke off (the transport's
+    /// abort) its run is asked to stop, unless a front end came back to
+    /// the session meanwhile; `None`: a broken-off stream stops nothing.
+    pub front_end_abort_grace: Option<Duration>,
 }
 
 impl Default for RuntimeSettings {
@@ -51,6 +55,7 @@ impl Default for RuntimeSettings {
             retention_sweep: Duration::from_secs(300),
             stop_grace: Duration::from_secs(30),
             blob_unreferenced_after: Duration::from_secs(24 * 3600),
+            front_end_abort_grace: Some(Duration::from_secs(5)),
         }
     }
 }

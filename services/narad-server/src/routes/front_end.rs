@@ -12,6 +12,16 @@
 //! away: a run waiting on its calls is paused as for any executor that is
 //! away, resumed when the answers come, and a call nobody answers within
 //! the executors' delivery timeout is closed `client_unavailable`.
+//!
+//! A front end's abort (`useChat`'s `stop()`, AG-UI's `abortRun()`) is the
+//! client breaking its stream off, as a reload or a closed tab is: a
+//! stream broken off before its answer ended asks the run to stop
+//! (`stop-run`, reason `front_end.abort`, the caller as actor) after the
+//! grace `NARAD_CHAT_ABORT_GRACE_MS`, unless a front end opened a stream on
+//! the session meanwhile on any replica ([`returned`]: a reload with
+//! `resume: true`, an AG-UI rejoin). The grace is kept by the replica that
+//! held the stream: one that dies within it stops nothing (the run goes on,
+//! as if the client had not aborted).
 
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
@@ -51,6 +61,94 @@ pub fn read_query(mut query: Query) -> ApiResult<Option<String>> {
     query.finish()?;
     Ok(queue)
 }
+
+/// Records that a front end opens a stream on `session_id` now: an
+/// earlier stream of the session broken off within the abort grace stops
+/// nothing ([`broken_off`]). Answers when (the database's clock), for this
+/// stream's own [`broken_off`]; `None` (and a warning) when the database
+/// did not answer: the stream is served all the same, and its abort stops
+/// nothing.
+pub async fn returned(state: &AppState, tenant: &TenantId, session_id: &str) -> Option<i64> {
+    state.runtime.front_end_abort_grace?;
+    match state.journal.front_end_returned(tenant, session_id).await {
+        Ok(at) => Some(at),
+        Err(e) => {
+            tracing::warn!(error = %e, session = session_id, "cannot record a front end's return");
+            None
+        }
+    }
+}
+
+/// After a front end's stream on `session_id`, opened at `opened` (what
+/// [`returned`] answered), ended before its answer did: when the client
+/// broke it off (not the server stopping), asks run `run_id` to stop once
+/// the abort grace has passed with no front end back on the session since
+/// and the run still active (see the module documentation).
+pub fn broken_off(
+    state: &AppState,
+    connection: &Connection,
+    session_id: &str,
+    run_id: &str,
+    opened: Option<i64>,
+) {
+    let (Some(grace), Some(opened)) = (state.runtime.front_end_abort_grace, opened) else {
+        return;
+    };
+    if !connection.client_gone() || state.hub.is_closing() {
+        return;
+    }
+    let (state, principal) = (state.clone(), connection.principal.clone());
+    let (session_id, run_id) = (session_id.to_owned(), run_id.to_owned());
+    tokio::spawn(async move {
+        tokio::time::sleep(grace).await;
+        let tenant = &principal.tenant;
+        match state
+            .journal
+            .front_end_returned_since(tenant, &session_id, opened)
+            .await
+        {
+            Ok(false) => {}
+            Ok(true) => return,
+            Err(e) => {
+                tracing::warn!(error = %e, session = session_id, run = run_id,
+                    "cannot tell whether a front end came back; its run is not stopped");
+                return;
+            }
+        }
+        let active = match state.journal.session(tenant, &session_id).await {
+            Ok(s) => s
+                .active_execution
+                .is_some_and(|a| a["runId"] == run_id.as_str()),
+            Err(_) => false,
+        };
+        if !active {
+            return;
+        }
+        let stop = json!({"sessionId": session_id, "runId": run_id, "reason": ABORT_REASON});
+        let outcome = match super::parse_command("stop-run", &stop) {
+            Ok(command) => super::commands::execute(&state, &principal, &RequestId(None), command)
+                .await
+                .map(|_| ()),
+            Err(e) => Err(e),
+        };
+        match outcome {
+            Ok(()) => tracing::info!(
+                session = session_id,
+                run = run_id,
+                "a front end broke its stream off: its run was asked to stop"
+            ),
+            Err(e) => tracing::info!(
+                session = session_id,
+                run = run_id,
+                code = e.code(),
+                "a front end broke its stream off; its run could not be asked to stop"
+            ),
+        }
+    });
+}
+
+/// The `reason` of the stop a front end's abort asks for.
+pub const ABORT_REASON: &str = "front_end.abort";
 
 /// The principal of a front end's POST, which writes to the session: the
 /// caller's (a ticket must have been issued for `stream`), with the

@@ -336,6 +336,11 @@ impl Connection {
             }
     }
 
+    /// Whether the client went away (its response was dropped).
+    pub fn client_gone(&self) -> bool {
+        self.tx.is_closed()
+    }
+
     /// Sends a frame, waiting while the client keeps up; `Err` when the
     /// client went away.
     pub async fn send(&self, frame: Bytes) -> Result<(), ()> {

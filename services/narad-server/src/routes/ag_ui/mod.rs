@@ -144,8 +144,11 @@ pub async fn run(
         &state, &principal, &request, input, &messages, queue, &scope,
     ))
     .await?;
+    // Accepted: a stream of this thread broken off just before holds no
+    // stop (a rejoin, the answers of the front end's tools).
+    let opened = front_end::returned(&state, &principal.tenant, &thread_id).await;
     let (connection, rx) = front_end::connect(principal, slot);
-    tokio::spawn(feed(state, connection, plan, live));
+    tokio::spawn(feed(state, connection, plan, live, opened));
     sse::response(rx)
 }
 
@@ -462,36 +465,58 @@ async fn fold(
     }
 }
 
-/// Streams the plan: its first events, then the run's events as they are
-/// committed (read from history after each wake-up of the session's live
-/// feed, so that each is sent once, in order), until the AG-UI run ends or
-/// the client goes away (which stops nothing).
+/// Streams the plan (see [`answer`]); a stream the client broke off
+/// before its AG-UI run ended may stop the narad run
+/// ([`front_end::broken_off`]: `abortRun()`).
 async fn feed(
     state: AppState,
     connection: Connection,
+    plan: Plan,
+    live: broadcast::Receiver<std::sync::Arc<crate::hub::Live>>,
+    opened: Option<i64>,
+) {
+    let (thread_id, run_id) = (plan.thread_id.clone(), plan.run_id.clone());
+    if !answer(&state, &connection, plan, live).await
+        && let Some(run_id) = run_id
+    {
+        front_end::broken_off(&state, &connection, &thread_id, &run_id, opened);
+    }
+}
+
+/// Streams the plan: its first events, then the run's events as they are
+/// committed (read from history after each wake-up of the session's live
+/// feed, so that each is sent once, in order), until the AG-UI run ends
+/// (`true`: answered), or the stream ends first (`false`: the client went
+/// away, or the server is stopping).
+async fn answer(
+    state: &AppState,
+    connection: &Connection,
     mut plan: Plan,
     mut live: broadcast::Receiver<std::sync::Arc<crate::hub::Live>>,
-) {
+) -> bool {
     let (thread_id, ag_run_id) = (plan.thread_id.clone(), plan.ag_run_id.clone());
     let mut out = std::mem::take(&mut plan.first);
     if let Some(ending) = plan.ending.take() {
         plan.translator
             .end(&thread_id, &ag_run_id, ending, &mut out);
         let _ = connection.send(frames(&out)).await;
-        return;
+        return true;
     }
-    if plan.run_id.is_none() || connection.send(frames(&out)).await.is_err() {
-        return;
+    if plan.run_id.is_none() {
+        return true;
+    }
+    if connection.send(frames(&out)).await.is_err() {
+        return false;
     }
     let tenant = connection.principal.tenant.clone();
     let mut after = plan.after;
-    let ended = connection.until_ended(&state);
+    let ended = connection.until_ended(state);
     tokio::pin!(ended);
     loop {
         // Everything committed so far.
         loop {
             while live.try_recv().is_ok() {}
-            let page = match super::sse::history_after(&state, &tenant, &thread_id, after).await {
+            let page = match super::sse::history_after(state, &tenant, &thread_id, after).await {
                 Ok(page) => page,
                 Err(e) => {
                     tracing::warn!(error = %e, "an AG-UI stream cannot read history");
@@ -508,7 +533,7 @@ async fn feed(
                         &mut out,
                     );
                     let _ = connection.send(frames(&out)).await;
-                    return;
+                    return true;
                 }
             };
             let mut out = Vec::new();
@@ -522,7 +547,7 @@ async fn feed(
                     if interrupted {
                         // What a resume needs, before the interrupt outcome
                         // (AG-UI's interrupt lifecycle asks for both).
-                        match fold(&state, &tenant, &thread_id, &plan.scope).await {
+                        match fold(state, &tenant, &thread_id, &plan.scope).await {
                             Ok(thread) => {
                                 let at = out.len() - 1;
                                 out.splice(at..at, snapshots(&thread, &plan.client_results));
@@ -536,11 +561,11 @@ async fn feed(
                         }
                     }
                     let _ = connection.send(frames(&out)).await;
-                    return;
+                    return true;
                 }
             }
             if !out.is_empty() && connection.send(frames(&out)).await.is_err() {
-                return;
+                return false;
             }
             if page.next_session_sequence.is_none() {
                 break;
@@ -551,10 +576,10 @@ async fn feed(
             plan.translator
                 .end(&thread_id, &ag_run_id, ending, &mut out);
             let _ = connection.send(frames(&out)).await;
-            return;
+            return true;
         }
         if !front_end::next_commit(&mut live, &mut ended).await {
-            return;
+            return false;
         }
     }
 }

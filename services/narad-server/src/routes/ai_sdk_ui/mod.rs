@@ -26,9 +26,11 @@
 //! exist yet: a new chat's page resumes on mount), else the
 //! active run's whole message from `start` (the transport treats a resumed
 //! stream as a replay) and then live: read from the journal, so across
-//! restarts and replicas. A client that goes away (`stop()`, a reload)
-//! stops nothing: a stop is `POST /v1/commands/stop-run` with the runId,
-//! which is the assistant message's id.
+//! restarts and replicas. A client that breaks its stream off (`stop()`, a
+//! reload) stops the run after the abort grace unless a front end comes
+//! back to the session meanwhile ([`front_end::broken_off`]); a stop at
+//! once is `POST /v1/commands/stop-run` with the runId, which is the
+//! assistant message's id.
 
 mod translate;
 
@@ -208,8 +210,11 @@ pub async fn chat(
         front_end::writer(&state, caller, &ticket_stream(&session_id), &session_id).await?;
     let (slot, live) = front_end::open_stream(&state, &principal.tenant, &session_id).await?;
     let plan = Box::pin(plan(&state, &principal, &request, asked)).await?;
+    // Accepted: a stream of this session broken off just before holds no
+    // stop (a reload's second request, an approval's answer).
+    let opened = front_end::returned(&state, &principal.tenant, &session_id).await;
     let (connection, rx) = front_end::connect(principal, slot);
-    tokio::spawn(feed(state, connection, plan, live));
+    tokio::spawn(feed(state, connection, plan, live, opened));
     stream_response(rx)
 }
 
@@ -265,6 +270,7 @@ pub async fn resume(
         return Ok(StatusCode::NO_CONTENT.into_response());
     };
     let (slot, live) = front_end::open_stream(&state, &tenant, &session_id).await?;
+    let opened = front_end::returned(&state, &tenant, &session_id).await;
     let mut translator = Translator::new(&run_id, &front_end::executor_id(&session_id));
     let start = run_start(&state, &tenant, &session_id, &run_id).await?;
     translator.through = start.saturating_sub(1);
@@ -276,7 +282,7 @@ pub async fn resume(
         replay_from: 0,
     };
     let (connection, rx) = front_end::connect(principal, slot);
-    tokio::spawn(feed(state, connection, plan, live));
+    tokio::spawn(feed(state, connection, plan, live, opened));
     stream_response(rx)
 }
 
@@ -547,31 +553,47 @@ fn ending(plan: &mut Plan) -> Bytes {
     Bytes::from(bytes)
 }
 
-/// Streams the plan: `start`, what was folded, then the run's events as
-/// they are committed (read from history after each wake-up of the
-/// session's live feed, so each is sent once, in order), until the run
-/// ends or waits on the front end, or the client goes away (which stops
-/// nothing).
+/// Streams the plan (see [`answer`]); a stream the client broke off
+/// before its answer ended may stop the run
+/// ([`front_end::broken_off`]: the transport's abort).
 async fn feed(
     state: AppState,
     connection: Connection,
+    plan: Plan,
+    live: broadcast::Receiver<std::sync::Arc<crate::hub::Live>>,
+    opened: Option<i64>,
+) {
+    let (session_id, run_id) = (plan.session_id.clone(), plan.run_id.clone());
+    if !answer(&state, &connection, plan, live).await {
+        front_end::broken_off(&state, &connection, &session_id, &run_id, opened);
+    }
+}
+
+/// Streams the plan: `start`, what was folded, then the run's events as
+/// they are committed (read from history after each wake-up of the
+/// session's live feed, so each is sent once, in order), until the run
+/// ends or waits on the front end (`true`: answered), or the stream ends
+/// first (`false`: the client went away, or the server is stopping).
+async fn answer(
+    state: &AppState,
+    connection: &Connection,
     mut plan: Plan,
     mut live: broadcast::Receiver<std::sync::Arc<crate::hub::Live>>,
-) {
+) -> bool {
     let mut out = vec![json!({"type": "start", "messageId": plan.run_id,
         "messageMetadata": metadata(&plan)})];
     out.append(&mut plan.first);
     if connection.send(frames(&out)).await.is_err() {
-        return;
+        return false;
     }
     let tenant = connection.principal.tenant.clone();
-    let ended = connection.until_ended(&state);
+    let ended = connection.until_ended(state);
     tokio::pin!(ended);
     loop {
         while live.try_recv().is_ok() {}
         let mut events = Vec::new();
         if let Err(e) = read_after(
-            &state,
+            state,
             &tenant,
             &plan.session_id,
             plan.translator.through,
@@ -584,7 +606,7 @@ async fn feed(
                 .send(frames(&[json!({"type": "error",
                     "errorText": "the stream cannot read the session; reconnect to resume"})]))
                 .await;
-            return;
+            return true;
         }
         let mut out = Vec::new();
         for e in &events {
@@ -602,13 +624,13 @@ async fn feed(
             let mut bytes = frames(&out).to_vec();
             bytes.extend_from_slice(&ending(&mut plan));
             let _ = connection.send(Bytes::from(bytes)).await;
-            return;
+            return true;
         }
         if !out.is_empty() && connection.send(frames(&out)).await.is_err() {
-            return;
+            return false;
         }
         if !front_end::next_commit(&mut live, &mut ended).await {
-            return;
+            return false;
         }
     }
 }
