@@ -17,6 +17,7 @@
 //! - [`front_ends`]: when chat front ends come back to a session (their aborts stop runs);
 //! - [`idempotency`]: the first answers to requests with an `Idempotency-Key`;
 //! - [`sessions`]: creating, reading and listing sessions;
+//! - [`statistics`]: statistics kept current on the tables the journal grows;
 //! - [`rebuild`]: deriving the engine's state from the events alone;
 //! - [`runtime`]: the work queue of agent runtimes, runtime leases, orphan repair;
 //! - [`error`]: failures and their client-facing envelopes;
@@ -47,6 +48,7 @@ pub mod references;
 pub mod relay;
 pub mod runtime;
 pub mod sessions;
+pub mod statistics;
 pub mod tenant_relay;
 pub mod tickets;
 
@@ -79,6 +81,7 @@ pub use runtime::{
     Claim, LeaseStanding, Released, Repair, RuntimeDue, RuntimeLease, WorkDefaults, WorkOrder,
 };
 pub use sessions::{Document, NewSession, SessionDocuments, SessionRecord};
+pub use statistics::STATISTICS_CHECK;
 pub use tenant_relay::{Horizon, RelayPage, StreamPosition};
 
 /// The migrations of `migrations/`, embedded.

@@ -111,8 +111,11 @@ const DONE_RETENTION: Duration = Duration::from_secs(3600);
 /// one replica holding the runtime sweeper's lock, repairs runs whose lease
 /// lapsed (retry or close), closes runs asked to stop that no runtime
 /// holds (queued ones at once, bare ones once their journal stayed silent
-/// for `stop_grace`), and takes over repairs that stalled.
+/// for `stop_grace`), and takes over repairs that stalled; every
+/// [`narad_journal::STATISTICS_CHECK`], analyzes the tables that grew
+/// ([`Journal::keep_statistics`]).
 pub async fn sweep(journal: Journal, hub: Arc<Hub>, settings: Arc<RuntimeSettings>) {
+    let mut statistics_checked = tokio::time::Instant::now();
     loop {
         tokio::select! {
             _ = hub.closed() => return,
@@ -128,6 +131,16 @@ pub async fn sweep(journal: Journal, hub: Arc<Hub>, settings: Arc<RuntimeSetting
                     crate::expiry::expire_due(&journal, settings.interrupt_default_expiry).await
                 {
                     tracing::warn!(error = %e, "an interrupt expiry pass failed; it runs again");
+                }
+                if statistics_checked.elapsed() >= narad_journal::STATISTICS_CHECK {
+                    statistics_checked = tokio::time::Instant::now();
+                    match journal.keep_statistics().await {
+                        Ok(tables) if !tables.is_empty() => {
+                            tracing::debug!(?tables, "analyzed the tables that grew");
+                        }
+                        Ok(_) => {}
+                        Err(e) => tracing::warn!(error = %e, "cannot keep statistics current now"),
+                    }
                 }
                 done
             })

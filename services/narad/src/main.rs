@@ -11,6 +11,7 @@ mod bench;
 mod bench_blobs;
 mod bench_commands;
 mod bench_limits;
+mod bench_soak;
 mod bench_stream;
 mod demo_agent;
 mod executor;
@@ -100,6 +101,10 @@ enum BenchCommand {
     /// What an Idempotency-Key costs a command: record-user-message with
     /// no key, a fresh key and a replayed one, beside each other.
     Commands(bench_commands::CommandsBench),
+    /// Whether the append rate holds on a new database nobody analyzes:
+    /// writers and history readers for minutes, the rate per window beside
+    /// the first's.
+    Soak(bench_soak::SoakBench),
 }
 
 #[derive(Subcommand)]
@@ -173,6 +178,9 @@ fn main() -> ExitCode {
             .map(|()| ExitCode::SUCCESS),
         Command::Bench(BenchCommand::Commands(args)) => runtime()
             .block_on(bench_commands::commands(&args))
+            .map(|()| ExitCode::SUCCESS),
+        Command::Bench(BenchCommand::Soak(args)) => runtime()
+            .block_on(bench_soak::soak(&args))
             .map(|()| ExitCode::SUCCESS),
         Command::Config(config) => print_config(&config),
         Command::Serve(config) => {
