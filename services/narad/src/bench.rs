@@ -32,9 +32,14 @@ pub struct AppendBench {
     /// appends waiting when it began).
     #[arg(long, default_value_t = narad_journal::DEFAULT_APPEND_GROUPS)]
     groups: usize,
-    /// Run only the scenarios whose name contains this text.
+    /// Run only the scenario of this name, or else those whose name
+    /// contains this text.
     #[arg(long)]
     only: Option<String>,
+    /// Fail (a non-zero exit) when a scenario's events ratio to its in-run
+    /// baseline is below this: the CI's smoke (`.ci/bench-smoke`).
+    #[arg(long)]
+    min_ratio: Option<f64>,
 }
 
 #[derive(Default)]
@@ -192,12 +197,19 @@ pub async fn append(args: &AppendBench) -> anyhow::Result<()> {
         "| scenario | baseline ops/s | narad ops/s | narad events/s | ops ratio | events ratio | baseline p50 / p99 ms | narad p50 / p99 ms | appends per transaction |"
     );
     println!("|---|---|---|---|---|---|---|---|---|");
+    let exact = args
+        .only
+        .as_ref()
+        .is_some_and(|o| SCENARIOS.iter().any(|s| s.name == o));
+    let mut below = Vec::new();
     for s in SCENARIOS {
-        if args
-            .only
-            .as_ref()
-            .is_some_and(|o| !s.name.contains(o.as_str()))
-        {
+        if args.only.as_ref().is_some_and(|o| {
+            if exact {
+                s.name != o
+            } else {
+                !s.name.contains(o.as_str())
+            }
+        }) {
             continue;
         }
         let db = match &args.server_url {
@@ -310,8 +322,19 @@ pub async fn append(args: &AppendBench) -> anyhow::Result<()> {
             ms(ours.percentile(0.99)),
             per_transaction,
         );
+        let ratio = ours.per_second(ours.events) / base.per_second(base.events);
+        if args.min_ratio.is_some_and(|floor| ratio < floor) {
+            below.push(format!("{}: {ratio:.2}", s.name));
+        }
         drop(journal);
         drop(db);
+    }
+    if !below.is_empty() {
+        anyhow::bail!(
+            "below the floor of {:.2} (events ratio to the in-run baseline): {}",
+            args.min_ratio.unwrap_or_default(),
+            below.join(", ")
+        );
     }
     Ok(())
 }
