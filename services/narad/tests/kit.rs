@@ -378,6 +378,29 @@ async fn the_reference_client_passes_the_client_suite() {
 }
 
 #[tokio::test]
+async fn the_faults_case_counts_a_fault_when_it_strikes() {
+    // With this seed the first two connections break inside the answer's
+    // headers, and the third's stall struck while its connection was still
+    // open when the case ended: counted only when connections ended, the
+    // case met "too few faults" (it failed in CI, and every time replayed).
+    let s = Server::start().await;
+    let (code, out) = kit(
+        &s.base,
+        &[
+            "--faults",
+            "--only",
+            "faults/resume",
+            "--seed",
+            "2952779761",
+        ],
+    )
+    .await;
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("1 passed, 0 failed"), "{out}");
+    s.stop().await;
+}
+
+#[tokio::test]
 async fn a_client_that_skips_deduplication_fails_the_duplicates_trace() {
     let (code, out) = client_suite(&[], &["conformance", "reference-client", "--skip-dedup"]).await;
     assert_eq!(code, 1, "{out}");
