@@ -650,6 +650,9 @@ async fn the_clients_history_is_taken_as_it_comes_and_only_what_is_read_is_check
         {"id": "a1", "role": "assistant", "content": "", "toolCalls": [{}], "extra": 1},
         {"id": "act", "role": "activity", "activityType": "x", "content": {}},
         {"id": "t1", "role": "tool", "toolCallId": "elsewhere", "content": "done"},
+        // null is taken as absent, as the document says (schemathesis sent
+        // this one).
+        {"id": "0", "role": "", "content": false, "error": null, "toolCallId": null},
     ]);
     let a = post(&s, &jwt, input("h1", "r1", history)).await.unwrap();
     assert_eq!(a.status, 200, "{}", a.error);
@@ -661,6 +664,10 @@ async fn the_clients_history_is_taken_as_it_comes_and_only_what_is_read_is_check
     for (message, pointer) in [
         (
             json!({"id": "t2", "role": "tool", "content": "x"}),
+            "/messages/0/toolCallId",
+        ),
+        (
+            json!({"id": "t3", "role": "tool", "content": "x", "toolCallId": null}),
             "/messages/0/toolCallId",
         ),
         (json!({"id": "u2", "role": "user"}), "/messages/0/content"),

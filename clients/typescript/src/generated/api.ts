@@ -1023,11 +1023,13 @@ export interface components {
         AgUiMessage: ({
             /** @description A user message's text or content parts (AgUiContentPart), recorded as its content; a tool message's result (JSON text is parsed). */
             content?: unknown;
-            error?: string;
+            /** @description A failed tool message's error; null is taken as absent. */
+            error?: string | null;
             id: string;
             /** @description The role (AgUiRole names AG-UI 1.0's): only `user` and `tool` messages are read, the others taken as they come. */
             role: string;
-            toolCallId?: string;
+            /** @description A tool message's call; null is taken as absent (a tool message without one is refused). */
+            toolCallId?: string | null;
         } & {
             [key: string]: unknown;
         }) & (unknown & unknown);

@@ -125,12 +125,18 @@ class AgUiMessage(BaseModel):
     A user message's text or content parts (AgUiContentPart), recorded as its content; a tool message's result (JSON text is parsed).
     """
     error: str | None = Field(default=None, pattern='^[^\\u0000]*$')
+    """
+    A failed tool message's error; null is taken as absent.
+    """
     id: str = Field(..., max_length=256, min_length=1, pattern='^[^\\u0000]*$')
     role: str = Field(..., pattern='^[^\\u0000]*$')
     """
     The role (AgUiRole names AG-UI 1.0's): only `user` and `tool` messages are read, the others taken as they come.
     """
     tool_call_id: str | None = Field(default=None, alias='toolCallId', pattern='^[^\\u0000]*$')
+    """
+    A tool message's call; null is taken as absent (a tool message without one is refused).
+    """
 
 
 class AgUiResumeStatus(Enum):

@@ -689,8 +689,8 @@ pub fn schemas() -> Vec<(String, Value)> {
             "id": {"type": "string", "minLength": 1, "maxLength": 256},
             "role": {"description": "The role (AgUiRole names AG-UI 1.0's): only `user` and `tool` messages are read, the others taken as they come.", "type": "string"},
             "content": {"description": "A user message's text or content parts (AgUiContentPart), recorded as its content; a tool message's result (JSON text is parsed).", "not": not_null["not"].clone()},
-            "toolCallId": {"type": "string"},
-            "error": {"type": "string"},
+            "toolCallId": {"description": "A tool message's call; null is taken as absent (a tool message without one is refused).", "type": ["string", "null"]},
+            "error": {"description": "A failed tool message's error; null is taken as absent.", "type": ["string", "null"]},
         },
         "additionalProperties": {"description": "Not read (`name`, `toolCalls`, `metadata`, ...): taken as they come."},
     });
