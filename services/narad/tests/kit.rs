@@ -379,10 +379,11 @@ async fn the_reference_client_passes_the_client_suite() {
 
 #[tokio::test]
 async fn the_faults_case_counts_a_fault_when_it_strikes() {
-    // With this seed the first two connections break inside the answer's
-    // headers, and the third's stall struck while its connection was still
-    // open when the case ended: counted only when connections ended, the
-    // case met "too few faults" (it failed in CI, and every time replayed).
+    // With this seed (faults then drawn from 64 to 6,000 bytes) the first
+    // two connections broke inside the answer's headers, and the third's
+    // stall struck while its connection was still open when the case
+    // ended: counted only when connections ended, the case met "too few
+    // faults" (it failed in CI, and every time replayed).
     let s = Server::start().await;
     let (code, out) = kit(
         &s.base,

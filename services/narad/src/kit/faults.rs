@@ -251,15 +251,18 @@ async fn forward(
 
 /// The faults of the n-th connection of the resume case: every kind
 /// first (so each is met), then clean ones; offsets and pauses drawn
-/// from the seed. Offsets stay under 2,000 bytes, so that the first three
-/// connections each reach their fault before the case's stream (about
-/// 16 KB) is through.
+/// from the seed. Offsets fall between 800 and 6,000 bytes: past the
+/// answer's headers and its first frame, so that every broken connection
+/// is resumed with a Last-Event-ID (a fault inside the headers resumes
+/// nothing, and a server that mishandles resumes went unseen), and early
+/// enough that the first three connections each reach theirs before the
+/// case's stream (some 30 KB) is through.
 fn plan_of(seed: u64) -> impl Fn(u64) -> Fault + Send + Sync + 'static {
     use rand::{Rng, SeedableRng};
     let rng = std::sync::Mutex::new(rand::rngs::StdRng::seed_from_u64(seed));
     move |n| {
         let mut rng = rng.lock().expect("not poisoned");
-        let at = rng.random_range(64..2000);
+        let at = rng.random_range(800..6000);
         match n {
             0 | 3 | 7 => Fault::Cut(at),
             1 | 5 => Fault::Reset(at),
