@@ -653,6 +653,7 @@ async fn the_clients_history_is_taken_as_it_comes_and_only_what_is_read_is_check
         // null is taken as absent, as the document says (schemathesis sent
         // this one).
         {"id": "0", "role": "", "content": false, "error": null, "toolCallId": null},
+        {"id": "1", "role": "", "content": null, "error": "", "toolCallId": "schemathesis"},
     ]);
     let a = post(&s, &jwt, input("h1", "r1", history)).await.unwrap();
     assert_eq!(a.status, 200, "{}", a.error);
@@ -671,6 +672,10 @@ async fn the_clients_history_is_taken_as_it_comes_and_only_what_is_read_is_check
             "/messages/0/toolCallId",
         ),
         (json!({"id": "u2", "role": "user"}), "/messages/0/content"),
+        (
+            json!({"id": "u3", "role": "user", "content": null}),
+            "/messages/0/content",
+        ),
         (
             json!({"id": "u".repeat(257), "role": "user", "content": "x"}),
             "/messages/0/id",

@@ -1021,7 +1021,7 @@ export interface components {
         };
         /** @description An AG-UI message, by role: developer, system, assistant (`toolCalls`), user, tool (`toolCallId`, `error`), activity, reasoning. Only new `user` messages (by id) and `tool` messages answering the run's client tool calls are read; the rest is the client's history. */
         AgUiMessage: ({
-            /** @description A user message's text or content parts (AgUiContentPart), recorded as its content; a tool message's result (JSON text is parsed). */
+            /** @description A user message's text or content parts (AgUiContentPart), recorded as its content; a tool message's result (JSON text is parsed); not null in those two. Other messages' content is not read (any value). */
             content?: unknown;
             /** @description A failed tool message's error; null is taken as absent. */
             error?: string | null;

@@ -122,7 +122,7 @@ class AgUiMessage(BaseModel):
     }
     content: Any | None = None
     """
-    A user message's text or content parts (AgUiContentPart), recorded as its content; a tool message's result (JSON text is parsed).
+    A user message's text or content parts (AgUiContentPart), recorded as its content; a tool message's result (JSON text is parsed); not null in those two. Other messages' content is not read (any value).
     """
     error: str | None = Field(default=None, pattern='^[^\\u0000]*$')
     """

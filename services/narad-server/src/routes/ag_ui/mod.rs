@@ -682,13 +682,13 @@ pub fn schemas() -> Vec<(String, Value)> {
         "type": "object",
         "required": ["id", "role"],
         "allOf": [
-            {"if": {"properties": {"role": {"enum": ["user", "tool"]}}}, "then": {"required": ["content"]}},
+            {"if": {"properties": {"role": {"enum": ["user", "tool"]}}}, "then": {"required": ["content"], "properties": {"content": {"not": {"type": "null"}}}}},
             {"if": {"properties": {"role": {"const": "tool"}}}, "then": {"required": ["toolCallId"]}},
         ],
         "properties": {
             "id": {"type": "string", "minLength": 1, "maxLength": 256},
             "role": {"description": "The role (AgUiRole names AG-UI 1.0's): only `user` and `tool` messages are read, the others taken as they come.", "type": "string"},
-            "content": {"description": "A user message's text or content parts (AgUiContentPart), recorded as its content; a tool message's result (JSON text is parsed).", "not": not_null["not"].clone()},
+            "content": {"description": "A user message's text or content parts (AgUiContentPart), recorded as its content; a tool message's result (JSON text is parsed); not null in those two. Other messages' content is not read (any value).", "not": component("HoldsU0000")},
             "toolCallId": {"description": "A tool message's call; null is taken as absent (a tool message without one is refused).", "type": ["string", "null"]},
             "error": {"description": "A failed tool message's error; null is taken as absent.", "type": ["string", "null"]},
         },
