@@ -860,6 +860,29 @@ async def test_a_stop_of_the_run_cancels_its_nested_run_first(client: Client) ->
     ]
 
 
+async def test_no_nested_run_starts_once_the_run_was_asked_to_stop(client: Client) -> None:
+    refused: list[str] = []
+
+    async def handler(ctx: RunContext) -> None:
+        await ctx.say("Working.")
+        await ctx._wait_for(lambda: True if ctx.stop_requested else None)
+        try:
+            async with ctx.nested("late"):
+                pass
+        except RunStopped:
+            refused.append("nested")
+            raise
+
+    session, run = await start(client)
+    async with serving(client, handler):
+        await wait_history(client, session, has("message.text.delta", runId=run))
+        await client.stop_run(session, run_id=run)
+        events = await wait_history(client, session, has("run.cancelled", runId=run))
+    # §6.3: after run.stop.requested the backend starts no new child run.
+    assert refused == ["nested"]
+    assert [e["runId"] for e in of_type(events, "run.started")] == [run]
+
+
 async def test_a_nested_run_waiting_on_a_person_is_released_and_replayed_once(
     client: Client,
 ) -> None:

@@ -74,7 +74,7 @@ pub async fn soak(args: &SoakBench) -> anyhow::Result<()> {
         tasks.push(tokio::spawn(async move {
             let mut n = 0u64;
             while Instant::now() < deadline {
-                let k = (w + n as usize * args_stride(sessions)) % sessions;
+                let k = (w + n as usize * stride(sessions)) % sessions;
                 let sid = SessionId::new(format!("s{k}")).expect("valid");
                 let events: Vec<Value> = (0..batch)
                     .map(|b| delta(&format!("w{w}-{n}-{b}"), &format!("r{k}"), &format!("m{k}")))
@@ -165,6 +165,6 @@ pub async fn soak(args: &SoakBench) -> anyhow::Result<()> {
 }
 
 /// Sessions a writer skips between appends: spreads writers over the sessions.
-fn args_stride(sessions: usize) -> usize {
+fn stride(sessions: usize) -> usize {
     if sessions > 7 { 7 } else { 1 }
 }

@@ -116,9 +116,7 @@ pub fn broken_off(
             }
         }
         let active = match state.journal.session(tenant, &session_id).await {
-            Ok(s) => s
-                .active_execution
-                .is_some_and(|a| a["runId"] == run_id.as_str()),
+            Ok(s) => active_run(&s).is_some_and(|r| r == run_id),
             Err(_) => false,
         };
         if !active {
@@ -145,6 +143,14 @@ pub fn broken_off(
             ),
         }
     });
+}
+
+/// The session's active top-level run, if its active execution is one.
+pub fn active_run(session: &SessionRecord) -> Option<String> {
+    let active = session.active_execution.as_ref()?;
+    (active["kind"] == "run")
+        .then(|| active["runId"].as_str().map(str::to_owned))
+        .flatten()
 }
 
 /// The `reason` of the stop a front end's abort asks for.

@@ -266,7 +266,7 @@ pub async fn resume(
         }
         Err(e) => return Err(e.into()),
     };
-    let Some(run_id) = active_run(&session) else {
+    let Some(run_id) = front_end::active_run(&session) else {
         return Ok(StatusCode::NO_CONTENT.into_response());
     };
     let (slot, live) = front_end::open_stream(&state, &tenant, &session_id).await?;
@@ -284,14 +284,6 @@ pub async fn resume(
     let (connection, rx) = front_end::connect(principal, slot);
     tokio::spawn(feed(state, connection, plan, live, opened));
     stream_response(rx)
-}
-
-/// The session's active top-level run, if its active execution is one.
-fn active_run(session: &narad_journal::SessionRecord) -> Option<String> {
-    let active = session.active_execution.as_ref()?;
-    (active["kind"] == "run")
-        .then(|| active["runId"].as_str().map(str::to_owned))
-        .flatten()
 }
 
 /// The sessionSequence of a run's `run.started`; 404 when the session has
@@ -355,7 +347,7 @@ async fn plan(
         let text = user_text(&asked.last, asked.last_at)?;
         let run_id = run_id_of(&message_id);
         let session = front_end::open_session(state, principal, request, &session_id).await?;
-        match session.as_ref().and_then(active_run) {
+        match session.as_ref().and_then(front_end::active_run) {
             // This message's run, asked again (a retried POST): its answer.
             Some(active) if active == run_id => {}
             Some(active) => {
