@@ -6,6 +6,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::bench_profile::{Profiler, Sample, Used};
 use narad_journal::{AppendOptions, Journal, NewSession, TenantId};
 use narad_protocol::primitives::SessionId;
 use serde_json::{Value, json};
@@ -40,6 +41,12 @@ pub struct AppendBench {
     /// baseline is below this: the CI's smoke (`.ci/bench-smoke`).
     #[arg(long)]
     min_ratio: Option<f64>,
+    /// Also print what each side costs per operation (Postgres CPU when the
+    /// server runs on this machine, this process's CPU, WAL bytes) and,
+    /// when the server preloads `pg_stat_statements`, each statement of
+    /// the journal's side per append.
+    #[arg(long)]
+    profile: bool,
 }
 
 #[derive(Default)]
@@ -202,6 +209,7 @@ pub async fn append(args: &AppendBench) -> anyhow::Result<()> {
         .as_ref()
         .is_some_and(|o| SCENARIOS.iter().any(|s| s.name == o));
     let mut below = Vec::new();
+    let mut profiles = Vec::new();
     for s in SCENARIOS {
         if args.only.as_ref().is_some_and(|o| {
             if exact {
@@ -296,13 +304,46 @@ pub async fn append(args: &AppendBench) -> anyhow::Result<()> {
         };
         // Rounds alternate baseline and journal, so that a change in the
         // machine's load weighs on both alike.
+        let profiler = match args.profile {
+            true => Some(crate::bench_profile::Profiler::connect(db.url()).await?),
+            false => None,
+        };
+        let statements = match &profiler {
+            Some(p) => p.statements_reset().await,
+            None => false,
+        };
+        let (mut base_used, mut ours_used) = (Used::default(), Used::default());
         let before = journal.append_stats();
         let (mut base, mut ours) = (Stats::default(), Stats::default());
         let slice = duration / args.rounds.max(1);
         for round in 0..args.rounds.max(1) as u64 {
             let first = round * 1_000_000_000;
+            let t0 = used_so_far(&profiler).await?;
             base.add(measure(s.writers, slice, first, baseline.clone()).await);
+            let t1 = used_so_far(&profiler).await?;
             ours.add(measure(s.writers, slice, first, appends.clone()).await);
+            let t2 = used_so_far(&profiler).await?;
+            if profiler.is_some() {
+                base_used.add(t0, t1);
+                ours_used.add(t1, t2);
+            }
+        }
+        if let Some(p) = &profiler {
+            let table = match statements {
+                true => p.statements(ours.ops).await?,
+                false => "(pg_stat_statements is not preloaded by the server: no statements)\n"
+                    .to_string(),
+            };
+            profiles.push(format!(
+                "| {} | {} | {} |",
+                s.name,
+                base_used.per_op(base.ops),
+                ours_used.per_op(ours.ops)
+            ));
+            profiles.push(format!(
+                "\n{}, the journal's statements:\n\n{table}",
+                s.name
+            ));
         }
         let after = journal.append_stats();
         let per_transaction =
@@ -329,6 +370,19 @@ pub async fn append(args: &AppendBench) -> anyhow::Result<()> {
         drop(journal);
         drop(db);
     }
+    if !profiles.is_empty() {
+        println!(
+            "\n| scenario | baseline: Postgres CPU µs / op | baseline: bench CPU µs / op | baseline: WAL bytes / op | narad: Postgres CPU µs / append | narad: bench CPU µs / append | narad: WAL bytes / append |"
+        );
+        println!("|---|---|---|---|---|---|---|");
+        let (rows, tables): (Vec<_>, Vec<_>) = profiles.iter().partition(|p| p.starts_with('|'));
+        for row in rows {
+            println!("{row}");
+        }
+        for table in tables {
+            println!("{table}");
+        }
+    }
     if !below.is_empty() {
         anyhow::bail!(
             "below the floor of {:.2} (events ratio to the in-run baseline): {}",
@@ -337,6 +391,14 @@ pub async fn append(args: &AppendBench) -> anyhow::Result<()> {
         );
     }
     Ok(())
+}
+
+/// A sample of the resources used so far, or nothing without a profiler.
+async fn used_so_far(profiler: &Option<Profiler>) -> anyhow::Result<Sample> {
+    match profiler {
+        Some(p) => p.sample().await,
+        None => Ok(Sample::default()),
+    }
 }
 
 /// Appends `WARM_UP` batches per writer under ids of their own, so that the

@@ -70,6 +70,9 @@ pub async fn stream(args: &StreamBench) -> anyhow::Result<()> {
     if wants("latency") {
         latency(args, &bench).await?;
     }
+    if wants("lone") {
+        lone(&bench).await?;
+    }
     if wants("idle") {
         idle(args, &bench, &server).await?;
     }
@@ -430,6 +433,50 @@ async fn throughput(args: &StreamBench, bench: &Bench) -> anyhow::Result<()> {
 
 /// Append→frame latency at 1,000 events/s with many subscribers on one
 /// session, sampled on some of them.
+/// One writer appending one event at a time over HTTP, nothing else
+/// running: each append's round trip beside the server's cheapest request
+/// (`GET /healthz`) on the same connection, the floor any request pays.
+async fn lone(bench: &Bench) -> anyhow::Result<()> {
+    const APPENDS: usize = 2_000;
+    let session = bench.session().await?;
+    let (mut appends, mut floor) = (Vec::new(), Vec::new());
+    for n in 0..APPENDS + 200 {
+        let t = Instant::now();
+        let r = bench
+            .writes
+            .get(format!("{}/healthz", bench.base))
+            .send()
+            .await?;
+        r.bytes().await?;
+        let health = t.elapsed();
+        let t = Instant::now();
+        bench
+            .append(&session, vec![delta(&format!("lone-{n}"), "r", "m")])
+            .await?;
+        // The first 200 of each warm the connection and the plans.
+        if n >= 200 {
+            appends.push(t.elapsed());
+            floor.push(health);
+        }
+    }
+    let ms = |v: &mut Vec<Duration>, p: f64| {
+        v.sort_unstable();
+        v[((v.len() - 1) as f64 * p).round() as usize].as_secs_f64() * 1000.0
+    };
+    println!(
+        "| lone append over HTTP (1 writer, 1 event) | append p50 / p99 ms | GET /healthz p50 / p99 ms |"
+    );
+    println!("|---|---|---|");
+    println!(
+        "| {APPENDS} appends | {:.3} / {:.3} | {:.3} / {:.3} |",
+        ms(&mut appends, 0.5),
+        ms(&mut appends, 0.99),
+        ms(&mut floor, 0.5),
+        ms(&mut floor, 0.99)
+    );
+    Ok(())
+}
+
 async fn latency(args: &StreamBench, bench: &Bench) -> anyhow::Result<()> {
     const SAMPLED: usize = 20;
     const RATE: u64 = 1_000;

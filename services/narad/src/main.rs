@@ -11,6 +11,7 @@ mod bench;
 mod bench_blobs;
 mod bench_commands;
 mod bench_limits;
+mod bench_profile;
 mod bench_soak;
 mod bench_stream;
 mod demo_agent;
