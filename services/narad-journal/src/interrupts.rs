@@ -77,12 +77,14 @@ impl Journal {
                     "select e.session_id, e.id, ev.body, \
                        to_char(ev.recorded_at at time zone 'utc', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"'), \
                        (extract(epoch from ev.recorded_at) * 1000000)::bigint as micros, ev.session_sequence, s.title \
-                     from entities e \
+                     from interrupt_deadlines d \
+                     join entities e on e.tenant_id = d.tenant_id and e.session_id = d.session_id \
+                       and e.kind = 'interrupt' and e.id = d.interrupt_id \
                      join sessions s on s.tenant_id = e.tenant_id and s.session_id = e.session_id \
                      join events ev on ev.tenant_id = e.tenant_id and ev.session_id = e.session_id \
                        and ev.type = 'interrupt.requested' and ev.body ->> 'interruptId' = e.id \
-                     where e.tenant_id = $1 and e.kind = 'interrupt' and e.state ->> 'decision' is null \
-                       and ($6::text is null or e.session_id = $6) \
+                     where d.tenant_id = $1 and e.state ->> 'decision' is null \
+                       and ($6::text is null or d.session_id = $6) \
                        and ($2::bigint is null or \
                          ((extract(epoch from ev.recorded_at) * 1000000)::bigint, ev.session_id, ev.session_sequence) \
                            > ($2, $4, $3)) \

@@ -1,6 +1,8 @@
-//! Statistics the journal keeps current itself: a table that grew is
-//! analyzed (its cached plans are made again on what it holds now), one
-//! that did not is left alone.
+//! The append path's speed without maintenance by hand: statistics the
+//! journal keeps current itself (a table that grew is analyzed, its cached
+//! plans made again on what it holds now; one that did not is left alone),
+//! and the rows every append rewrites updated HOT, so that they neither
+//! bloat nor write index entries while nobody vacuums.
 
 mod common;
 
@@ -8,11 +10,8 @@ use common::*;
 
 /// How many rows Postgres thinks `table` holds (`-1`: never analyzed).
 async fn reltuples(f: &Fixture, table: &str) -> f32 {
-    let (admin, conn) = tokio_postgres::connect(f.db.url(), tokio_postgres::NoTls)
+    admin(f)
         .await
-        .unwrap();
-    tokio::spawn(conn);
-    admin
         .query_one(
             "select reltuples from pg_class where relname = $1",
             &[&table],
@@ -61,3 +60,84 @@ async fn tables_that_grew_are_analyzed_and_others_are_left_alone() {
         Vec::<String>::new()
     );
 }
+
+/// The columns an append rewrites on every group: a session's sequence and
+/// core, an entity's state.
+const REWRITTEN: &[(&str, &str)] = &[
+    ("sessions", "session_sequence"),
+    ("sessions", "core"),
+    ("entities", "state"),
+];
+
+/// The indexes that use `table.column`: as a key, in an expression or in a
+/// predicate.
+async fn indexes_using(admin: &tokio_postgres::Client, table: &str, column: &str) -> Vec<String> {
+    admin
+        .query(
+            "select i.relname::text from pg_depend d \
+             join pg_class i on i.oid = d.objid and i.relkind = 'i' \
+             join pg_attribute a on a.attrelid = d.refobjid and a.attnum = d.refobjsubid \
+             where d.classid = 'pg_class'::regclass and d.refobjid = $1::text::regclass \
+               and a.attname = $2 \
+             union \
+             select i.relname::text from pg_index x join pg_class i on i.oid = x.indexrelid \
+             join pg_attribute a on a.attrelid = x.indrelid and a.attnum = any(x.indkey) \
+             where x.indrelid = $1::text::regclass and a.attname = $2 \
+             order by 1",
+            &[&table, &column],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect()
+}
+
+async fn admin(f: &Fixture) -> tokio_postgres::Client {
+    let (admin, conn) = tokio_postgres::connect(f.db.url(), tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(conn);
+    admin
+}
+
+#[tokio::test]
+async fn no_index_uses_a_column_every_append_rewrites() {
+    // An update is HOT only when no column an index uses changed; one such
+    // index makes every append write a new version into all the table's
+    // indexes, and the table bloats while nobody vacuums.
+    let f = fixture().await;
+    let admin = admin(&f).await;
+    for (table, column) in REWRITTEN {
+        assert_eq!(
+            indexes_using(&admin, table, column).await,
+            Vec::<String>::new(),
+            "{table}.{column} is used by these indexes, so its updates cannot be HOT"
+        );
+    }
+}
+
+#[tokio::test]
+async fn an_index_predicate_on_a_rewritten_column_is_seen() {
+    // The check above, against an index like the inbox's that broke HOT
+    // entity updates (its predicate read the state).
+    let f = fixture().await;
+    let admin = admin(&f).await;
+    admin
+        .batch_execute(
+            "create index probe_predicate on entities (tenant_id) \
+             where kind = 'interrupt' and state ->> 'decision' is null; \
+             create index probe_key on sessions (core)",
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        indexes_using(&admin, "entities", "state").await,
+        vec!["probe_predicate".to_string()]
+    );
+    assert_eq!(
+        indexes_using(&admin, "sessions", "core").await,
+        vec!["probe_key".to_string()]
+    );
+}
+
