@@ -66,6 +66,18 @@ pub(crate) enum Locking {
     Skip,
 }
 
+/// Around the eventId lookup of round trip 1: plans that find rows by key
+/// only. `events` grows by every event, and a prepared statement keeps the
+/// plan made when it was nearly empty (reading the whole table is cheapest
+/// then) until its next `ANALYZE`: at one writer that plan's lookup took
+/// 370 µs per append after 8 s, 8.5 µs as an index lookup (BENCHMARKS.md).
+/// Only this lookup is pinned: pinning the whole group's plans also priced
+/// out the hashed joins over a few sessions' entities and cost 10% of
+/// Postgres's time at 32 writers.
+const KEY_LOOKUPS: &str = "set local enable_seqscan = off; set local enable_bitmapscan = off";
+/// Ends [`KEY_LOOKUPS`] for the rest of the transaction.
+const ANY_PLANS: &str = "reset enable_seqscan; reset enable_bitmapscan";
+
 const LOCK_WAIT: &str = "select session_id, core, session_sequence from sessions \
     where tenant_id = $1 and session_id = any($2::text[]) order by session_id for update";
 
@@ -311,11 +323,14 @@ async fn run(
                 &lookup.workflow_sessions,
                 &lookup.workflows,
             ];
-            let (_, locked, entities, existing, work) = futures::try_join!(
+            // Polled in order on their first poll, so sent in this order.
+            let (_, locked, entities, _, existing, _, work) = futures::try_join!(
                 client.query(set, &set_params),
                 client.query(lock, &lock_params),
                 client.query(load, &load_params),
+                client.batch_execute(KEY_LOOKUPS),
                 client.query(find, &find_params),
+                client.batch_execute(ANY_PLANS),
                 async {
                     match load_work {
                         Some(w) => client.query(w, &work_params).await,

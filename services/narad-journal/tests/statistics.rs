@@ -141,3 +141,60 @@ async fn an_index_predicate_on_a_rewritten_column_is_seen() {
     );
 }
 
+/// `table`'s sequential and index scans so far, as `pg_stat_user_tables`
+/// has them.
+async fn scans(admin: &tokio_postgres::Client, table: &str) -> (i64, i64) {
+    let row = admin
+        .query_one(
+            "select coalesce(seq_scan, 0), coalesce(idx_scan, 0) from pg_stat_user_tables \
+             where relname = $1",
+            &[&table],
+        )
+        .await
+        .unwrap();
+    (row.get(0), row.get(1))
+}
+
+#[tokio::test]
+async fn appends_look_rows_up_by_key_on_tables_analyzed_while_nearly_empty() {
+    // A prepared statement keeps the plan made on a nearly empty table,
+    // where reading the whole table is cheapest, until the next ANALYZE;
+    // the append group's lookups must stay index lookups meanwhile.
+    let f = fixture().await;
+    let sid = f.session("s1").await;
+    f.append(&sid, &[user_message("m0")]).await.unwrap();
+    let admin = admin(&f).await;
+    admin.batch_execute("analyze").await.unwrap();
+    // What this connection's analyze read is reported before the count.
+    admin
+        .batch_execute("select pg_stat_force_next_flush()")
+        .await
+        .unwrap();
+    let before = scans(&admin, "events").await;
+    const APPENDS: i64 = 40;
+    for n in 1..=APPENDS {
+        f.append(&sid, &[user_message(&format!("m{n}"))])
+            .await
+            .unwrap();
+    }
+    // Each backend reports its counters within seconds of going idle.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let mut now = scans(&admin, "events").await;
+    while now.1 - before.1 < APPENDS && std::time::Instant::now() < deadline {
+        tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+        admin
+            .batch_execute("select pg_stat_clear_snapshot()")
+            .await
+            .unwrap();
+        now = scans(&admin, "events").await;
+    }
+    assert!(
+        now.1 - before.1 >= APPENDS,
+        "every append looks its eventIds up by index: {before:?} → {now:?}"
+    );
+    assert_eq!(
+        now.0 - before.0,
+        0,
+        "no append read the whole events table: {before:?} → {now:?}"
+    );
+}
