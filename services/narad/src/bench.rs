@@ -209,7 +209,8 @@ pub async fn append(args: &AppendBench) -> anyhow::Result<()> {
         .as_ref()
         .is_some_and(|o| SCENARIOS.iter().any(|s| s.name == o));
     let mut below = Vec::new();
-    let mut profiles = Vec::new();
+    // --profile: a row of costs and a table of statements per scenario.
+    let (mut costs, mut statement_tables) = (Vec::new(), Vec::new());
     for s in SCENARIOS {
         if args.only.as_ref().is_some_and(|o| {
             if exact {
@@ -302,10 +303,8 @@ pub async fn append(args: &AppendBench) -> anyhow::Result<()> {
                 }
             }
         };
-        // Rounds alternate baseline and journal, so that a change in the
-        // machine's load weighs on both alike.
         let profiler = match args.profile {
-            true => Some(crate::bench_profile::Profiler::connect(db.url()).await?),
+            true => Some(Profiler::connect(db.url()).await?),
             false => None,
         };
         let statements = match &profiler {
@@ -316,6 +315,8 @@ pub async fn append(args: &AppendBench) -> anyhow::Result<()> {
         let before = journal.append_stats();
         let (mut base, mut ours) = (Stats::default(), Stats::default());
         let slice = duration / args.rounds.max(1);
+        // Rounds alternate baseline and journal, so that a change in the
+        // machine's load weighs on both alike.
         for round in 0..args.rounds.max(1) as u64 {
             let first = round * 1_000_000_000;
             let t0 = used_so_far(&profiler).await?;
@@ -334,13 +335,13 @@ pub async fn append(args: &AppendBench) -> anyhow::Result<()> {
                 false => "(pg_stat_statements is not preloaded by the server: no statements)\n"
                     .to_string(),
             };
-            profiles.push(format!(
+            costs.push(format!(
                 "| {} | {} | {} |",
                 s.name,
                 base_used.per_op(base.ops),
                 ours_used.per_op(ours.ops)
             ));
-            profiles.push(format!(
+            statement_tables.push(format!(
                 "\n{}, the journal's statements:\n\n{table}",
                 s.name
             ));
@@ -370,17 +371,13 @@ pub async fn append(args: &AppendBench) -> anyhow::Result<()> {
         drop(journal);
         drop(db);
     }
-    if !profiles.is_empty() {
+    if !costs.is_empty() {
         println!(
             "\n| scenario | baseline: Postgres CPU µs / op | baseline: bench CPU µs / op | baseline: WAL bytes / op | narad: Postgres CPU µs / append | narad: bench CPU µs / append | narad: WAL bytes / append |"
         );
         println!("|---|---|---|---|---|---|---|");
-        let (rows, tables): (Vec<_>, Vec<_>) = profiles.iter().partition(|p| p.starts_with('|'));
-        for row in rows {
+        for row in costs.iter().chain(&statement_tables) {
             println!("{row}");
-        }
-        for table in tables {
-            println!("{table}");
         }
     }
     if !below.is_empty() {

@@ -431,15 +431,13 @@ async fn throughput(args: &StreamBench, bench: &Bench) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Append→frame latency at 1,000 events/s with many subscribers on one
-/// session, sampled on some of them.
 /// One writer appending one event at a time over HTTP, nothing else
 /// running: each append's round trip beside the server's cheapest request
 /// (`GET /healthz`) on the same connection, the floor any request pays.
 async fn lone(bench: &Bench) -> anyhow::Result<()> {
     const APPENDS: usize = 2_000;
     let session = bench.session().await?;
-    let (mut appends, mut floor) = (Vec::new(), Vec::new());
+    let (mut appends, mut floor) = (Stats::default(), Stats::default());
     for n in 0..APPENDS + 200 {
         let t = Instant::now();
         let r = bench
@@ -455,14 +453,11 @@ async fn lone(bench: &Bench) -> anyhow::Result<()> {
             .await?;
         // The first 200 of each warm the connection and the plans.
         if n >= 200 {
-            appends.push(t.elapsed());
-            floor.push(health);
+            appends.latencies.push(t.elapsed());
+            floor.latencies.push(health);
         }
     }
-    let ms = |v: &mut Vec<Duration>, p: f64| {
-        v.sort_unstable();
-        v[((v.len() - 1) as f64 * p).round() as usize].as_secs_f64() * 1000.0
-    };
+    let ms = |s: &mut Stats, p: f64| s.percentile(p).as_secs_f64() * 1000.0;
     println!(
         "| lone append over HTTP (1 writer, 1 event) | append p50 / p99 ms | GET /healthz p50 / p99 ms |"
     );
@@ -477,6 +472,8 @@ async fn lone(bench: &Bench) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Append→frame latency at 1,000 events/s with many subscribers on one
+/// session, sampled on some of them.
 async fn latency(args: &StreamBench, bench: &Bench) -> anyhow::Result<()> {
     const SAMPLED: usize = 20;
     const RATE: u64 = 1_000;
