@@ -73,10 +73,13 @@ pub(crate) enum Locking {
 /// 370 µs per append after 8 s, 8.5 µs as an index lookup (BENCHMARKS.md).
 /// Only this lookup is pinned: pinning the whole group's plans also priced
 /// out the hashed joins over a few sessions' entities and cost 10% of
-/// Postgres's time at 32 writers.
-const KEY_LOOKUPS: &str = "set local enable_seqscan = off; set local enable_bitmapscan = off";
+/// Postgres's time at 32 writers. Its plan is also made once (a generic
+/// plan): left to choose, Postgres planned it anew for every group (116 µs
+/// of a lone append's Postgres time).
+const KEY_LOOKUPS: &str = "set local enable_seqscan = off; set local enable_bitmapscan = off; \
+    set local plan_cache_mode = force_generic_plan";
 /// Ends [`KEY_LOOKUPS`] for the rest of the transaction.
-const ANY_PLANS: &str = "reset enable_seqscan; reset enable_bitmapscan";
+const ANY_PLANS: &str = "reset enable_seqscan; reset enable_bitmapscan; reset plan_cache_mode";
 
 const LOCK_WAIT: &str = "select session_id, core, session_sequence from sessions \
     where tenant_id = $1 and session_id = any($2::text[]) order by session_id for update";

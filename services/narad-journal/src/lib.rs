@@ -133,6 +133,9 @@ pub struct Journal {
     combiner: std::sync::Arc<combine::Combiner>,
     work_defaults: runtime::WorkDefaults,
     blob_store: blob_store::BlobStore,
+    /// Names this journal's notifications to relays (their payload), so
+    /// that its own listener skips them: its relay is woken in-process.
+    origin: std::sync::Arc<str>,
 }
 
 /// How many append transactions a journal runs at a time by default (each
@@ -185,6 +188,14 @@ fn pool_of(
         .map_err(|e| JournalError::Corrupt(format!("cannot build the pool: {e}")))
 }
 
+/// A name no other journal has (16 random bytes, in hex).
+fn origin() -> Result<String, JournalError> {
+    let mut bytes = [0u8; 16];
+    getrandom::fill(&mut bytes)
+        .map_err(|e| JournalError::Corrupt(format!("no randomness for the journal's name: {e}")))?;
+    Ok(hex::encode(bytes))
+}
+
 impl Journal {
     /// Connects to the database at `url` with a pool of at most
     /// `max_connections`, each caller waiting at most [`DEFAULT_POOL_WAIT`]
@@ -213,6 +224,7 @@ impl Journal {
             combiner,
             work_defaults: runtime::WorkDefaults::default(),
             blob_store: blob_store::BlobStore::Postgres,
+            origin: origin()?.into(),
         })
     }
 

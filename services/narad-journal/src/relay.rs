@@ -162,14 +162,25 @@ impl Journal {
         self.combiner.committed().await;
     }
 
-    /// Wakes every relay listening on the database (`NOTIFY`, outside any
-    /// append transaction).
+    /// Wakes every other relay listening on the database: a `NOTIFY`
+    /// outside any append transaction, named by this journal (its own
+    /// listener skips it), committed without waiting for its WAL flush (a
+    /// notification is delivered at commit, and one lost in a crash of
+    /// Postgres is lost with every listening connection anyway).
     pub async fn notify_relays(&self) -> Result<(), JournalError> {
         let client = self.pool.get().await?;
-        client
-            .batch_execute(&format!("notify {RELAY_CHANNEL}"))
-            .await?;
-        Ok(())
+        let notified = client
+            .batch_execute(&format!(
+                "begin; set local synchronous_commit = off; \
+                 notify {RELAY_CHANNEL}, '{}'; commit",
+                self.origin
+            ))
+            .await;
+        if notified.is_err() {
+            // Closed rather than pooled: it may be inside the transaction.
+            drop(deadpool_postgres::Object::take(client));
+        }
+        Ok(notified?)
     }
 }
 
@@ -189,8 +200,10 @@ impl RelayListener {
 
 impl Journal {
     /// Opens a connection of its own (not the pool's: its notifications
-    /// must reach this listener) listening on [`RELAY_CHANNEL`].
+    /// must reach this listener) listening on [`RELAY_CHANNEL`], told of
+    /// every notification but this journal's own.
     pub async fn listen_relays(&self) -> Result<RelayListener, JournalError> {
+        let origin = self.origin.clone();
         let mut config = (*self.config).clone();
         config.application_name(LISTENER_APPLICATION_NAME);
         let (client, mut connection) = config.connect(tokio_postgres::NoTls).await?;
@@ -199,7 +212,9 @@ impl Journal {
             let mut messages = futures::stream::poll_fn(move |cx| connection.poll_message(cx));
             while let Some(message) = messages.next().await {
                 match message {
-                    Ok(tokio_postgres::AsyncMessage::Notification(_)) => {
+                    Ok(tokio_postgres::AsyncMessage::Notification(n))
+                        if n.payload() != &*origin =>
+                    {
                         if tx.send(()).is_err() {
                             break;
                         }

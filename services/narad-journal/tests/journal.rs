@@ -1603,3 +1603,45 @@ async fn an_exhausted_pool_answers_within_its_wait_and_background_has_its_own() 
         Err(JournalError::SessionNotFound(_))
     ));
 }
+
+// ---------------------------------------------------------------- relay wake-ups
+
+/// A journal's notification wakes the other journals' (replicas')
+/// listeners, not its own: its relay is woken in-process, and a wake-up of
+/// its own would read the outbox a second time for every commit.
+#[tokio::test]
+async fn a_relay_notification_wakes_the_other_replicas_listeners_not_its_own() {
+    let db = TestDatabase::new(&MIGRATOR).await;
+    let a = narad_journal::Journal::connect(db.url(), 2).unwrap();
+    let b = narad_journal::Journal::connect(db.url(), 2).unwrap();
+    let (mut a_hears, mut b_hears) = (
+        a.listen_relays().await.unwrap(),
+        b.listen_relays().await.unwrap(),
+    );
+    let quiet = Duration::from_millis(300);
+    a.notify_relays().await.unwrap();
+    assert!(
+        tokio::time::timeout(Duration::from_secs(5), b_hears.notified())
+            .await
+            .expect("b hears a's notification"),
+        "b's listener is open"
+    );
+    assert!(
+        tokio::time::timeout(quiet, a_hears.notified())
+            .await
+            .is_err(),
+        "a does not hear its own notification"
+    );
+    b.notify_relays().await.unwrap();
+    assert!(
+        tokio::time::timeout(Duration::from_secs(5), a_hears.notified())
+            .await
+            .expect("a hears b's notification")
+    );
+    assert!(
+        tokio::time::timeout(quiet, b_hears.notified())
+            .await
+            .is_err(),
+        "b does not hear its own notification"
+    );
+}

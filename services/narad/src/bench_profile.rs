@@ -17,7 +17,8 @@ pub(crate) struct Sample {
     /// CPU seconds of the Postgres cluster (its postmaster, its live
     /// children and the children it has reaped), when it is local.
     postgres: Option<f64>,
-    /// CPU seconds of this process.
+    /// CPU seconds of the client process: this one, or the one named by
+    /// [`Profiler::of_process`].
     client: f64,
     /// The WAL's insert position, in bytes.
     wal: f64,
@@ -56,6 +57,8 @@ impl Used {
 pub(crate) struct Profiler {
     admin: Client,
     postmaster: Option<i32>,
+    /// The client process whose CPU is read (`None`: this one).
+    client: Option<i32>,
     ticks: f64,
 }
 
@@ -83,8 +86,18 @@ impl Profiler {
         Ok(Self {
             admin,
             postmaster,
+            client: None,
             ticks: procfs::ticks_per_second() as f64,
         })
+    }
+
+    /// The same profiler reading the CPU of process `pid` (a server the
+    /// bench runs as a child) instead of this process's.
+    pub(crate) fn of_process(self, pid: u32) -> Self {
+        Self {
+            client: Some(pid as i32),
+            ..self
+        }
     }
 
     /// Whether `pg_stat_statements` is loaded (preloaded by the server and
@@ -113,7 +126,9 @@ impl Profiler {
             .get(0);
         Ok(Sample {
             postgres: self.postmaster.map(|pm| self.cluster_cpu(pm)),
-            client: Process::myself()
+            client: self
+                .client
+                .map_or_else(Process::myself, Process::new)
                 .and_then(|p| p.stat())
                 .map_or(0.0, |s| (s.utime + s.stime) as f64 / self.ticks),
             wal,

@@ -71,7 +71,7 @@ pub async fn stream(args: &StreamBench) -> anyhow::Result<()> {
         latency(args, &bench).await?;
     }
     if wants("lone") {
-        lone(&bench).await?;
+        lone(&bench, db.url(), server.pid()).await?;
     }
     if wants("idle") {
         idle(args, &bench, &server).await?;
@@ -242,6 +242,25 @@ struct Bench {
 }
 
 impl Bench {
+    /// The server's `narad_append_duration_seconds` so far: its sum in
+    /// seconds and its count.
+    async fn journal_time(&self) -> anyhow::Result<(f64, f64)> {
+        let text = self
+            .writes
+            .get(format!("{}/metrics", self.base))
+            .send()
+            .await?
+            .text()
+            .await?;
+        let read = |suffix: &str| {
+            text.lines()
+                .filter(|l| l.starts_with(&format!("narad_append_duration_seconds{suffix}")))
+                .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+                .sum::<f64>()
+        };
+        Ok((read("_sum"), read("_count")))
+    }
+
     fn new(base: &str) -> anyhow::Result<Bench> {
         narad_server::auth::install_tls_provider();
         let token = bench_token("bench")?;
@@ -433,12 +452,23 @@ async fn throughput(args: &StreamBench, bench: &Bench) -> anyhow::Result<()> {
 
 /// One writer appending one event at a time over HTTP, nothing else
 /// running: each append's round trip beside the server's cheapest request
-/// (`GET /healthz`) on the same connection, the floor any request pays.
-async fn lone(bench: &Bench) -> anyhow::Result<()> {
+/// (`GET /healthz`) on the same connection, the floor any request pays;
+/// the mean time appends spent in the server's journal (its
+/// `narad_append_duration_seconds`: queue, transaction, answer); and what
+/// each append (with its `GET /healthz`) costs the Postgres cluster (when
+/// local) and the server process in CPU, and in WAL.
+async fn lone(bench: &Bench, database_url: &str, server: u32) -> anyhow::Result<()> {
     const APPENDS: usize = 2_000;
     let session = bench.session().await?;
+    let profiler = crate::bench_profile::Profiler::connect(database_url)
+        .await?
+        .of_process(server);
     let (mut appends, mut floor) = (Stats::default(), Stats::default());
+    let (mut used, mut before) = (crate::bench_profile::Used::default(), None);
     for n in 0..APPENDS + 200 {
+        if n == 200 {
+            before = Some((profiler.sample().await?, bench.journal_time().await?));
+        }
         let t = Instant::now();
         let r = bench
             .writes
@@ -457,17 +487,27 @@ async fn lone(bench: &Bench) -> anyhow::Result<()> {
             floor.latencies.push(health);
         }
     }
+    let mut in_journal = 0.0;
+    if let Some((sample, (seconds, count))) = before {
+        used.add(sample, profiler.sample().await?);
+        let (seconds_after, count_after) = bench.journal_time().await?;
+        in_journal = (seconds_after - seconds) / (count_after - count).max(1.0);
+    }
+    let mean = appends.latencies.iter().sum::<Duration>().as_secs_f64() / APPENDS as f64;
     let ms = |s: &mut Stats, p: f64| s.percentile(p).as_secs_f64() * 1000.0;
     println!(
-        "| lone append over HTTP (1 writer, 1 event) | append p50 / p99 ms | GET /healthz p50 / p99 ms |"
+        "| lone append over HTTP (1 writer, 1 event) | append p50 / p99 ms | mean ms (in the journal) | GET /healthz p50 / p99 ms | Postgres CPU µs | server CPU µs | WAL bytes |"
     );
-    println!("|---|---|---|");
+    println!("|---|---|---|---|---|---|---|");
     println!(
-        "| {APPENDS} appends | {:.3} / {:.3} | {:.3} / {:.3} |",
+        "| {APPENDS} appends | {:.3} / {:.3} | {:.3} ({:.3}) | {:.3} / {:.3} | {} |",
         ms(&mut appends, 0.5),
         ms(&mut appends, 0.99),
+        mean * 1000.0,
+        in_journal * 1000.0,
         ms(&mut floor, 0.5),
-        ms(&mut floor, 0.99)
+        ms(&mut floor, 0.99),
+        used.per_op(APPENDS as u64)
     );
     Ok(())
 }
