@@ -4,7 +4,7 @@
  * (`#/sessions/<id>/events/<eventId>`). The list draws only the rows in
  * view, so that tens of thousands of events scroll smoothly.
  */
-import { useLayoutEffect, useRef, useState } from "preact/hooks";
+import { useEffect, useLayoutEffect, useRef, useState } from "preact/hooks";
 
 import type { Event, LiveSession } from "./live.js";
 
@@ -21,6 +21,18 @@ export function EventInspector({ live, focus }: { live: LiveSession; focus: stri
     (e) => (run === "" || (run === "-" ? e.runId === undefined : e.runId === run)) && (needle === "" || e.type.includes(needle)),
   );
   const selected = focus === undefined ? undefined : live.events.find((e) => e.eventId === focus);
+
+  // A new filter shows its matches from the first: the old position means
+  // nothing in another list.
+  const filtered = useRef(false);
+  useEffect(() => {
+    if (!filtered.current) {
+      filtered.current = true;
+      return;
+    }
+    if (list.current !== null) list.current.scrollTop = 0;
+    setTop(0);
+  }, [run, needle]);
 
   // Bring a linked event into view once it is there.
   const shown = useRef<string | undefined>(undefined);

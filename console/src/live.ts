@@ -8,9 +8,24 @@ import { follow, type NaradClient, NaradError, SessionReducer, type Frame } from
 
 type Listener = () => void;
 
-/** What went wrong, for a person: the NRD code and message of an API error. */
+/** What a person reads when no server answered a request. */
+export const UNREACHABLE = "The server did not answer (it is down, or the network is): try again once it is back.";
+
+/** Whether `e` is a request that reached no server (fetch's own failure, or the SDK's status 0). */
+function unreachable(e: unknown): boolean {
+  if (e instanceof NaradError) return e.status === 0;
+  return e instanceof TypeError && /fetch|network|load failed/i.test(e.message);
+}
+
+/** What went wrong, for a person: the NRD code and message of an API error, once. */
 export function messageOf(e: unknown): string {
-  if (e instanceof NaradError) return `${e.code ?? e.status}: ${e.message}`;
+  if (unreachable(e)) return UNREACHABLE;
+  if (e instanceof NaradError) {
+    const code = e.code ?? String(e.status);
+    let message = e.body?.message ?? e.message;
+    while (message.startsWith(`${code}: `)) message = message.slice(code.length + 2);
+    return `${code}: ${message}`;
+  }
   return e instanceof Error ? e.message : String(e);
 }
 
@@ -67,10 +82,14 @@ export type Connection = "connecting" | "live" | "failed";
 /**
  * Whether the server answers: a network failure of any request marks it
  * unreachable, the next answer reachable again. The SDK retries streams by
- * itself; this is what the banner shows meanwhile.
+ * itself; this is what the banner shows meanwhile. A 401 (the token is
+ * expired, refused or badly signed) is kept as `refused`: the console then
+ * goes back to signing in, with the server's reason.
  */
 export class Reachability extends Observable {
   reachable = true;
+  /** The server's reason for refusing the token, once it has. */
+  refused: string | undefined;
 
   /** `fetch`, reporting to this. */
   wrap(inner: typeof fetch): typeof fetch {
@@ -78,12 +97,27 @@ export class Reachability extends Observable {
       try {
         const response = await inner(...args);
         this.set(true);
+        if (response.status === 401 && this.refused === undefined) void this.refuse(response.clone());
         return response;
       } catch (e) {
         if (!(e instanceof DOMException && e.name === "AbortError")) this.set(false);
         throw e;
       }
     };
+  }
+
+  private async refuse(response: Response): Promise<void> {
+    let reason = "NRD-0101: the server refused the token";
+    try {
+      const body = (await response.json()) as { code?: unknown; message?: unknown };
+      if (typeof body.code === "string" && typeof body.message === "string") {
+        reason = messageOf(new NaradError(401, body.message, body as never));
+      }
+    } catch {
+      // No envelope: the generic reason.
+    }
+    this.refused = reason;
+    this.changed();
   }
 
   private set(reachable: boolean): void {
@@ -154,7 +188,13 @@ export class LiveSession extends Observable {
       this.changed();
       if (this.abort.signal.aborted) return;
       for await (const frame of follow(this.client, {
-        afterSessionSequence: this.reducer.sessionSequence, sessionId: this.sessionId, signal: this.abort.signal, initialBackoffMs: 200, maxBackoffMs: 3000 })) {
+        afterSessionSequence: this.reducer.sessionSequence,
+        sessionId: this.sessionId,
+        signal: this.abort.signal,
+        initialBackoffMs: 200,
+        maxBackoffMs: 3000,
+        onDisconnected: () => this.disconnected(),
+      })) {
         connect(frame);
         if (frame.kind === "authority") this.apply(frame.event as unknown as Event);
         else if (frame.kind === "watch") this.deliver(frame.event);
@@ -168,6 +208,36 @@ export class LiveSession extends Observable {
       this.problem = messageOf(e);
       this.changed();
     }
+  }
+
+  /** The event of sessionSequence `seq`, if it is here. */
+  at(seq: number): Event | undefined {
+    // Held in order from 1, so it is found where its number says; should
+    // one ever be missing, by search.
+    const e = this.events[seq - 1];
+    if (e?.sessionSequence === seq) return e;
+    let [lo, hi] = [0, this.events.length - 1];
+    while (lo <= hi) {
+      const mid = (lo + hi) >> 1;
+      const m = this.events[mid]!;
+      if (m.sessionSequence === seq) return m;
+      if (m.sessionSequence < seq) lo = mid + 1;
+      else hi = mid - 1;
+    }
+    return undefined;
+  }
+
+  /** Token usage summed over the runs that ended with one (§6.1 `usage` on run terminals). */
+  usage(): Record<string, number> {
+    const sum: Record<string, number> = {};
+    for (const t of this.terminals.values()) addUsage(sum, t.usage);
+    return sum;
+  }
+
+  /** The stream's connection ended: not live until the next one attaches. */
+  private disconnected(): void {
+    this.connection = "connecting";
+    this.changed();
   }
 
   /** Reduces one object; draws now, soon (within 100 ms, with whatever follows), or later. */
@@ -241,6 +311,14 @@ export class LiveSession extends Observable {
       default:
         break;
     }
+  }
+}
+
+/** Adds the additive counters of a `usage` object to `sum`. */
+export function addUsage(sum: Record<string, number>, usage: unknown): void {
+  if (typeof usage !== "object" || usage === null) return;
+  for (const [k, v] of Object.entries(usage)) {
+    if (typeof v === "number" && Number.isFinite(v)) sum[k] = (sum[k] ?? 0) + v;
   }
 }
 
@@ -327,7 +405,11 @@ export class LiveSessionList extends Observable {
 
   private async follow(): Promise<void> {
     try {
-      for await (const frame of follow(this.client, { signal: this.abort.signal, initialBackoffMs: 200, maxBackoffMs: 3000 })) {
+      const onDisconnected = () => {
+        this.connection = "connecting";
+        this.changed();
+      };
+      for await (const frame of follow(this.client, { signal: this.abort.signal, initialBackoffMs: 200, maxBackoffMs: 3000, onDisconnected })) {
         if (frame.kind === "capabilities") {
           this.connection = "live";
           this.changed();
@@ -432,7 +514,11 @@ export class LiveInbox extends Observable {
 
   private async follow(): Promise<void> {
     try {
-      for await (const frame of follow(this.client, { signal: this.abort.signal, initialBackoffMs: 200, maxBackoffMs: 3000 })) {
+      const onDisconnected = () => {
+        this.connection = "connecting";
+        this.changed();
+      };
+      for await (const frame of follow(this.client, { signal: this.abort.signal, initialBackoffMs: 200, maxBackoffMs: 3000, onDisconnected })) {
         if (frame.kind === "capabilities") {
           this.connection = "live";
           this.reload(); // a reconnect may have missed changes

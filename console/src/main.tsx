@@ -91,18 +91,53 @@ function SignIn({ oidc, problem: given, onSignedIn }: { oidc: OidcConfig | null;
   );
 }
 
-function App({ oidc, problem }: { oidc: OidcConfig | null; problem: string | undefined }) {
+function App({ oidc, problem: given }: { oidc: OidcConfig | null; problem: string | undefined }) {
   const [identity, setIdentity] = useState<Identity | undefined>(current);
+  const [problem, setProblem] = useState(given);
   const r = useRoute();
-  const reachability = useMemo(() => new Reachability(), []);
+  // A new reachability per identity: a refusal belongs to the token refused.
+  const reachability = useMemo(() => new Reachability(), [identity]);
   useObservable(reachability);
+  // A sign-in link opened in a tab already on the console signs in with its
+  // token, and takes it out of the address bar and the history at once.
+  useEffect(() => {
+    const on = () => {
+      const token = takeTokenFromAddress();
+      if (token === undefined) return;
+      const id = signIn(token);
+      if (id === undefined) setProblem("The sign-in link's token is not a JWT.");
+      else setProblem(undefined);
+      setIdentity(id);
+    };
+    addEventListener("hashchange", on);
+    return () => removeEventListener("hashchange", on);
+  }, []);
+  // A token the server refuses (expired, badly signed, revoked) ends the
+  // sign-in: back to signing in, with the server's reason.
+  useEffect(() => {
+    if (reachability.refused === undefined || identity === undefined) return;
+    signOut();
+    setProblem(`Sign in again: ${reachability.refused}`);
+    setIdentity(undefined);
+  }, [reachability.refused, identity]);
   const client = useMemo(
     () =>
       identity &&
       new NaradClient({ servers: location.origin, token: identity.token, fetch: reachability.wrap(globalThis.fetch.bind(globalThis)) }),
     [identity, reachability],
   );
-  if (identity === undefined || client === undefined) return <SignIn oidc={oidc} problem={problem} onSignedIn={setIdentity} />;
+  if (identity === undefined || client === undefined)
+    return (
+      <SignIn
+        key={problem}
+        oidc={oidc}
+        problem={problem}
+        onSignedIn={(id) => {
+          setProblem(undefined);
+          setIdentity(id);
+        }}
+      />
+    );
   return (
     <>
       <header class="top">

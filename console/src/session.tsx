@@ -10,9 +10,10 @@ import { useEffect, useLayoutEffect, useMemo, useRef, useState } from "preact/ho
 import type { NaradClient, ReducedState, TranscriptItem } from "../../clients/typescript/src/index.js";
 import { InterruptActions } from "./actions.js";
 import { type Identity, may } from "./auth.js";
-import { useObservable } from "./hooks.js";
+import { between, duration, usageText, When } from "./figures.js";
+import { useObservable, useTick } from "./hooks.js";
 import { EventInspector } from "./inspector.js";
-import { type Event, LiveSession, messageOf } from "./live.js";
+import { addUsage, type Event, LiveSession, messageOf } from "./live.js";
 import { RunTree } from "./runtree.js";
 import { useVirtualizer } from "./virtual.js";
 
@@ -48,11 +49,13 @@ function Actor({ event }: { event: Event | undefined }) {
   );
 }
 
-function TranscriptEntry({ item }: { item: TranscriptItem }) {
+function TranscriptEntry({ item, at, now }: { item: TranscriptItem; at: string | undefined; now: number }) {
   if (item.item === "reasoning") {
     return (
       <details class="reasoning">
-        <summary>Reasoning{item.completed ? "" : "…"}</summary>
+        <summary>
+          Reasoning{item.completed ? "" : "…"} <When at={at} now={now} />
+        </summary>
         <p>{item.text}</p>
       </details>
     );
@@ -60,7 +63,9 @@ function TranscriptEntry({ item }: { item: TranscriptItem }) {
   const shown = item.redaction ? text(item.redaction.displayReplacement ?? "[redacted]") : text(item.content);
   return (
     <article class={`message ${item.role}`} data-message={item.messageId} aria-label={`${item.role} message`}>
-      <header>{item.role}</header>
+      <header>
+        {item.role} <When at={at} now={now} />
+      </header>
       <p>
         {shown}
         {!item.completed && <span class="cursor" aria-hidden="true" />}
@@ -70,13 +75,32 @@ function TranscriptEntry({ item }: { item: TranscriptItem }) {
   );
 }
 
-function ToolCall({ started, finished, executorId }: { started: Event; finished: Event | undefined; executorId: string | undefined }) {
+function ToolCall({
+  started,
+  finished,
+  executorId,
+  now,
+}: {
+  started: Event;
+  finished: Event | undefined;
+  executorId: string | undefined;
+  now: number;
+}) {
   const client = started.executor === "client";
   return (
     <article class="tool" data-tool-call={started.toolCallId as string} aria-label={`tool call ${started.toolName as string}`}>
       <header>
-        tool <code>{started.toolName as string}</code> · {client ? `client executor ${executorId ?? "?"}` : "backend"}
-        {finished ? <span class={`badge ${finished.outcome as string}`}>{finished.outcome as string}</span> : <span class="badge running">running</span>}
+        tool <code>{started.toolName as string}</code> · {client ? `client executor ${executorId ?? "?"}` : "backend"} · <When at={started.timestamp} now={now} />
+        {finished ? (
+          <>
+            <span class={`badge ${finished.outcome as string}`}>{finished.outcome as string}</span>
+            <span class="latency" title="from the call's start to its result">
+              {duration(between(started.timestamp, finished.timestamp))}
+            </span>
+          </>
+        ) : (
+          <span class="badge running">running</span>
+        )}
       </header>
       <details>
         <summary>arguments</summary>
@@ -98,18 +122,20 @@ function Interrupt({
   request,
   client,
   identity,
+  now,
 }: {
   live: LiveSession;
   request: Event;
   client: NaradClient;
   identity: Identity;
+  now: number;
 }) {
   const id = request.interruptId as string;
   const resolution = live.interruptResolutions.get(id);
   return (
     <article class={`interrupt ${resolution ? "resolved" : "open"}`} data-interrupt={id} aria-label="interrupt">
       <header>
-        {(request.title as string | undefined) ?? (request.kind as string)}
+        {(request.title as string | undefined) ?? (request.kind as string)} <When at={request.timestamp} now={now} />
         {resolution ? (
           <span class={`badge ${resolution.decision as string}`}>{resolution.decision as string}</span>
         ) : (
@@ -125,7 +151,8 @@ function Interrupt({
       )}
       {resolution && (
         <p class="resolution">
-          {resolution.decision as string} <Actor event={resolution} />
+          {resolution.decision as string} <Actor event={resolution} /> <When at={resolution.timestamp} now={now} />
+          <span class="waited"> · waited {duration(between(request.timestamp, resolution.timestamp))}</span>
           {typeof resolution.reason === "string" ? `: ${resolution.reason}` : ""}
         </p>
       )}
@@ -265,12 +292,14 @@ function File({ kind, events, client }: { kind: "attachment" | "artifact"; event
   );
 }
 
-function RunMarker({ live, runId, started }: { live: LiveSession; runId: string; started: Event }) {
+function RunMarker({ live, runId, started, now }: { live: LiveSession; runId: string; started: Event; now: number }) {
   const terminal = live.terminals.get(runId);
   const stop = live.stops.get(runId);
+  const usage: Record<string, number> = {};
+  addUsage(usage, terminal?.usage);
   return (
     <div class="run-marker" data-run={runId}>
-      run <code>{runId}</code> {started.parentRunId ? `(in ${started.parentRunId as string}) ` : ""}started
+      run <code>{runId}</code> {started.parentRunId ? `(in ${started.parentRunId as string}) ` : ""}started <When at={started.timestamp} now={now} />
       {stop && (
         <>
           {" "}
@@ -280,7 +309,11 @@ function RunMarker({ live, runId, started }: { live: LiveSession; runId: string;
       {terminal && (
         <>
           {" "}
-          · <span class={`badge ${terminal.type.slice(4)}`}>{terminal.type.slice(4)}</span>
+          · <span class={`badge ${terminal.type.slice(4)}`}>{terminal.type.slice(4)}</span>{" "}
+          <span class="duration" title="from run.started to its terminal">
+            after {duration(between(started.timestamp, terminal.timestamp))}
+          </span>
+          {Object.keys(usage).length > 0 && <span class="usage"> · {usageText(usage)}</span>}
         </>
       )}
     </div>
@@ -332,6 +365,11 @@ function Composer({ live, client }: { live: LiveSession; client: NaradClient }) 
       <button type="submit" class="primary" disabled={busy || draft.trim() === ""}>
         Send
       </button>
+      {busy && (
+        <p role="status" class="quiet sending">
+          Sending… (sent once, as soon as the server answers)
+        </p>
+      )}
       {problem && (
         <p role="alert" class="problem">
           {problem}
@@ -384,6 +422,57 @@ function Documents({ state }: { state: ReducedState }) {
   );
 }
 
+/** The views of a session. */
+type Tab = "conversation" | "events" | "state";
+const TABS: readonly { id: Tab; name: string }[] = [
+  { id: "conversation", name: "Conversation" },
+  { id: "events", name: "Events" },
+  { id: "state", name: "State" },
+];
+
+/** The tab list, as the ARIA tabs pattern has it: one tab in the Tab order, arrows, Home and End move between them. */
+function Tabs({ tab, onChange }: { tab: Tab; onChange: (t: Tab) => void }) {
+  const go = (to: Tab) => {
+    onChange(to);
+    document.getElementById(`tab-${to}`)?.focus();
+  };
+  return (
+    <div
+      class="tabs"
+      role="tablist"
+      aria-label="Views of the session"
+      onKeyDown={(e) => {
+        const i = TABS.findIndex((t) => t.id === tab);
+        const to =
+          e.key === "ArrowRight" ? (i + 1) % TABS.length
+          : e.key === "ArrowLeft" ? (i + TABS.length - 1) % TABS.length
+          : e.key === "Home" ? 0
+          : e.key === "End" ? TABS.length - 1
+          : undefined;
+        if (to === undefined) return;
+        e.preventDefault();
+        go(TABS[to]!.id);
+      }}
+    >
+      {TABS.map((t) => (
+        <button
+          key={t.id}
+          id={`tab-${t.id}`}
+          type="button"
+          role="tab"
+          aria-selected={tab === t.id}
+          aria-controls={`panel-${t.id}`}
+          tabIndex={tab === t.id ? 0 : -1}
+          class={tab === t.id ? "selected" : ""}
+          onClick={() => onChange(t.id)}
+        >
+          {t.name}
+        </button>
+      ))}
+    </div>
+  );
+}
+
 export function SessionPage({
   client,
   identity,
@@ -398,10 +487,14 @@ export function SessionPage({
   const live = useMemo(() => new LiveSession(client, sessionId), [client, sessionId]);
   useEffect(() => () => live.close(), [live]);
   useObservable(live);
+  // Relative times move on by themselves.
+  const now = useTick(15_000);
   const [record, setRecord] = useState<{ title?: string; archivedAt?: string }>();
-  const [tab, setTab] = useState<"conversation" | "events" | "state">(focus === undefined ? "conversation" : "events");
+  const [tab, setTab] = useState<Tab>(focus === undefined ? "conversation" : "events");
+  // An event's address opens the Events tab; the session's own address, the
+  // conversation (with its message box), also when coming back from one.
   useEffect(() => {
-    if (focus !== undefined) setTab("events");
+    setTab(focus === undefined ? "conversation" : "events");
   }, [focus]);
   const act = async (f: () => Promise<unknown>) => {
     try {
@@ -446,7 +539,7 @@ export function SessionPage({
       key: `t-${id}-${i}`,
       seq: live.firstSeen.get(id) ?? 0,
       label: item.item === "message" ? `${item.role} message` : "reasoning",
-      render: () => <TranscriptEntry item={item} />,
+      render: () => <TranscriptEntry item={item} at={live.at(live.firstSeen.get(id) ?? 0)?.timestamp} now={now} />,
     });
   });
   for (const [toolCallId, call] of live.toolCalls) {
@@ -455,7 +548,9 @@ export function SessionPage({
       key: `c-${toolCallId}`,
       seq: call.started.sessionSequence,
       label: `tool call ${String(call.started.toolName)}`,
-      render: () => <ToolCall started={call.started} finished={call.finished} executorId={runId ? state.runs[runId]?.clientExecutorId : undefined} />,
+      render: () => (
+        <ToolCall started={call.started} finished={call.finished} executorId={runId ? state.runs[runId]?.clientExecutorId : undefined} now={now} />
+      ),
     });
   }
   for (const request of live.interruptRequests.values()) {
@@ -463,7 +558,7 @@ export function SessionPage({
       key: `i-${request.interruptId as string}`,
       seq: request.sessionSequence,
       label: live.interruptResolutions.has(request.interruptId as string) ? "interrupt resolved" : "interrupt waiting for a decision",
-      render: () => <Interrupt live={live} request={request} client={client} identity={identity} />,
+      render: () => <Interrupt live={live} request={request} client={client} identity={identity} now={now} />,
     });
   }
   for (const [key, events] of live.files) {
@@ -473,11 +568,12 @@ export function SessionPage({
   for (const e of live.events) {
     if (e.type === "run.started" && e.runId !== undefined) {
       const runId = e.runId;
-      entries.push({ key: `r-${runId}`, seq: e.sessionSequence, label: `run ${runId}`, render: () => <RunMarker live={live} runId={runId} started={e} /> });
+      entries.push({ key: `r-${runId}`, seq: e.sessionSequence, label: `run ${runId}`, render: () => <RunMarker live={live} runId={runId} started={e} now={now} /> });
     }
   }
   entries.sort((a, b) => a.seq - b.seq);
   const nested = Object.entries(state.runs).filter(([, r]) => r.parentRunId !== undefined);
+  const sessionUsage = live.usage();
   const list = useVirtualizer({
     count: entries.length,
     getScrollElement: () => timeline.current,
@@ -562,16 +658,18 @@ export function SessionPage({
           {problem ?? live.problem}
         </p>
       )}
-      <div class="tabs" role="tablist" aria-label="Views of the session">
-        {(["conversation", "events", "state"] as const).map((t) => (
-          <button key={t} type="button" role="tab" aria-selected={tab === t} class={tab === t ? "selected" : ""} onClick={() => setTab(t)}>
-            {t === "conversation" ? "Conversation" : t === "events" ? "Events" : "State"}
-          </button>
-        ))}
-      </div>
-      {tab === "events" && <EventInspector live={live} focus={focus} />}
-      {tab === "state" && <Documents state={state} />}
-      <div class="columns" hidden={tab !== "conversation"}>
+      <Tabs tab={tab} onChange={setTab} />
+      {tab === "events" && (
+        <div role="tabpanel" id="panel-events" aria-labelledby="tab-events" class="panel">
+          <EventInspector live={live} focus={focus} />
+        </div>
+      )}
+      {tab === "state" && (
+        <div role="tabpanel" id="panel-state" aria-labelledby="tab-state" class="panel">
+          <Documents state={state} />
+        </div>
+      )}
+      <div class="columns" role="tabpanel" id="panel-conversation" aria-labelledby="tab-conversation" hidden={tab !== "conversation"}>
         <section class="timeline" role="feed" aria-label="Conversation" aria-busy={live.connection !== "live"} ref={timeline} tabIndex={0}>
           {entries.length === 0 && <p class="quiet">Nothing here yet.</p>}
           <div class="window" style={{ height: `${list.getTotalSize()}px` }} data-entries={entries.length}>
@@ -619,6 +717,11 @@ export function SessionPage({
           <p class="quiet">
             {state.sessionSequence} events · <span data-session-sequence={state.sessionSequence}>through {state.sessionSequence}</span>
           </p>
+          {Object.keys(sessionUsage).length > 0 && (
+            <p class="usage" data-usage>
+              Usage: {usageText(sessionUsage)}
+            </p>
+          )}
         </aside>
       </div>
       {tab === "conversation" && may(identity, "command") && <Composer live={live} client={client} />}

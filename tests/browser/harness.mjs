@@ -72,9 +72,9 @@ export async function kill(child) {
   await gone;
 }
 
-/** A token of the test tenant with `roles` (comma-separated). */
-export function token(roles) {
-  return execFileSync(required("NARAD_BIN"), ["token", "--org", "browser", "--sub", "tester", "--roles", roles], {
+/** A token of the test tenant with `roles` (comma-separated), for `sub`. */
+export function token(roles, sub = "tester") {
+  return execFileSync(required("NARAD_BIN"), ["token", "--org", "browser", "--sub", sub, "--roles", roles], {
     env: { ...process.env, NARAD_JWT_HS256_SECRET: secret },
   })
     .toString()

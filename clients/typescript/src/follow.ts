@@ -38,6 +38,13 @@ export interface FollowOptions {
   initialBackoffMs?: number;
   /** The longest wait between reconnects, in ms (default 10,000). */
   maxBackoffMs?: number;
+  /**
+   * Called each time a connection that was open ends and the follow goes on
+   * to reconnect (a restart, a network fault, a replay block): until the
+   * next frame arrives, nothing is live. A session stream's first frame on
+   * a new connection is `capabilities`.
+   */
+  onDisconnected?: () => void;
 }
 
 /**
@@ -128,6 +135,9 @@ export async function* follow(client: NaradClient, options: FollowOptions = {}):
         // Ended here, or by the caller (a `break`, a `return`): the
         // connection is closed now, not when it is collected.
         response.body?.cancel().catch(() => undefined);
+      }
+      if (!options.signal?.aborted) {
+        options.onDisconnected?.();
       }
       break;
     }

@@ -1,0 +1,194 @@
+// The console as operators use it every day, in Chromium against a real
+// server: every entry with its time (relative, exact on hover), tool calls
+// with their latency, runs with their duration and token usage, usage
+// summed per session; and the defects an outside test found: the session's
+// dot after a SIGKILL (D1), a sign-in link pasted into an open tab (D3), a
+// refused token (D4), the outage banner and a command sent meanwhile
+// (D5/D6), tabs and the way back from an event's address (D8), the events
+// filter's scroll position (D9), the favicon (D10).
+import assert from "node:assert/strict";
+import { test } from "node:test";
+import { setTimeout as sleep } from "node:timers/promises";
+
+import { call, freePort, kill, launch, picture, startNarad, token } from "./harness.mjs";
+
+/** Appends `events` (proposals without sequences) to `sessionId` as a backend. */
+function append(api, jwt, sessionId, events) {
+  return call(api, jwt, "POST", `/v1/sessions/${sessionId}/events`, {
+    events: events.map((e, i) => ({ protocolVersion: "narad/v1", eventId: `${sessionId}-${e.type}-${Date.now()}-${i}`, ...e })),
+  });
+}
+
+/** A run of one tool call and one answer, with `usage` on its terminal; waits between the steps so that times differ. */
+async function timedRun(api, jwt, sessionId, runId, usage) {
+  const run = { runId, rootRunId: runId };
+  await append(api, jwt, sessionId, [{ type: "run.started", ...run }]);
+  await sleep(300);
+  await append(api, jwt, sessionId, [
+    { type: "tool.call.started", ...run, toolCallId: `${runId}-call`, toolName: "lookup", executor: "backend", args: { q: "weather" } },
+  ]);
+  await sleep(250);
+  await append(api, jwt, sessionId, [
+    { type: "tool.call.finished", ...run, toolCallId: `${runId}-call`, outcome: "success", response: { sky: "clear" } },
+    { type: "message.text.started", ...run, messageId: `${runId}-m`, role: "assistant", messageScope: "run" },
+    { type: "message.text.delta", ...run, messageId: `${runId}-m`, delta: "The sky is clear." },
+    { type: "message.text.completed", ...run, messageId: `${runId}-m` },
+    { type: "run.finished", ...run, usage },
+  ]);
+}
+
+test("times, latencies, durations and usage in a session", { timeout: 120_000 }, async () => {
+  const apiPort = await freePort();
+  const api = `http://127.0.0.1:${apiPort}`;
+  const narad = await startNarad(apiPort, "http://127.0.0.1:1");
+  const person = token("reader,writer,approver,backend");
+  const browser = await launch();
+  try {
+    const session = await call(api, person, "POST", "/v1/sessions", { title: "timed" });
+    await timedRun(api, person, session.sessionId, "run-a", { inputTokens: 1200, outputTokens: 340 });
+    const page = await browser.newPage({ viewport: { width: 1100, height: 800 } });
+    const errors = [];
+    page.on("pageerror", (e) => errors.push(String(e)));
+    await page.goto(`${api}/console/#token=${person}`);
+    await page.goto(`${api}/console/#/sessions/${session.sessionId}`);
+    await page.getByRole("heading", { name: "timed" }).waitFor();
+
+    // The tool call's latency: from its start to its result (≥ the 250 ms waited).
+    const latency = await page.locator("article.tool .latency").textContent({ timeout: 15_000 });
+    const ms = /^(\d+) ms$/.exec(latency.trim())?.[1] ?? (/^([\d.]+) s$/.exec(latency.trim())?.[1] ?? "0") * 1000;
+    assert.ok(Number(ms) >= 240, `tool latency ${latency}`);
+    // Each entry has its time: machine-readable, relative, exact on hover.
+    const times = await page.$$eval("time.when", (els) => els.map((e) => [e.getAttribute("datetime"), e.textContent, e.getAttribute("title")]));
+    assert.ok(times.length >= 3, `times shown: ${JSON.stringify(times)}`);
+    for (const [at, relative, exact] of times) {
+      assert.ok(!Number.isNaN(Date.parse(at)), `datetime ${at}`);
+      assert.match(relative, /^\d+ (s|min|h|d) ago$/);
+      assert.ok(exact && exact.length > 8, `exact time on hover: ${exact}`);
+    }
+    // The run: its duration (≥ the 550 ms waited) and its usage.
+    const marker = page.locator('.run-marker[data-run="run-a"]');
+    await marker.locator(".badge.finished").waitFor();
+    assert.match(await marker.locator(".duration").textContent(), /^after (\d+ ms|[\d.]+ s)$/);
+    assert.match(await marker.textContent(), /1,200 input tokens · 340 output tokens/);
+    assert.match(await page.locator("[data-usage]").textContent(), /1,200 input tokens · 340 output tokens/);
+
+    // A second run adds to the session's sum, live.
+    await timedRun(api, person, session.sessionId, "run-b", { inputTokens: 100, outputTokens: 60, cachedInputTokens: 40 });
+    await page.locator("[data-usage]").getByText("1,300 input tokens · 400 output tokens · 40 cached input tokens").waitFor({ timeout: 15_000 });
+    await picture(page, "console-times");
+    assert.deepEqual(errors, []);
+  } finally {
+    await browser.close();
+    await kill(narad);
+  }
+});
+
+test("the defects D1, D3, D4, D5/D6, D8, D9, D10 stay mended", { timeout: 180_000 }, async () => {
+  const apiPort = await freePort();
+  const api = `http://127.0.0.1:${apiPort}`;
+  let narad = await startNarad(apiPort, "http://127.0.0.1:1");
+  const person = token("reader,writer,approver,backend");
+  const browser = await launch();
+  try {
+    const session = await call(api, person, "POST", "/v1/sessions", { title: "mended" });
+    for (let i = 0; i < 6; i++) await timedRun(api, person, session.sessionId, `run-${i}`, { inputTokens: 10 });
+    const page = await browser.newPage({ viewport: { width: 1000, height: 700 } });
+    const errors = [];
+    const missing = [];
+    page.on("pageerror", (e) => errors.push(String(e)));
+    page.on("response", (r) => r.status() === 404 && missing.push(r.url()));
+
+    // D10: the console names its icon; nothing it asks for is missing.
+    await page.goto(`${api}/console/#token=${person}`);
+    await page.getByRole("heading", { name: "Sessions" }).waitFor();
+    assert.equal(await page.locator('link[rel="icon"]').count(), 1);
+
+    // D3: a sign-in link opened in a tab already on the console signs in
+    // with its token and takes it out of the address at once.
+    const other = token("reader,writer", "second-person");
+    await page.evaluate((t) => {
+      location.hash = `#token=${t}`;
+    }, other);
+    await page.locator(".top .who").getByText("second-person").waitFor({ timeout: 5_000 });
+    assert.ok(!page.url().includes(other), "the token left the address");
+    await page.evaluate((t) => {
+      location.hash = `#token=${t}`;
+    }, person);
+    await page.locator(".top .who").getByText("tester").waitFor({ timeout: 5_000 });
+
+    // D8: the tabs answer arrow keys and name their panels; coming back
+    // from an event's address shows the conversation and its message box.
+    await page.goto(`${api}/console/#/sessions/${session.sessionId}`);
+    await page.getByRole("heading", { name: "mended" }).waitFor();
+    await page.getByRole("tab", { name: "Conversation" }).focus();
+    await page.keyboard.press("ArrowRight");
+    const events = page.getByRole("tab", { name: "Events" });
+    assert.equal(await events.getAttribute("aria-selected"), "true");
+    assert.ok(await events.evaluate((el) => el === document.activeElement), "the selected tab has the focus");
+    assert.equal(await page.getByRole("tabpanel").getAttribute("aria-labelledby"), "tab-events");
+    await page.keyboard.press("End");
+    assert.equal(await page.getByRole("tab", { name: "State" }).getAttribute("aria-selected"), "true");
+    await page.keyboard.press("Home");
+    assert.equal(await page.getByRole("tab", { name: "Conversation" }).getAttribute("aria-selected"), "true");
+
+    // D9: a new filter of the events list shows its matches from the first.
+    await events.click();
+    const rows = page.getByRole("navigation", { name: "Events" });
+    await rows.locator("a.row").first().waitFor();
+    await rows.evaluate((el) => {
+      el.scrollTop = el.scrollHeight;
+    });
+    await page.getByLabel("Filter events by type").fill("tool.call");
+    await page.waitForFunction(() => document.querySelector('nav[aria-label="Events"]')?.scrollTop === 0, null, { timeout: 5_000 });
+    assert.match(await rows.locator("a.row").first().textContent(), /tool\.call/);
+    await rows.locator("a.row").first().click();
+    await page.waitForURL(/\/events\//);
+    await page.goto(`${api}/console/#/sessions/${session.sessionId}`);
+    await page.locator('#tab-conversation[aria-selected="true"]').waitFor({ timeout: 5_000 });
+    await page.getByLabel("Say something").waitFor({ timeout: 5_000 });
+
+    // D1: the session's dot says live only while its stream is.
+    const dot = page.getByRole("status", { name: /session stream/ });
+    await page.getByRole("status", { name: "session stream live" }).waitFor({ timeout: 10_000 });
+    await kill(narad);
+    const killedAt = Date.now();
+    await page.getByRole("status", { name: "session stream connecting" }).waitFor({ timeout: 5_000 });
+    assert.ok(Date.now() - killedAt < 5_000, "the dot left live within 5 s");
+    assert.equal(await page.locator("section.timeline").getAttribute("aria-busy"), "true");
+
+    // D5/D6: the outage banner leaves the message box in the window; a
+    // message sent meanwhile says it waits for the server (no raw
+    // "TypeError"), and is sent once when the server is back.
+    await page.getByText("The server does not answer").waitFor({ timeout: 10_000 });
+    const box = await page.getByLabel("Say something").boundingBox();
+    assert.ok(box && box.y + box.height <= 700, `the message box is in the window (${JSON.stringify(box)})`);
+    await page.getByLabel("Say something").fill("are you there?");
+    await page.getByRole("button", { name: "Send" }).click();
+    await page.locator(".composer .sending").waitFor({ timeout: 5_000 });
+    assert.doesNotMatch(await page.locator(".composer").textContent(), /TypeError|Failed to fetch/);
+    await picture(page, "console-outage");
+
+    narad = await startNarad(apiPort, "http://127.0.0.1:1");
+    await dot.and(page.getByRole("status", { name: "session stream live" })).waitFor({ timeout: 15_000 });
+    await page.locator("article.message.user", { hasText: "are you there?" }).waitFor({ timeout: 30_000 });
+    await sleep(500);
+    assert.equal(await page.locator("article.message.user", { hasText: "are you there?" }).count(), 1, "sent once");
+    assert.equal(await page.locator(".composer .problem").count(), 0);
+
+    // D4: a badly signed token goes back to signing in, with the server's
+    // reason said once, not "Loading sessions…" for ever.
+    const forged = `${person.split(".").slice(0, 2).join(".")}.${"A".repeat(43)}`;
+    await page.goto(`${api}/console/#token=${forged}`);
+    await page.getByLabel("Bearer token").waitFor({ timeout: 10_000 });
+    const reason = await page.getByRole("alert").textContent();
+    assert.match(reason, /^Sign in again: NRD-0101: .*signature/);
+    assert.equal(reason.split("NRD-0101").length - 1, 1, `the code once: ${reason}`);
+    assert.equal(await page.getByText("Loading sessions").count(), 0);
+
+    assert.deepEqual(missing, []);
+    assert.deepEqual(errors, []);
+  } finally {
+    await browser.close();
+    await kill(narad);
+  }
+});
