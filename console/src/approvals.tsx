@@ -1,5 +1,9 @@
-/** The approvals inbox: every open interrupt of the tenant, oldest first, with how long it has waited. */
-import { useEffect, useMemo } from "preact/hooks";
+/**
+ * The approvals inbox: every open interrupt of the tenant, oldest first,
+ * with how long it has waited; and, for those who opt in, a browser
+ * notification when a new one arrives (while the console is open).
+ */
+import { useEffect, useRef, useState } from "preact/hooks";
 
 import type { NaradClient } from "../../clients/typescript/src/index.js";
 import { InterruptActions } from "./actions.js";
@@ -7,9 +11,67 @@ import { type Identity, may } from "./auth.js";
 import { ago, useObservable, useTick } from "./hooks.js";
 import { LiveInbox } from "./live.js";
 
-export function ApprovalsPage({ client, identity }: { client: NaradClient; identity: Identity }) {
-  const inbox = useMemo(() => new LiveInbox(client), [client]);
-  useEffect(() => () => inbox.close(), [inbox]);
+/** Where the opt-in to notifications is kept (this browser). */
+const NOTIFY = "narad.console.notify-approvals";
+
+/** Whether this browser asked to be told of new approvals, and may be. */
+function notifying(): boolean {
+  return localStorage.getItem(NOTIFY) === "on" && typeof Notification === "function" && Notification.permission === "granted";
+}
+
+/**
+ * Tells the person of each interrupt that arrives after the inbox was first
+ * read, once, when they opted in (the console open in some tab).
+ */
+export function useApprovalNotifications(inbox: LiveInbox | undefined): void {
+  const known = useRef<Set<string> | undefined>(undefined);
+  useEffect(() => {
+    if (inbox === undefined || !inbox.loaded) return;
+    const ids = new Set(inbox.waiting.map((w) => w.interruptId));
+    const before = known.current;
+    known.current = ids;
+    if (before === undefined || !notifying()) return;
+    for (const w of inbox.waiting) {
+      if (before.has(w.interruptId)) continue;
+      const title = (w.request.title as string | undefined) ?? (w.request.kind as string);
+      const n = new Notification("An approval is waiting", { body: `${title} — in ${w.sessionTitle ?? w.sessionId}`, tag: w.interruptId });
+      n.onclick = () => {
+        focus();
+        location.hash = `#/sessions/${encodeURIComponent(w.sessionId)}`;
+      };
+    }
+  });
+}
+
+/** The opt-in to notifications, asked of the browser on a click. */
+function NotifyToggle() {
+  const [on, setOn] = useState(notifying);
+  const [problem, setProblem] = useState<string>();
+  if (typeof Notification !== "function") return null;
+  return (
+    <label class="check">
+      <input
+        type="checkbox"
+        checked={on}
+        onChange={async (e) => {
+          const wanted = e.currentTarget.checked;
+          if (wanted && Notification.permission !== "granted" && (await Notification.requestPermission()) !== "granted") {
+            setProblem("The browser does not allow notifications for this site.");
+            setOn(false);
+            return;
+          }
+          localStorage.setItem(NOTIFY, wanted ? "on" : "off");
+          setProblem(undefined);
+          setOn(wanted);
+        }}
+      />{" "}
+      Notify me of new approvals
+      {problem && <span class="problem"> {problem}</span>}
+    </label>
+  );
+}
+
+export function ApprovalsPage({ client, identity, inbox }: { client: NaradClient; identity: Identity; inbox: LiveInbox }) {
   useObservable(inbox);
   const now = useTick(5000);
   return (
@@ -17,6 +79,7 @@ export function ApprovalsPage({ client, identity }: { client: NaradClient; ident
       <div class="toolbar">
         <h1>Approvals</h1>
         <span class={`dot ${inbox.connection}`} role="status" aria-label={`tenant stream ${inbox.connection}`} title={`tenant stream: ${inbox.connection}`} />
+        <NotifyToggle />
       </div>
       {inbox.problem && (
         <p role="alert" class="problem">

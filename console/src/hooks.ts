@@ -4,9 +4,9 @@ import { useEffect, useState } from "preact/hooks";
 import type { Observable } from "./live.js";
 
 /** Re-renders the component whenever `o` changes (at most once per frame). */
-export function useObservable(o: Observable): void {
-  const [, set] = useState(o.version);
-  useEffect(() => o.subscribe(() => set(o.version)), [o]);
+export function useObservable(o: Observable | undefined): void {
+  const [, set] = useState(o?.version ?? 0);
+  useEffect(() => o?.subscribe(() => set(o.version)), [o]);
 }
 
 /** "3 s ago", "5 min ago", … for a time in ms since the epoch. */

@@ -7,9 +7,9 @@ import { render } from "preact";
 import { useEffect, useMemo, useState } from "preact/hooks";
 
 import { NaradClient } from "../../clients/typescript/src/index.js";
-import { ApprovalsPage } from "./approvals.js";
-import { current, type Identity, signIn, signOut, takeTokenFromAddress } from "./auth.js";
-import { Reachability } from "./live.js";
+import { ApprovalsPage, useApprovalNotifications } from "./approvals.js";
+import { current, type Identity, may, signIn, signOut, takeTokenFromAddress } from "./auth.js";
+import { LiveInbox, Reachability } from "./live.js";
 import { OperationsPage } from "./operations.js";
 import { finishSignIn, type OidcConfig, startSignIn } from "./oidc.js";
 import { SessionPage } from "./session.js";
@@ -126,6 +126,12 @@ function App({ oidc, problem: given }: { oidc: OidcConfig | null; problem: strin
       new NaradClient({ servers: location.origin, token: identity.token, fetch: reachability.wrap(globalThis.fetch.bind(globalThis)) }),
     [identity, reachability],
   );
+  // One inbox for the whole console: its count on the navigation, the
+  // notifications, and the Approvals page.
+  const inbox = useMemo(() => (client !== undefined && identity !== undefined && may(identity, "read") ? new LiveInbox(client) : undefined), [client, identity]);
+  useEffect(() => () => inbox?.close(), [inbox]);
+  useObservable(inbox);
+  useApprovalNotifications(inbox);
   if (identity === undefined || client === undefined)
     return (
       <SignIn
@@ -150,6 +156,11 @@ function App({ oidc, problem: given }: { oidc: OidcConfig | null; problem: strin
           </a>
           <a href="#/approvals" aria-current={r.page === "approvals" ? "page" : undefined}>
             Approvals
+            {inbox !== undefined && inbox.waiting.length > 0 && (
+              <span class="count" data-waiting={inbox.waiting.length} aria-label={`, ${inbox.waiting.length} waiting`}>
+                {inbox.waiting.length}
+              </span>
+            )}
           </a>
           {identity.roles.includes("admin") && (
             <a href="#/operations" aria-current={r.page === "operations" ? "page" : undefined}>
@@ -177,7 +188,7 @@ function App({ oidc, problem: given }: { oidc: OidcConfig | null; problem: strin
         </div>
       )}
       {r.page === "session" && <SessionPage key={r.sessionId} client={client} identity={identity} sessionId={r.sessionId} focus={r.focus} />}
-      {r.page === "approvals" && <ApprovalsPage client={client} identity={identity} />}
+      {r.page === "approvals" && inbox !== undefined && <ApprovalsPage client={client} identity={identity} inbox={inbox} />}
       {r.page === "sessions" && <SessionsPage client={client} identity={identity} />}
       {r.page === "operations" && <OperationsPage client={client} />}
     </>

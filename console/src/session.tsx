@@ -12,6 +12,7 @@ import { InterruptActions } from "./actions.js";
 import { type Identity, may } from "./auth.js";
 import { between, duration, usageText, When } from "./figures.js";
 import { useObservable, useTick } from "./hooks.js";
+import { Export } from "./export.js";
 import { EventInspector } from "./inspector.js";
 import { addUsage, type Event, LiveSession, messageOf } from "./live.js";
 import { RunTree } from "./runtree.js";
@@ -652,6 +653,7 @@ export function SessionPage({
           </button>
         )}
         {record?.archivedAt !== undefined && <span class="badge">archived</span>}
+        <Export client={client} live={live} title={record?.title ?? sessionId} />
       </div>
       {(problem ?? live.problem) && (
         <p role="alert" class="problem">

@@ -72,9 +72,9 @@ export async function kill(child) {
   await gone;
 }
 
-/** A token of the test tenant with `roles` (comma-separated), for `sub`. */
-export function token(roles, sub = "tester") {
-  return execFileSync(required("NARAD_BIN"), ["token", "--org", "browser", "--sub", sub, "--roles", roles], {
+/** A token with `roles` (comma-separated), for `sub` of `org` (the test tenant by default). */
+export function token(roles, sub = "tester", org = "browser") {
+  return execFileSync(required("NARAD_BIN"), ["token", "--org", org, "--sub", sub, "--roles", roles], {
     env: { ...process.env, NARAD_JWT_HS256_SECRET: secret },
   })
     .toString()

@@ -1,0 +1,125 @@
+/**
+ * A session downloaded: its history as JSONL (each event as the API gives
+ * it, one per line, read afresh page by page) or a Markdown transcript
+ * for people (messages, tool calls with latency, interrupts with who
+ * decided, runs with duration and usage, each with its time).
+ */
+import { useState } from "preact/hooks";
+
+import type { NaradClient } from "../../clients/typescript/src/index.js";
+import { between, duration, usageText } from "./figures.js";
+import { addUsage, type Event, type LiveSession, messageOf } from "./live.js";
+
+/** Offers `text` as a file named `name`. */
+function save(name: string, type: string, text: string): void {
+  const url = URL.createObjectURL(new Blob([text], { type }));
+  const a = document.createElement("a");
+  a.href = url;
+  a.download = name;
+  a.click();
+  setTimeout(() => URL.revokeObjectURL(url), 10_000);
+}
+
+/** The session's history as JSONL, every page read from the API. */
+async function jsonl(client: NaradClient, sessionId: string): Promise<string> {
+  const lines: string[] = [];
+  for await (const e of client.allHistory(sessionId, { afterSessionSequence: 0 })) lines.push(JSON.stringify(e));
+  return lines.map((l) => `${l}\n`).join("");
+}
+
+function quote(text: string): string {
+  return text
+    .split("\n")
+    .map((l) => `> ${l}`)
+    .join("\n");
+}
+
+/** The session as a Markdown transcript, from what the page holds. */
+export function markdown(live: LiveSession, title: string): string {
+  const state = live.reducer.state();
+  const texts = new Map<string, string>();
+  for (const item of live.reducer.transcript(Object.keys(state.runs))) {
+    if (item.item === "message") {
+      const c = item.redaction ? (item.redaction.displayReplacement ?? "[redacted]") : item.content;
+      texts.set(item.messageId, typeof c === "string" ? c : JSON.stringify(c));
+    }
+  }
+  const out = [`# ${title}`, "", `Session \`${live.sessionId}\` · ${live.events.length} events · exported ${new Date().toISOString()}`];
+  const usage: Record<string, number> = {};
+  for (const t of live.terminals.values()) addUsage(usage, t.usage);
+  if (Object.keys(usage).length > 0) out.push("", `Usage: ${usageText(usage)}`);
+  const at = (e: Event) => `_${e.timestamp}_`;
+  for (const e of live.events) {
+    switch (e.type) {
+      case "run.started": {
+        const end = live.terminals.get(e.runId as string);
+        const runUsage: Record<string, number> = {};
+        addUsage(runUsage, end?.usage);
+        const outcome = end === undefined ? "running" : `${end.type.slice(4)} after ${duration(between(e.timestamp, end.timestamp))}`;
+        const extra = Object.keys(runUsage).length > 0 ? ` · ${usageText(runUsage)}` : "";
+        out.push("", `## Run \`${String(e.runId)}\`${e.parentRunId ? ` (in \`${String(e.parentRunId)}\`)` : ""}: ${outcome}${extra}`, "", at(e));
+        break;
+      }
+      case "message.user.recorded":
+      case "message.text.started": {
+        const role = e.type === "message.user.recorded" ? "user" : String(e.role);
+        const actor = (e.actor as { sub?: string } | undefined)?.sub;
+        out.push("", `**${role}**${actor ? ` (${actor})` : ""} · ${at(e)}`, "", quote(texts.get(e.messageId as string) ?? ""));
+        break;
+      }
+      case "tool.call.started": {
+        const done = live.toolCalls.get(e.toolCallId as string)?.finished;
+        const result = done === undefined ? "running" : `${String(done.outcome)} in ${duration(between(e.timestamp, done.timestamp))}`;
+        out.push("", `- tool \`${String(e.toolName)}\` (${String(e.executor)}) · ${at(e)}: ${result}`);
+        break;
+      }
+      case "interrupt.requested": {
+        const r = live.interruptResolutions.get(e.interruptId as string);
+        const name = (e.title as string | undefined) ?? String(e.kind);
+        const decided =
+          r === undefined
+            ? "waiting"
+            : `${String(r.decision)}${(r.actor as { sub?: string } | undefined)?.sub ? ` by ${(r.actor as { sub: string }).sub}` : ""} after ${duration(between(e.timestamp, r.timestamp))}`;
+        out.push("", `- interrupt “${name}” · ${at(e)}: ${decided}`);
+        break;
+      }
+      default:
+        break;
+    }
+  }
+  return `${out.join("\n")}\n`;
+}
+
+/** The export buttons of a session. */
+export function Export({ client, live, title }: { client: NaradClient; live: LiveSession; title: string }) {
+  const [problem, setProblem] = useState<string>();
+  const [busy, setBusy] = useState(false);
+  const base = `narad-session-${live.sessionId}`;
+  return (
+    <span class="export">
+      <button
+        type="button"
+        class="quiet"
+        disabled={busy}
+        title="Every event of the session, as the API gives it, one JSON object per line"
+        onClick={async () => {
+          setBusy(true);
+          try {
+            save(`${base}.jsonl`, "application/x-ndjson", await jsonl(client, live.sessionId));
+            setProblem(undefined);
+          } catch (e) {
+            setProblem(messageOf(e));
+          } finally {
+            setBusy(false);
+          }
+        }}
+      >
+        Export JSONL
+      </button>
+      <button type="button" class="quiet" title="A readable transcript" onClick={() => save(`${base}.md`, "text/markdown", markdown(live, title))}>
+        Export Markdown
+      </button>
+      {problem && <span class="problem">{problem}</span>}
+    </span>
+  );
+}
