@@ -6,7 +6,43 @@
  */
 import { useEffect, useLayoutEffect, useRef, useState } from "preact/hooks";
 
+import { SessionReducer } from "../../clients/typescript/src/index.js";
 import type { Event, LiveSession } from "./live.js";
+
+/** The conversation as it stood after event `seq`: the session's events up to it, reduced afresh (on opening). */
+function AsItStood({ live, seq }: { live: LiveSession; seq: number }) {
+  const [open, setOpen] = useState(false);
+  let items: [string, string][] = [];
+  if (open) {
+    const reducer = new SessionReducer();
+    for (const e of live.events) {
+      if (e.sessionSequence > seq) break;
+      reducer.deliver(e);
+    }
+    items = reducer.transcript(Object.keys(reducer.state().runs)).flatMap((i): [string, string][] => {
+      if (i.item !== "message") return [];
+      const c = i.redaction ? (i.redaction.displayReplacement ?? "[redacted]") : i.content;
+      return [[i.role, typeof c === "string" ? c : JSON.stringify(c)]];
+    });
+  }
+  return (
+    <details class="as-it-stood" onToggle={(e) => setOpen(e.currentTarget.open)}>
+      <summary>The conversation as it stood after #{seq}</summary>
+      {open &&
+        (items.length === 0 ? (
+          <p class="quiet">No message yet.</p>
+        ) : (
+          <ol>
+            {items.map(([role, text], i) => (
+              <li key={i} data-role={role}>
+                <strong>{role}</strong>: {text}
+              </li>
+            ))}
+          </ol>
+        ))}
+    </details>
+  );
+}
 
 const ROW = 28;
 
@@ -99,6 +135,7 @@ export function EventInspector({ live, focus }: { live: LiveSession; focus: stri
               <h3>
                 {selected.type} <span class="quiet">#{selected.sessionSequence}</span>
               </h3>
+              <AsItStood key={selected.eventId} live={live} seq={selected.sessionSequence} />
               <pre class="json" tabIndex={0}>
                 {JSON.stringify(selected, null, 2)}
               </pre>

@@ -15,6 +15,7 @@ import { useObservable, useTick } from "./hooks.js";
 import { Export } from "./export.js";
 import { EventInspector } from "./inspector.js";
 import { addUsage, type Event, LiveSession, messageOf } from "./live.js";
+import { RevisionHistory } from "./revisions.js";
 import { RunTree } from "./runtree.js";
 import { useVirtualizer } from "./virtual.js";
 
@@ -380,16 +381,16 @@ function Composer({ live, client }: { live: LiveSession; client: NaradClient }) 
   );
 }
 
-/** The state and UI documents and the views (§9.6), as the reducer holds them. */
-function Documents({ state }: { state: ReducedState }) {
+/** The state and UI documents and the views (§9.6), as the reducer holds them, each document with its revisions. */
+function Documents({ state, events }: { state: ReducedState; events: readonly Event[] }) {
   const families = [
-    ["State documents", state.documents.state],
-    ["UI documents", state.documents.ui],
+    ["State documents", "state", state.documents.state],
+    ["UI documents", "ui", state.documents.ui],
   ] as const;
   const views = Object.entries(state.views);
   return (
     <section class="documents" aria-label="State" tabIndex={0}>
-      {families.map(([title, docs]) => (
+      {families.map(([title, family, docs]) => (
         <div key={title}>
           <h2>{title}</h2>
           {docs === undefined || Object.keys(docs).length === 0 ? (
@@ -401,6 +402,7 @@ function Documents({ state }: { state: ReducedState }) {
                   <code>{scope}</code> <span class="quiet">revision {d.revision}</span>
                 </summary>
                 <Json value={d.state} />
+                <RevisionHistory events={events} family={family} scope={scope} />
               </details>
             ))
           )}
@@ -668,7 +670,7 @@ export function SessionPage({
       )}
       {tab === "state" && (
         <div role="tabpanel" id="panel-state" aria-labelledby="tab-state" class="panel">
-          <Documents state={state} />
+          <Documents state={state} events={live.events} />
         </div>
       )}
       <div class="columns" role="tabpanel" id="panel-conversation" aria-labelledby="tab-conversation" hidden={tab !== "conversation"}>

@@ -157,6 +157,61 @@ test("the inbox: a count on the navigation, and a notification for those who opt
   }
 });
 
+test("state over time, and the conversation as it stood at an event", { timeout: 120_000 }, async () => {
+  const apiPort = await freePort();
+  const api = `http://127.0.0.1:${apiPort}`;
+  const narad = await startNarad(apiPort, "http://127.0.0.1:1");
+  const person = token("reader,writer,backend");
+  const browser = await launch();
+  try {
+    const session = await call(api, person, "POST", "/v1/sessions", { title: "stateful" });
+    const sid = session.sessionId;
+    await append(api, person, sid, [{ type: "state.snapshot", scope: "plan", revision: 1, state: { steps: [] } }]);
+    const [early] = (
+      await append(api, person, sid, [
+        { type: "state.delta", scope: "plan", baseRevision: 1, revision: 2, patch: [{ op: "add", path: "/steps/-", value: "look" }] },
+      ])
+    ).events;
+    await timedRun(api, person, sid, "run-s", { outputTokens: 5 });
+    const [late] = (
+      await append(api, person, sid, [
+        { type: "state.delta", scope: "plan", baseRevision: 2, revision: 3, patch: [{ op: "add", path: "/steps/-", value: "answer" }] },
+      ])
+    ).events;
+    const page = await browser.newPage({ viewport: { width: 1100, height: 800 } });
+    const errors = [];
+    page.on("pageerror", (e) => errors.push(String(e)));
+    await page.goto(`${api}/console/#token=${person}`);
+    await page.locator(`tr[data-session="${sid}"]`).getByRole("link").click({ timeout: 15_000 });
+    await page.getByRole("heading", { name: "stateful" }).waitFor();
+
+    // The State tab: the document now, its three revisions with their deltas, and revision 2 whole.
+    await page.getByRole("tab", { name: "State" }).click();
+    const history = page.locator('details.revisions[data-scope="plan"]');
+    await history.locator("summary").getByText("3 revisions").click();
+    assert.deepEqual(JSON.parse(await history.locator("[data-document-at]").textContent()), { steps: ["look", "answer"] });
+    assert.match(await history.locator("li").nth(1).textContent(), /"op":"add","path":"\/steps\/-","value":"look"/);
+    await history.getByRole("button", { name: "revision 2" }).click();
+    assert.equal(await history.locator("[data-revision-shown]").textContent(), "2");
+    assert.deepEqual(JSON.parse(await history.locator("[data-document-at]").textContent()), { steps: ["look"] });
+    await history.getByRole("button", { name: "revision 1" }).click();
+    assert.deepEqual(JSON.parse(await history.locator("[data-document-at]").textContent()), { steps: [] });
+    await picture(page, "console-state-revisions");
+
+    // The conversation as it stood: before the run, nothing; after it, the answer.
+    await page.goto(`${api}/console/#/sessions/${sid}/events/${early.eventId}`);
+    await page.getByText(`The conversation as it stood after #${early.sessionSequence}`).click();
+    await page.locator(".as-it-stood").getByText("No message yet.").waitFor();
+    await page.goto(`${api}/console/#/sessions/${sid}/events/${late.eventId}`);
+    await page.getByText(`The conversation as it stood after #${late.sessionSequence}`).click();
+    assert.match(await page.locator(".as-it-stood li").first().textContent(), /^assistant: The sky is clear\.$/);
+    assert.deepEqual(errors, []);
+  } finally {
+    await browser.close();
+    await kill(narad);
+  }
+});
+
 test("the defects D1, D3, D4, D5/D6, D8, D9, D10 stay mended", { timeout: 180_000 }, async () => {
   const apiPort = await freePort();
   const api = `http://127.0.0.1:${apiPort}`;
