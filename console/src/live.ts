@@ -227,6 +227,51 @@ export class LiveSession extends Observable {
     return undefined;
   }
 
+  /** run.started by runId. */
+  started(runId: string): Event | undefined {
+    const seq = this.nodeSeen.get(`run:${runId}`);
+    return seq === undefined ? undefined : this.at(seq);
+  }
+
+  /**
+   * The person's message a run answers: the last `message.user.recorded`
+   * before its `run.started` with no other run started in between.
+   */
+  startingMessage(started: Event): Event | undefined {
+    for (let seq = started.sessionSequence - 1; seq > 0; seq--) {
+      const e = this.at(seq);
+      if (e === undefined || e.type === "run.started") return undefined;
+      if (e.type === "message.user.recorded") return e;
+    }
+    return undefined;
+  }
+
+  /**
+   * A run's short name: its input's `title` (the starter's), else the
+   * first text of its input (`message`, `prompt`, `text`, `content`,
+   * `query`), else the message it answers; at most 60 characters, cut at a word.
+   */
+  runName(runId: string): string | undefined {
+    const started = this.started(runId);
+    if (started === undefined) return undefined;
+    const input = started.input as Record<string, unknown> | undefined;
+    const short = (t: string) => {
+      const one = t.replace(/\s+/g, " ").trim();
+      if (one.length <= 60) return one;
+      // Cut at a word, unless that leaves too little.
+      const cut = one.slice(0, 59);
+      const space = cut.lastIndexOf(" ");
+      return `${space > 40 ? cut.slice(0, space) : cut}…`;
+    };
+    if (typeof input === "object" && input !== null) {
+      for (const key of ["title", "message", "prompt", "text", "content", "query"]) {
+        if (typeof input[key] === "string" && input[key] !== "") return short(input[key] as string);
+      }
+    }
+    const message = this.startingMessage(started)?.content;
+    return typeof message === "string" && message !== "" ? short(message) : undefined;
+  }
+
   /** Token usage summed over the runs that ended with one (§6.1 `usage` on run terminals). */
   usage(): Record<string, number> {
     const sum: Record<string, number> = {};

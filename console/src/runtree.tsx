@@ -37,23 +37,27 @@ function Branch({
   nodes,
   children,
   seen,
+  live,
 }: {
   id: string;
   nodes: ReadonlyMap<string, GraphNode>;
   children: ReadonlyMap<string, string[]>;
   seen: ReadonlyMap<string, number>;
+  live: LiveSession;
 }) {
   const node = nodes.get(id);
   if (node === undefined) return null;
+  const name = node.kind === "run" && node.runId !== undefined ? live.runName(node.runId) : undefined;
   const below = [...(children.get(id) ?? [])].sort((a, b) => (seen.get(a) ?? Infinity) - (seen.get(b) ?? Infinity));
   return (
     <li data-node={id} class={`node ${node.kind.replace(".", "-")}`}>
-      <span class="what">{label(node)}</span> {node.status !== undefined && <span class={`badge ${node.status}`}>{node.status}</span>}
+      <span class="what">{label(node)}</span>
+      {name !== undefined && <span class="run-name"> “{name}”</span>} {node.status !== undefined && <span class={`badge ${node.status}`}>{node.status}</span>}
       <Details node={node} />
       {below.length > 0 && (
         <ul>
           {below.map((child) => (
-            <Branch key={child} id={child} nodes={nodes} children={children} seen={seen} />
+            <Branch key={child} id={child} nodes={nodes} children={children} seen={seen} live={live} />
           ))}
         </ul>
       )}
@@ -61,7 +65,8 @@ function Branch({
   );
 }
 
-function Graph({ graph, seen }: { graph: HeldGraph; seen: ReadonlyMap<string, number> }) {
+function Graph({ graph, live }: { graph: HeldGraph; live: LiveSession }) {
+  const seen = live.nodeSeen;
   const nodes = new Map(graph.document.nodes.map((n) => [n.id, n]));
   const children = new Map<string, string[]>();
   for (const edge of graph.document.edges) {
@@ -71,7 +76,7 @@ function Graph({ graph, seen }: { graph: HeldGraph; seen: ReadonlyMap<string, nu
   }
   return (
     <ul class="tree" data-root-run={graph.rootRunId} data-graph-revision={graph.revision}>
-      <Branch id={graph.document.rootNodeId} nodes={nodes} children={children} seen={seen} />
+      <Branch id={graph.document.rootNodeId} nodes={nodes} children={children} seen={seen} live={live} />
       {graph.stale && <li class="quiet">(catching up…)</li>}
     </ul>
   );
@@ -93,7 +98,8 @@ export function RunTree({ live }: { live: LiveSession }) {
       <ul class="runs">
         {runs.map(([runId, r]) => (
           <li key={runId} style={{ marginLeft: r.parentRunId ? "1em" : 0 }}>
-            <code>{runId}</code> <span class={`badge ${r.state}`}>{r.state}</span>
+            <code>{runId}</code>
+            {live.runName(runId) !== undefined && <span class="run-name"> “{live.runName(runId)}”</span>} <span class={`badge ${r.state}`}>{r.state}</span>
           </li>
         ))}
       </ul>
@@ -113,7 +119,7 @@ export function RunTree({ live }: { live: LiveSession }) {
         </button>
       )}
       {shown.map((g) => (
-        <Graph key={g.rootRunId} graph={g} seen={live.nodeSeen} />
+        <Graph key={g.rootRunId} graph={g} live={live} />
       ))}
     </>
   );

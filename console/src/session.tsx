@@ -299,8 +299,15 @@ function RunMarker({ live, runId, started, now }: { live: LiveSession; runId: st
   const stop = live.stops.get(runId);
   const usage: Record<string, number> = {};
   addUsage(usage, terminal?.usage);
+  const name = live.runName(runId);
+  const message = live.startingMessage(started);
   return (
     <div class="run-marker" data-run={runId}>
+      {name !== undefined && (
+        <span class="run-name" title={message !== undefined ? `answers the message of #${message.sessionSequence}` : "from the run's input"}>
+          “{name}”{" "}
+        </span>
+      )}
       run <code>{runId}</code> {started.parentRunId ? `(in ${started.parentRunId as string}) ` : ""}started <When at={started.timestamp} now={now} />
       {stop && (
         <>
@@ -317,6 +324,12 @@ function RunMarker({ live, runId, started, now }: { live: LiveSession; runId: st
           </span>
           {Object.keys(usage).length > 0 && <span class="usage"> · {usageText(usage)}</span>}
         </>
+      )}
+      {started.input !== undefined && (
+        <details class="run-input">
+          <summary>input</summary>
+          <Json value={started.input} />
+        </details>
       )}
     </div>
   );

@@ -21,9 +21,9 @@ function append(api, jwt, sessionId, events) {
 }
 
 /** A run of one tool call and one answer, with `usage` on its terminal; waits between the steps so that times differ. */
-async function timedRun(api, jwt, sessionId, runId, usage) {
+async function timedRun(api, jwt, sessionId, runId, usage, input) {
   const run = { runId, rootRunId: runId };
-  await append(api, jwt, sessionId, [{ type: "run.started", ...run }]);
+  await append(api, jwt, sessionId, [{ type: "run.started", ...run, ...(input === undefined ? {} : { input }) }]);
   await sleep(300);
   await append(api, jwt, sessionId, [
     { type: "tool.call.started", ...run, toolCallId: `${runId}-call`, toolName: "lookup", executor: "backend", args: { q: "weather" } },
@@ -73,9 +73,28 @@ test("times, latencies, durations and usage in a session", { timeout: 120_000 },
     assert.match(await marker.textContent(), /1,200 input tokens · 340 output tokens/);
     assert.match(await page.locator("[data-usage]").textContent(), /1,200 input tokens · 340 output tokens/);
 
-    // A second run adds to the session's sum, live.
+    // A second run, answering a person's message, adds to the session's sum, live.
+    await call(api, person, "POST", "/v1/commands/record-user-message", {
+      sessionId: session.sessionId,
+      messageScope: "session",
+      content: "Will it rain in Lisbon tomorrow afternoon, and should I take an umbrella to the market?",
+    });
     await timedRun(api, person, session.sessionId, "run-b", { inputTokens: 100, outputTokens: 60, cachedInputTokens: 40 });
     await page.locator("[data-usage]").getByText("1,300 input tokens · 400 output tokens · 40 cached input tokens").waitFor({ timeout: 15_000 });
+    // Runs are named: by the message they answer, or by their input's title.
+    await timedRun(api, person, session.sessionId, "run-c", {}, { title: "Weather check", city: "Lisbon" });
+    assert.equal(await page.locator('.run-marker[data-run="run-a"] .run-name').count(), 0);
+    assert.equal(
+      await page.locator('.run-marker[data-run="run-b"] .run-name').textContent(),
+      "“Will it rain in Lisbon tomorrow afternoon, and should I…” ",
+    );
+    await page.locator('.run-marker[data-run="run-c"] .run-name').getByText("“Weather check”").waitFor({ timeout: 15_000 });
+    await page.locator('.run-marker[data-run="run-c"] details.run-input summary').click();
+    assert.deepEqual(JSON.parse(await page.locator('.run-marker[data-run="run-c"] details.run-input pre').textContent()), {
+      title: "Weather check",
+      city: "Lisbon",
+    });
+    assert.match(await page.getByRole("complementary", { name: "Runs" }).textContent(), /run run-c\s*“Weather check”/);
     await picture(page, "console-times");
 
     // Export: the history as JSONL, each line an event as the API gives
