@@ -231,6 +231,48 @@ test("state over time, and the conversation as it stood at an event", { timeout:
   }
 });
 
+test("operations over time: charts of the figures read, and runtimes per queue", { timeout: 120_000 }, async () => {
+  const apiPort = await freePort();
+  const api = `http://127.0.0.1:${apiPort}`;
+  const narad = await startNarad(apiPort, "http://127.0.0.1:1");
+  const admin = token("reader,writer,backend,admin", "tester", `ops-${Date.now()}`);
+  const browser = await launch();
+  try {
+    // A run held by runtime rt-ops from queue q-ops.
+    const session = await call(api, admin, "POST", "/v1/sessions", { title: "queued" });
+    await call(api, admin, "POST", "/v1/commands/start-run", { sessionId: session.sessionId, runId: "run-ops", runtime: { queue: "q-ops" } });
+    const claimed = await call(api, admin, "POST", "/v1/runtime/claims", { queue: "q-ops", runtimeId: "rt-ops" });
+    assert.equal(claimed.runId, "run-ops");
+
+    const page = await browser.newPage({ viewport: { width: 1100, height: 900 } });
+    const errors = [];
+    page.on("pageerror", (e) => errors.push(String(e)));
+    await page.goto(`${api}/console/#token=${admin}`);
+    await page.getByRole("link", { name: "Operations" }).click();
+    await page.locator('tr[data-queue="q-ops"] [data-runtimes]').getByText("rt-ops (1)").waitFor({ timeout: 15_000 });
+
+    // Appends while the page reads every two seconds: the appended-events
+    // rate's chart gathers readings, and its highest is above zero.
+    const until = Date.now() + 7_000;
+    for (let i = 0; Date.now() < until; i++) {
+      await append(api, admin, session.sessionId, [{ type: "session.custom", name: "ops.note", value: { i } }]);
+      await sleep(50);
+    }
+    const chart = page.getByRole("img", { name: /^events appended per second: \d+ readings/ });
+    await chart.waitFor({ timeout: 10_000 });
+    const described = await chart.getAttribute("aria-label");
+    const [, readings, highest] = /: (\d+) readings, .* highest ([\d.]+)$/.exec(described);
+    assert.ok(Number(readings) >= 3, described);
+    assert.ok(Number(highest) > 1, described);
+    assert.ok((await chart.locator("polyline").getAttribute("points")).split(" ").length >= 3);
+    await picture(page, "console-operations-charts");
+    assert.deepEqual(errors, []);
+  } finally {
+    await browser.close();
+    await kill(narad);
+  }
+});
+
 test("the defects D1, D3, D4, D5/D6, D8, D9, D10 stay mended", { timeout: 180_000 }, async () => {
   const apiPort = await freePort();
   const api = `http://127.0.0.1:${apiPort}`;
