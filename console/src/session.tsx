@@ -17,6 +17,7 @@ import { EventInspector } from "./inspector.js";
 import { addUsage, type Event, LiveSession, messageOf } from "./live.js";
 import { RevisionHistory } from "./revisions.js";
 import { RunTree } from "./runtree.js";
+import { TraceView } from "./trace.js";
 import { useVirtualizer } from "./virtual.js";
 
 /** One entry of the conversation: drawn only while in (or near) view. */
@@ -439,9 +440,10 @@ function Documents({ state, events }: { state: ReducedState; events: readonly Ev
 }
 
 /** The views of a session. */
-type Tab = "conversation" | "events" | "state";
+type Tab = "conversation" | "trace" | "events" | "state";
 const TABS: readonly { id: Tab; name: string }[] = [
   { id: "conversation", name: "Conversation" },
+  { id: "trace", name: "Trace" },
   { id: "events", name: "Events" },
   { id: "state", name: "State" },
 ];
@@ -676,6 +678,11 @@ export function SessionPage({
         </p>
       )}
       <Tabs tab={tab} onChange={setTab} />
+      {tab === "trace" && (
+        <div role="tabpanel" id="panel-trace" aria-labelledby="tab-trace" class="panel">
+          <TraceView live={live} />
+        </div>
+      )}
       {tab === "events" && (
         <div role="tabpanel" id="panel-events" aria-labelledby="tab-events" class="panel">
           <EventInspector live={live} focus={focus} />

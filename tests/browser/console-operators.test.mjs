@@ -176,6 +176,78 @@ test("the inbox: a count on the navigation, and a notification for those who opt
   }
 });
 
+test("a run's trace: nested runs, tool calls, an interrupt and its pause on one timeline, live", { timeout: 120_000 }, async () => {
+  const apiPort = await freePort();
+  const api = `http://127.0.0.1:${apiPort}`;
+  const narad = await startNarad(apiPort, "http://127.0.0.1:1");
+  const person = token("reader,writer,approver,backend", "tester", `trace-${Date.now()}`);
+  const browser = await launch();
+  try {
+    const { sessionId: sid } = await call(api, person, "POST", "/v1/sessions", { title: "traced" });
+    const top = { runId: "run-t", rootRunId: "run-t" };
+    const nested = { runId: "run-n", rootRunId: "run-t", parentRunId: "run-t" };
+    await append(api, person, sid, [{ type: "run.started", ...top, input: { title: "Plan a trip" } }]);
+    await sleep(200);
+    await append(api, person, sid, [
+      { type: "run.started", ...nested },
+      { type: "tool.call.started", runId: "run-n", rootRunId: "run-t", toolCallId: "c-1", toolName: "search", executor: "backend", args: {} },
+    ]);
+
+    const page = await browser.newPage({ viewport: { width: 1100, height: 800 } });
+    const errors = [];
+    page.on("pageerror", (e) => errors.push(String(e)));
+    await page.goto(`${api}/console/#token=${person}`);
+    await page.locator(`tr[data-session="${sid}"]`).getByRole("link").click({ timeout: 15_000 });
+    await page.getByRole("tab", { name: "Trace" }).click();
+    const trace = page.getByRole("region", { name: "Trace of run run-t" });
+    // Live: the tool call goes on, its bar open and its time still counting.
+    const call1 = trace.locator('tr[data-span="tool:c-1"]');
+    await call1.waitFor({ timeout: 15_000 });
+    assert.match(await call1.getAttribute("class"), /\bopen\b/);
+    assert.match(await call1.locator("td").nth(2).textContent(), /…$/);
+    await sleep(300);
+    await append(api, person, sid, [
+      { type: "tool.call.finished", runId: "run-n", rootRunId: "run-t", toolCallId: "c-1", outcome: "success", response: {} },
+      { type: "run.finished", ...nested },
+      { type: "interrupt.requested", ...top, interruptId: "i-1", waitId: "w-1", kind: "approval", title: "Book it?", actions: ["approve", "deny"] },
+      { type: "run.paused", ...top, waitId: "w-1", reason: "interrupt", resumeMode: "command", interruptId: "i-1" },
+    ]);
+    await trace.locator('tr[data-span="tool:c-1"]:not(.open)').waitFor({ timeout: 10_000 });
+    await sleep(300);
+    await call(api, person, "POST", "/v1/commands/resolve-interrupt", { sessionId: sid, interruptId: "i-1", decision: "approve" });
+    await trace.locator('tr[data-span="interrupt:i-1"] .badge.approve').waitFor({ timeout: 10_000 });
+
+    // The rows, in the order they began, nested under their runs.
+    const rows = await trace.locator("tbody tr").evaluateAll((trs) => trs.map((tr) => [tr.dataset.span, tr.querySelector("td").style.paddingLeft]));
+    assert.deepEqual(
+      rows.map(([k]) => k).slice(0, 5),
+      ["run:run-t", "run:run-n", "tool:c-1", "interrupt:i-1", "pause:run-t:w-1"],
+    );
+    assert.ok(parseFloat(rows[1][1]) > parseFloat(rows[0][1]) && parseFloat(rows[2][1]) > parseFloat(rows[1][1]), "nested deeper");
+    assert.match(await trace.locator('tr[data-span="run:run-t"]').textContent(), /“Plan a trip”/);
+    assert.match(await trace.locator('tr[data-span="interrupt:i-1"]').textContent(), /by tester/);
+    // The tool call took ≥ 300 ms, its bar inside the run's.
+    const took = await call1.locator("td").nth(2).textContent();
+    const tookMs = took.endsWith(" ms") ? Number.parseInt(took, 10) : Number.parseFloat(took) * 1000;
+    assert.ok(/^(\d+ ms|[\d.]+ s)$/.test(took) && tookMs >= 290, took);
+    const [runBar, toolBar] = await Promise.all(
+      ["run:run-n", "tool:c-1"].map((k) => trace.locator(`tr[data-span="${k}"] .bar`).boundingBox()),
+    );
+    assert.ok(toolBar.x >= runBar.x - 1 && toolBar.x + toolBar.width <= runBar.x + runBar.width + 1, "the call's bar lies within its run's");
+    await picture(page, "console-trace");
+
+    // A span leads to its event.
+    await call1.getByRole("link").click();
+    await page.waitForURL(/\/events\//);
+    assert.equal(await page.getByRole("tab", { name: "Events" }).getAttribute("aria-selected"), "true");
+    assert.match(await page.getByRole("region", { name: "The selected event" }).textContent(), /tool\.call\.started/);
+    assert.deepEqual(errors, []);
+  } finally {
+    await browser.close();
+    await kill(narad);
+  }
+});
+
 test("state over time, and the conversation as it stood at an event", { timeout: 120_000 }, async () => {
   const apiPort = await freePort();
   const api = `http://127.0.0.1:${apiPort}`;
@@ -311,6 +383,8 @@ test("the defects D1, D3, D4, D5/D6, D8, D9, D10 stay mended", { timeout: 180_00
     await page.goto(`${api}/console/#/sessions/${session.sessionId}`);
     await page.getByRole("heading", { name: "mended" }).waitFor();
     await page.getByRole("tab", { name: "Conversation" }).focus();
+    await page.keyboard.press("ArrowRight");
+    assert.equal(await page.getByRole("tab", { name: "Trace" }).getAttribute("aria-selected"), "true");
     await page.keyboard.press("ArrowRight");
     const events = page.getByRole("tab", { name: "Events" });
     assert.equal(await events.getAttribute("aria-selected"), "true");
