@@ -8,7 +8,7 @@ import { useState } from "preact/hooks";
 
 import type { NaradClient } from "../../clients/typescript/src/index.js";
 import { between, duration, usageText } from "./figures.js";
-import { addUsage, type Event, type LiveSession, messageOf } from "./live.js";
+import { actorOf, type Event, type LiveSession, messageOf, messageText } from "./live.js";
 
 /** Offers `text` as a file named `name`. */
 function save(name: string, type: string, text: string): void {
@@ -22,9 +22,9 @@ function save(name: string, type: string, text: string): void {
 
 /** The session's history as JSONL, every page read from the API. */
 async function jsonl(client: NaradClient, sessionId: string): Promise<string> {
-  const lines: string[] = [];
-  for await (const e of client.allHistory(sessionId, { afterSessionSequence: 0 })) lines.push(JSON.stringify(e));
-  return lines.map((l) => `${l}\n`).join("");
+  let lines = "";
+  for await (const e of client.allHistory(sessionId, { afterSessionSequence: 0 })) lines += `${JSON.stringify(e)}\n`;
+  return lines;
 }
 
 function quote(text: string): string {
@@ -39,31 +39,28 @@ export function markdown(live: LiveSession, title: string): string {
   const state = live.reducer.state();
   const texts = new Map<string, string>();
   for (const item of live.reducer.transcript(Object.keys(state.runs))) {
-    if (item.item === "message") {
-      const c = item.redaction ? (item.redaction.displayReplacement ?? "[redacted]") : item.content;
-      texts.set(item.messageId, typeof c === "string" ? c : JSON.stringify(c));
-    }
+    if (item.item === "message") texts.set(item.messageId, messageText(item));
   }
   const out = [`# ${title}`, "", `Session \`${live.sessionId}\` · ${live.events.length} events · exported ${new Date().toISOString()}`];
-  const usage: Record<string, number> = {};
-  for (const t of live.terminals.values()) addUsage(usage, t.usage);
+  const usage = live.usage();
   if (Object.keys(usage).length > 0) out.push("", `Usage: ${usageText(usage)}`);
   const at = (e: Event) => `_${e.timestamp}_`;
   for (const e of live.events) {
     switch (e.type) {
       case "run.started": {
         const end = live.terminals.get(e.runId as string);
-        const runUsage: Record<string, number> = {};
-        addUsage(runUsage, end?.usage);
+        const runUsage = live.usage(e.runId as string);
         const outcome = end === undefined ? "running" : `${end.type.slice(4)} after ${duration(between(e.timestamp, end.timestamp))}`;
         const extra = Object.keys(runUsage).length > 0 ? ` · ${usageText(runUsage)}` : "";
-        out.push("", `## Run \`${String(e.runId)}\`${e.parentRunId ? ` (in \`${String(e.parentRunId)}\`)` : ""}: ${outcome}${extra}`, "", at(e));
+        const name = live.runName(e.runId as string);
+        const named = `\`${String(e.runId)}\`${name === undefined ? "" : ` “${name}”`}`;
+        out.push("", `## Run ${named}${e.parentRunId ? ` (in \`${String(e.parentRunId)}\`)` : ""}: ${outcome}${extra}`, "", at(e));
         break;
       }
       case "message.user.recorded":
       case "message.text.started": {
         const role = e.type === "message.user.recorded" ? "user" : String(e.role);
-        const actor = (e.actor as { sub?: string } | undefined)?.sub;
+        const actor = actorOf(e)?.sub;
         out.push("", `**${role}**${actor ? ` (${actor})` : ""} · ${at(e)}`, "", quote(texts.get(e.messageId as string) ?? ""));
         break;
       }
@@ -76,10 +73,9 @@ export function markdown(live: LiveSession, title: string): string {
       case "interrupt.requested": {
         const r = live.interruptResolutions.get(e.interruptId as string);
         const name = (e.title as string | undefined) ?? String(e.kind);
+        const by = actorOf(r)?.sub;
         const decided =
-          r === undefined
-            ? "waiting"
-            : `${String(r.decision)}${(r.actor as { sub?: string } | undefined)?.sub ? ` by ${(r.actor as { sub: string }).sub}` : ""} after ${duration(between(e.timestamp, r.timestamp))}`;
+          r === undefined ? "waiting" : `${String(r.decision)}${by ? ` by ${by}` : ""} after ${duration(between(e.timestamp, r.timestamp))}`;
         out.push("", `- interrupt “${name}” · ${at(e)}: ${decided}`);
         break;
       }

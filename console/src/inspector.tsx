@@ -7,7 +7,7 @@
 import { useEffect, useLayoutEffect, useRef, useState } from "preact/hooks";
 
 import { SessionReducer } from "../../clients/typescript/src/index.js";
-import type { Event, LiveSession } from "./live.js";
+import { type Event, type LiveSession, messageText } from "./live.js";
 
 /** The conversation as it stood after event `seq`: the session's events up to it, reduced afresh (on opening). */
 function AsItStood({ live, seq }: { live: LiveSession; seq: number }) {
@@ -19,11 +19,9 @@ function AsItStood({ live, seq }: { live: LiveSession; seq: number }) {
       if (e.sessionSequence > seq) break;
       reducer.deliver(e);
     }
-    items = reducer.transcript(Object.keys(reducer.state().runs)).flatMap((i): [string, string][] => {
-      if (i.item !== "message") return [];
-      const c = i.redaction ? (i.redaction.displayReplacement ?? "[redacted]") : i.content;
-      return [[i.role, typeof c === "string" ? c : JSON.stringify(c)]];
-    });
+    items = reducer
+      .transcript(Object.keys(reducer.state().runs))
+      .flatMap((i): [string, string][] => (i.item === "message" ? [[i.role, messageText(i)]] : []));
   }
   return (
     <details class="as-it-stood" onToggle={(e) => setOpen(e.currentTarget.open)}>

@@ -4,12 +4,12 @@
  * current from the tenant stream. Each notifies its subscribers at most
  * once per animation frame, however fast events arrive.
  */
-import { follow, type NaradClient, NaradError, SessionReducer, type Frame } from "../../clients/typescript/src/index.js";
+import { follow, type NaradClient, NaradError, SessionReducer, type Frame, type TranscriptItem } from "../../clients/typescript/src/index.js";
 
 type Listener = () => void;
 
 /** What a person reads when no server answered a request. */
-export const UNREACHABLE = "The server did not answer (it is down, or the network is): try again once it is back.";
+const UNREACHABLE = "The server did not answer (it is down, or the network is): try again once it is back.";
 
 /** Whether `e` is a request that reached no server (fetch's own failure, or the SDK's status 0). */
 function unreachable(e: unknown): boolean {
@@ -20,12 +20,8 @@ function unreachable(e: unknown): boolean {
 /** What went wrong, for a person: the NRD code and message of an API error, once. */
 export function messageOf(e: unknown): string {
   if (unreachable(e)) return UNREACHABLE;
-  if (e instanceof NaradError) {
-    const code = e.code ?? String(e.status);
-    let message = e.body?.message ?? e.message;
-    while (message.startsWith(`${code}: `)) message = message.slice(code.length + 2);
-    return `${code}: ${message}`;
-  }
+  // With the server's envelope, the SDK's message already leads with its code.
+  if (e instanceof NaradError) return e.body === undefined ? `${e.status}: ${e.message}` : e.message;
   return e instanceof Error ? e.message : String(e);
 }
 
@@ -128,8 +124,38 @@ export class Reachability extends Observable {
   }
 }
 
+/** A model fed by a stream: whether that stream is live now. */
+class Followed extends Observable {
+  connection: Connection = "connecting";
+
+  /** For `follow`'s `onDisconnected`: not live until the next connection attaches. */
+  protected readonly disconnected = (): void => {
+    this.connection = "connecting";
+    this.changed();
+  };
+}
+
+/** The text a message shows: its content's text, or what its redaction displays instead. */
+export function messageText(item: TranscriptItem & { item: "message" }): string {
+  const content = item.redaction ? (item.redaction.displayReplacement ?? "[redacted]") : item.content;
+  if (typeof content === "string") return content;
+  if (Array.isArray(content)) {
+    return content
+      .map((p) => (typeof p === "object" && p !== null && typeof (p as { text?: unknown }).text === "string" ? (p as { text: string }).text : ""))
+      .join("");
+  }
+  return JSON.stringify(content);
+}
+
+/** Who an event names as its actor (a person's `sub`), if anyone. */
+export function actorOf(e: Event | undefined): { sub: string; extension?: string } | undefined {
+  const actor = e?.actor as { sub?: unknown; extension?: unknown } | undefined;
+  if (typeof actor?.sub !== "string") return undefined;
+  return typeof actor.extension === "string" ? { sub: actor.sub, extension: actor.extension } : { sub: actor.sub };
+}
+
 /** One session, followed live and reduced. */
-export class LiveSession extends Observable {
+export class LiveSession extends Followed {
   readonly reducer = new SessionReducer();
   /** Every authority event, in sessionSequence order (the event inspector's list). */
   readonly events: Event[] = [];
@@ -149,7 +175,6 @@ export class LiveSession extends Observable {
   readonly files = new Map<string, Event[]>();
   /** The sessionSequence that first named each run-graph node (`run:<id>`, `tool.call:<id>`, `interrupt:<id>`). */
   readonly nodeSeen = new Map<string, number>();
-  connection: Connection = "connecting";
   problem: string | undefined;
   private readonly abort = new AbortController();
 
@@ -193,7 +218,7 @@ export class LiveSession extends Observable {
         signal: this.abort.signal,
         initialBackoffMs: 200,
         maxBackoffMs: 3000,
-        onDisconnected: () => this.disconnected(),
+        onDisconnected: this.disconnected,
       })) {
         connect(frame);
         if (frame.kind === "authority") this.apply(frame.event as unknown as Event);
@@ -272,17 +297,15 @@ export class LiveSession extends Observable {
     return typeof message === "string" && message !== "" ? short(message) : undefined;
   }
 
-  /** Token usage summed over the runs that ended with one (§6.1 `usage` on run terminals). */
-  usage(): Record<string, number> {
+  /**
+   * Token usage (§6.1 `usage` on run terminals): of run `runId`, or summed
+   * over every run that ended with one.
+   */
+  usage(runId?: string): Record<string, number> {
     const sum: Record<string, number> = {};
-    for (const t of this.terminals.values()) addUsage(sum, t.usage);
+    const terminals = runId === undefined ? this.terminals.values() : [this.terminals.get(runId)];
+    for (const t of terminals) addUsage(sum, t?.usage);
     return sum;
-  }
-
-  /** The stream's connection ended: not live until the next one attaches. */
-  private disconnected(): void {
-    this.connection = "connecting";
-    this.changed();
   }
 
   /** Reduces one object; draws now, soon (within 100 ms, with whatever follows), or later. */
@@ -360,7 +383,7 @@ export class LiveSession extends Observable {
 }
 
 /** Adds the additive counters of a `usage` object to `sum`. */
-export function addUsage(sum: Record<string, number>, usage: unknown): void {
+function addUsage(sum: Record<string, number>, usage: unknown): void {
   if (typeof usage !== "object" || usage === null) return;
   for (const [k, v] of Object.entries(usage)) {
     if (typeof v === "number" && Number.isFinite(v)) sum[k] = (sum[k] ?? 0) + v;
@@ -403,9 +426,8 @@ export interface SessionSummary {
 }
 
 /** The tenant's sessions: read page by page, then kept current from the tenant stream. */
-export class LiveSessionList extends Observable {
+export class LiveSessionList extends Followed {
   readonly sessions = new Map<string, SessionSummary>();
-  connection: Connection = "connecting";
   problem: string | undefined;
   loaded = false;
   private readonly abort = new AbortController();
@@ -450,11 +472,8 @@ export class LiveSessionList extends Observable {
 
   private async follow(): Promise<void> {
     try {
-      const onDisconnected = () => {
-        this.connection = "connecting";
-        this.changed();
-      };
-      for await (const frame of follow(this.client, { signal: this.abort.signal, initialBackoffMs: 200, maxBackoffMs: 3000, onDisconnected })) {
+      const options = { signal: this.abort.signal, initialBackoffMs: 200, maxBackoffMs: 3000, onDisconnected: this.disconnected };
+      for await (const frame of follow(this.client, options)) {
         if (frame.kind === "capabilities") {
           this.connection = "live";
           this.changed();
@@ -520,11 +539,10 @@ export interface Waiting {
  * `GET /v1/interrupts`, and read again whenever the tenant stream carries
  * an interrupt being requested or resolved.
  */
-export class LiveInbox extends Observable {
+export class LiveInbox extends Followed {
   waiting: Waiting[] = [];
   loaded = false;
   problem: string | undefined;
-  connection: Connection = "connecting";
   private readonly abort = new AbortController();
   private timer: ReturnType<typeof setTimeout> | undefined;
 
@@ -559,11 +577,8 @@ export class LiveInbox extends Observable {
 
   private async follow(): Promise<void> {
     try {
-      const onDisconnected = () => {
-        this.connection = "connecting";
-        this.changed();
-      };
-      for await (const frame of follow(this.client, { signal: this.abort.signal, initialBackoffMs: 200, maxBackoffMs: 3000, onDisconnected })) {
+      const options = { signal: this.abort.signal, initialBackoffMs: 200, maxBackoffMs: 3000, onDisconnected: this.disconnected };
+      for await (const frame of follow(this.client, options)) {
         if (frame.kind === "capabilities") {
           this.connection = "live";
           this.reload(); // a reconnect may have missed changes

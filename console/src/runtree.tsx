@@ -32,6 +32,12 @@ function Details({ node }: { node: GraphNode }) {
   return parts.length === 0 ? null : <span class="quiet"> · {parts.join(" · ")}</span>;
 }
 
+/** A run's short name, when it has one. */
+function RunName({ live, runId }: { live: LiveSession; runId: string }) {
+  const name = live.runName(runId);
+  return name === undefined ? null : <span class="run-name"> “{name}”</span>;
+}
+
 function Branch({
   id,
   nodes,
@@ -47,12 +53,12 @@ function Branch({
 }) {
   const node = nodes.get(id);
   if (node === undefined) return null;
-  const name = node.kind === "run" && node.runId !== undefined ? live.runName(node.runId) : undefined;
+
   const below = [...(children.get(id) ?? [])].sort((a, b) => (seen.get(a) ?? Infinity) - (seen.get(b) ?? Infinity));
   return (
     <li data-node={id} class={`node ${node.kind.replace(".", "-")}`}>
       <span class="what">{label(node)}</span>
-      {name !== undefined && <span class="run-name"> “{name}”</span>} {node.status !== undefined && <span class={`badge ${node.status}`}>{node.status}</span>}
+      {node.kind === "run" && node.runId !== undefined && <RunName live={live} runId={node.runId} />} {node.status !== undefined && <span class={`badge ${node.status}`}>{node.status}</span>}
       <Details node={node} />
       {below.length > 0 && (
         <ul>
@@ -99,7 +105,7 @@ export function RunTree({ live }: { live: LiveSession }) {
         {runs.map(([runId, r]) => (
           <li key={runId} style={{ marginLeft: r.parentRunId ? "1em" : 0 }}>
             <code>{runId}</code>
-            {live.runName(runId) !== undefined && <span class="run-name"> “{live.runName(runId)}”</span>} <span class={`badge ${r.state}`}>{r.state}</span>
+            <RunName live={live} runId={runId} /> <span class={`badge ${r.state}`}>{r.state}</span>
           </li>
         ))}
       </ul>

@@ -14,7 +14,7 @@ import { between, duration, usageText, When } from "./figures.js";
 import { useObservable, useTick } from "./hooks.js";
 import { Export } from "./export.js";
 import { EventInspector } from "./inspector.js";
-import { addUsage, type Event, LiveSession, messageOf } from "./live.js";
+import { actorOf, type Event, LiveSession, messageOf, messageText } from "./live.js";
 import { RevisionHistory } from "./revisions.js";
 import { RunTree } from "./runtree.js";
 import { TraceView } from "./trace.js";
@@ -22,16 +22,6 @@ import { useVirtualizer } from "./virtual.js";
 
 /** One entry of the conversation: drawn only while in (or near) view. */
 type Entry = { key: string; seq: number; label: string; render: () => ComponentChildren };
-
-function text(content: unknown): string {
-  if (typeof content === "string") return content;
-  if (Array.isArray(content)) {
-    return content
-      .map((p) => (typeof p === "object" && p !== null && typeof (p as { text?: unknown }).text === "string" ? (p as { text: string }).text : ""))
-      .join("");
-  }
-  return JSON.stringify(content);
-}
 
 function Json({ value }: { value: unknown }) {
   return (
@@ -42,7 +32,7 @@ function Json({ value }: { value: unknown }) {
 }
 
 function Actor({ event }: { event: Event | undefined }) {
-  const actor = event?.actor as { kind: string; sub: string; extension?: string } | undefined;
+  const actor = actorOf(event);
   if (actor === undefined) return null;
   return (
     <span class="actor">
@@ -63,7 +53,7 @@ function TranscriptEntry({ item, at, now }: { item: TranscriptItem; at: string |
       </details>
     );
   }
-  const shown = item.redaction ? text(item.redaction.displayReplacement ?? "[redacted]") : text(item.content);
+  const shown = messageText(item);
   return (
     <article class={`message ${item.role}`} data-message={item.messageId} aria-label={`${item.role} message`}>
       <header>
@@ -298,8 +288,7 @@ function File({ kind, events, client }: { kind: "attachment" | "artifact"; event
 function RunMarker({ live, runId, started, now }: { live: LiveSession; runId: string; started: Event; now: number }) {
   const terminal = live.terminals.get(runId);
   const stop = live.stops.get(runId);
-  const usage: Record<string, number> = {};
-  addUsage(usage, terminal?.usage);
+  const usage = live.usage(runId);
   const name = live.runName(runId);
   const message = live.startingMessage(started);
   return (

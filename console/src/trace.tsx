@@ -8,7 +8,7 @@ import { useState } from "preact/hooks";
 
 import { duration } from "./figures.js";
 import { useTick } from "./hooks.js";
-import type { Event, LiveSession } from "./live.js";
+import { actorOf, type Event, type LiveSession } from "./live.js";
 
 /** One bar of the trace. */
 export interface Span {
@@ -80,7 +80,7 @@ export function spansOf(live: LiveSession, root: string): Span[] {
         });
         break;
       case "interrupt.resolved": {
-        const by = (e.actor as { sub?: string } | undefined)?.sub;
+        const by = actorOf(e)?.sub;
         const s = open.get(`interrupt:${String(e.interruptId)}`);
         if (s !== undefined && by !== undefined) s.detail = `by ${by}`;
         close(`interrupt:${String(e.interruptId)}`, e, String(e.decision));
@@ -126,12 +126,15 @@ export function TraceView({ live }: { live: LiveSession }) {
         <label>
           Run{" "}
           <select value={root} onChange={(e) => setPicked(e.currentTarget.value)}>
-            {roots.map((r) => (
-              <option key={r} value={r}>
-                {r}
-                {live.runName(r) ? ` “${live.runName(r)}”` : ""}
-              </option>
-            ))}
+            {roots.map((r) => {
+              const name = live.runName(r);
+              return (
+                <option key={r} value={r}>
+                  {r}
+                  {name === undefined ? "" : ` “${name}”`}
+                </option>
+              );
+            })}
           </select>
         </label>
         <span class="quiet">

@@ -135,6 +135,7 @@ consoleTest("times, latencies, durations and usage in a session", { roles: "read
   assert.match(transcript, /## Run `run-a`: finished after \d+ ms · 1,200 input tokens · 340 output tokens/);
   assert.match(transcript, /- tool `lookup` \(backend\) · _[^_]+_: success in \d+ ms/);
   assert.match(transcript, /\*\*assistant\*\* · _[^_]+_\n\n> The sky is clear\./);
+  assert.match(transcript, /## Run `run-c` “Weather check”: finished after \d+ ms/);
   assert.match(transcript, /Usage: 1,300 input tokens · 400 output tokens · 40 cached input tokens/);
 });
 
@@ -159,6 +160,7 @@ consoleTest("the inbox: a count on the navigation, and a notification for those 
   await page.getByText("Nothing is waiting for a decision.").waitFor({ timeout: 15_000 });
   assert.equal(await page.locator(".top nav .count").count(), 0);
   await page.getByLabel("Notify me of new approvals").check();
+  await picture(page, "console-approvals-notify");
   await page.getByRole("link", { name: "Sessions", exact: true }).click();
 
   const run = { runId: "run-q", rootRunId: "run-q" };
@@ -235,7 +237,8 @@ consoleTest("a run's trace: nested runs, tool calls, an interrupt and its pause 
   // A span leads to its event.
   await call1.getByRole("link").click();
   await page.waitForURL(/\/events\//);
-  assert.equal(await page.getByRole("tab", { name: "Events" }).getAttribute("aria-selected"), "true");
+  // The page follows the address on its next render.
+  await page.locator('#tab-events[aria-selected="true"]').waitFor({ timeout: 5_000 });
   assert.match(await page.getByRole("region", { name: "The selected event" }).textContent(), /tool\.call\.started/);
 });
 
@@ -406,6 +409,7 @@ consoleTest("the defects D1, D3, D4, D5/D6, D8, D9, D10 stay mended", { roles: "
   assert.match(reason, /^Sign in again: NRD-0101: .*signature/);
   assert.equal(reason.split("NRD-0101").length - 1, 1, `the code once: ${reason}`);
   assert.equal(await page.getByText("Loading sessions").count(), 0);
+  await picture(page, "console-refused-token");
 
   assert.deepEqual(missing, []);
 });

@@ -168,19 +168,19 @@ impl Journal {
     /// notification is delivered at commit, and one lost in a crash of
     /// Postgres is lost with every listening connection anyway).
     pub async fn notify_relays(&self) -> Result<(), JournalError> {
-        let client = self.pool.get().await?;
-        let notified = client
+        // Closed rather than pooled should it fail or be dropped midway:
+        // it may be inside the transaction.
+        let mut held = crate::Abandoned(Some(self.pool.get().await?));
+        let client = held.0.as_ref().expect("held");
+        client
             .batch_execute(&format!(
                 "begin; set local synchronous_commit = off; \
                  notify {RELAY_CHANNEL}, '{}'; commit",
                 self.origin
             ))
-            .await;
-        if notified.is_err() {
-            // Closed rather than pooled: it may be inside the transaction.
-            drop(deadpool_postgres::Object::take(client));
-        }
-        Ok(notified?)
+            .await?;
+        drop(held.0.take());
+        Ok(())
     }
 }
 
