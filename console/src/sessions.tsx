@@ -1,10 +1,14 @@
-/** The sessions list: live, filterable, archived sessions on request. */
+/**
+ * The sessions page: the live list (archived sessions on request) or, once
+ * words or filters are given, the sessions the server's search finds.
+ */
 import { useEffect, useMemo, useState } from "preact/hooks";
 
 import type { NaradClient } from "../../clients/typescript/src/index.js";
 import { type Identity, may } from "./auth.js";
 import { ago, useObservable, useTick } from "./hooks.js";
 import { LiveSessionList, messageOf, type SessionSummary } from "./live.js";
+import { type Criteria, Filters, NO_CRITERIA, SearchResults, searching } from "./search.js";
 
 function activity(s: SessionSummary): number {
   return s.lastActivity ?? Date.parse(s.createdAt);
@@ -15,14 +19,13 @@ export function SessionsPage({ client, identity }: { client: NaradClient; identi
   useEffect(() => () => list.close(), [list]);
   useObservable(list);
   const now = useTick(5000);
-  const [filter, setFilter] = useState("");
+  const [criteria, setCriteria] = useState<Criteria>(NO_CRITERIA);
   const [archived, setArchived] = useState(false);
   const [problem, setProblem] = useState<string>();
-  const needle = filter.trim().toLowerCase();
-  const rows = [...list.sessions.values()]
-    .filter((s) => archived || s.archivedAt === undefined)
-    .filter((s) => needle === "" || s.sessionId.toLowerCase().includes(needle) || (s.title ?? "").toLowerCase().includes(needle))
-    .sort((a, b) => activity(b) - activity(a));
+  const search = searching(criteria);
+  // A session id typed whole opens that session (search finds words, not ids).
+  const byId = list.sessions.get(criteria.q.trim());
+  const rows = [...list.sessions.values()].filter((s) => archived || s.archivedAt === undefined).sort((a, b) => activity(b) - activity(a));
 
   const create = async () => {
     try {
@@ -39,14 +42,16 @@ export function SessionsPage({ client, identity }: { client: NaradClient; identi
         <h1>Sessions</h1>
         <input
           type="search"
-          placeholder="Filter by title or id"
-          aria-label="Filter sessions by title or id"
-          value={filter}
-          onInput={(e) => setFilter(e.currentTarget.value)}
+          placeholder="Search what was said, answers, titles"
+          aria-label="Search sessions"
+          value={criteria.q}
+          onInput={(e) => setCriteria({ ...criteria, q: e.currentTarget.value })}
         />
-        <label class="check">
-          <input type="checkbox" checked={archived} onChange={(e) => setArchived(e.currentTarget.checked)} /> Show archived
-        </label>
+        {!search && (
+          <label class="check">
+            <input type="checkbox" checked={archived} onChange={(e) => setArchived(e.currentTarget.checked)} /> Show archived
+          </label>
+        )}
         {may(identity, "command") && (
           <button type="button" onClick={create}>
             New session
@@ -54,14 +59,21 @@ export function SessionsPage({ client, identity }: { client: NaradClient; identi
         )}
         <span class={`dot ${list.connection}`} role="status" aria-label={`tenant stream ${list.connection}`} title={`tenant stream: ${list.connection}`} />
       </div>
+      <Filters criteria={criteria} set={setCriteria} />
       {(problem ?? list.problem) && (
         <p role="alert" class="problem">
           {problem ?? list.problem}
         </p>
       )}
-      {!list.loaded && <p class="quiet">Loading sessions…</p>}
-      {list.loaded && rows.length === 0 && <p class="quiet">No sessions{needle ? " match" : " yet"}.</p>}
-      {rows.length > 0 && (
+      {byId && (
+        <p>
+          Session <a href={`#/sessions/${encodeURIComponent(byId.sessionId)}`}>{byId.title ?? byId.sessionId}</a> has this id.
+        </p>
+      )}
+      {search && <SearchResults client={client} criteria={criteria} now={now} />}
+      {!search && !list.loaded && <p class="quiet">Loading sessions…</p>}
+      {!search && list.loaded && rows.length === 0 && <p class="quiet">No sessions yet.</p>}
+      {!search && rows.length > 0 && (
         <table>
           <thead>
             <tr>

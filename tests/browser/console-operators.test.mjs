@@ -5,7 +5,8 @@
 // dot after a SIGKILL (D1), a sign-in link pasted into an open tab (D3), a
 // refused token (D4), the outage banner and a command sent meanwhile
 // (D5/D6), tabs and the way back from an event's address (D8), the events
-// filter's scroll position (D9), the favicon (D10).
+// filter's scroll position (D9), the favicon (D10); and search of what was
+// said, with its filters.
 import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
 import { test } from "node:test";
@@ -181,6 +182,53 @@ consoleTest("the inbox: a count on the navigation, and a notification for those 
   await call(api, person, "POST", "/v1/commands/resolve-interrupt", { sessionId: session.sessionId, interruptId: "int-1", decision: "approve" });
   await page.locator(".top nav .count").waitFor({ state: "detached", timeout: 15_000 });
   assert.equal(await page.evaluate(() => window.shown.length), 1);
+});
+
+consoleTest("search: sessions found by what was said and answered, filtered, each passage linked to its event", { roles: "reader,writer,approver,backend", org: `search-${Date.now()}` }, async ({ api, person, page }) => {
+  const say = (sessionId, content) => call(api, person, "POST", "/v1/commands/record-user-message", { sessionId, messageScope: "session", content });
+  const billing = await call(api, person, "POST", "/v1/sessions", { title: "Billing" });
+  const shipping = await call(api, person, "POST", "/v1/sessions", { title: "Shipping" });
+  const approval = await call(api, person, "POST", "/v1/sessions", { title: "Refund approval" });
+  await say(billing.sessionId, "Please refund order 42, it arrived broken");
+  await say(shipping.sessionId, "Where is my parcel?");
+  const run = { runId: "run-s", rootRunId: "run-s" };
+  await append(api, person, approval.sessionId, [
+    { type: "run.started", ...run },
+    { type: "interrupt.requested", ...run, interruptId: "int-s", waitId: "w-s", kind: "approval", title: "Refund 120 EUR to the customer?", actions: ["approve", "deny"] },
+    { type: "run.paused", ...run, waitId: "w-s", reason: "interrupt", resumeMode: "command", interruptId: "int-s" },
+  ]);
+  await page.goto(`${api}/console/#token=${person}`);
+  await page.locator(`tr[data-session="${shipping.sessionId}"]`).waitFor({ timeout: 15_000 });
+
+  // Words: stemmed, newest match first, the matched words marked.
+  const box = page.getByRole("searchbox", { name: "Search sessions" });
+  await box.fill("refunds");
+  const results = page.getByRole("region", { name: "Search results" });
+  await results.locator(`tr[data-session="${approval.sessionId}"]`).waitFor({ timeout: 10_000 });
+  const found = await results.locator("tbody tr").evaluateAll((rows) => rows.map((r) => r.getAttribute("data-session")));
+  assert.deepEqual(found, [approval.sessionId, billing.sessionId]);
+  assert.deepEqual(await results.locator(`tr[data-session="${billing.sessionId}"] mark`).allTextContents(), ["refund"]);
+  assert.match(await results.locator(`tr[data-session="${approval.sessionId}"] .passages`).innerText(), /asked\s+Refund 120 EUR to the customer\?/);
+  assert.match(await results.locator(`tr[data-session="${billing.sessionId}"] .passages`).innerText(), /tester said\s+Please refund order 42/);
+  await picture(page, "console-search");
+
+  // A filter: waiting on an approval leaves the session that waits.
+  await page.getByLabel("Waiting on an approval").check();
+  await results.locator(`tr[data-session="${billing.sessionId}"]`).waitFor({ state: "detached", timeout: 10_000 });
+  assert.deepEqual(await results.locator("tbody tr").evaluateAll((rows) => rows.map((r) => r.getAttribute("data-session"))), [approval.sessionId]);
+  await page.getByLabel("Waiting on an approval").uncheck();
+
+  // Words with nothing to find are refused with what to do; a whole id opens its session.
+  await box.fill("the");
+  await page.getByRole("alert").filter({ hasText: "NRD-0008" }).filter({ hasText: "no searchable word" }).waitFor({ timeout: 10_000 });
+  await box.fill(shipping.sessionId);
+  await page.getByText("has this id").getByRole("link", { name: "Shipping" }).waitFor({ timeout: 10_000 });
+
+  // A passage opens its event in the session.
+  await box.fill("broken");
+  await results.locator(`tr[data-session="${billing.sessionId}"] .passages a`).click({ timeout: 10_000 });
+  await page.waitForFunction((id) => location.hash.startsWith(`#/sessions/${id}/events/`), billing.sessionId, { timeout: 10_000 });
+  await page.getByRole("heading", { name: "Billing" }).waitFor({ timeout: 10_000 });
 });
 
 consoleTest("a run's trace: nested runs, tool calls, an interrupt and its pause on one timeline, live", { roles: "reader,writer,approver,backend", org: `trace-${Date.now()}` }, async ({ api, person, page }) => {

@@ -12,6 +12,8 @@ import type {
   InterruptPage,
   OpenInterrupt,
   Operations,
+  SearchPage,
+  SearchQuery,
   SessionPage,
   ProposedEvent,
   SessionRecord,
@@ -322,6 +324,17 @@ export class NaradClient {
   /** One page of the tenant's sessions, oldest first (`after`: the previous page's `nextAfter`). */
   listSessions(query: { after?: string; limit?: number } = {}): Promise<SessionPage> {
     return this.request("GET", "/v1/sessions", { query: { ...query } });
+  }
+
+  /**
+   * Finds sessions by what people said and answered in them and by their
+   * titles (`q`, web-search syntax), narrowed by `state`,
+   * `pendingApprovals`, `actor` and `since`/`until`; newest match first,
+   * each with its newest matching passages (`after`: the previous page's
+   * `nextAfter`).
+   */
+  searchSessions(query: SearchQuery = {}): Promise<SearchPage> {
+    return this.request("GET", "/v1/search", { query: { ...query } });
   }
 
   /**

@@ -19,6 +19,12 @@ export type ReplayGap = Schemas["ReplayGap"];
 export type SessionRecord = Schemas["SessionRecord"];
 /** One page of the tenant's sessions. */
 export type SessionPage = Schemas["SessionPage"];
+/** One page of sessions found by `GET /v1/search`. */
+export type SearchPage = Schemas["SearchPage"];
+/** A session found, with its newest matches. */
+export type SearchResult = Schemas["SearchResult"];
+/** What `GET /v1/search` takes. */
+export type SearchQuery = NonNullable<operations["searchSessions"]["parameters"]["query"]>;
 /** An interrupt waiting for a decision, with its request. */
 export type OpenInterrupt = Schemas["OpenInterrupt"];
 /** One page of the tenant's open interrupts. */

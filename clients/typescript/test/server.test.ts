@@ -251,3 +251,22 @@ test("open interrupts, the tenant's or one session's, until resolved", async () 
   assert.deepEqual(await ids({ sessionId: first }), []);
   assert.deepEqual(await ids({ sessionId: second }), [`${second}-ask`]);
 });
+
+test("searchSessions finds what was said, with its passage marked, and refuses words with nothing to find", async () => {
+  const narad = new NaradClient({ servers: url, token });
+  const word = `zq${Date.now().toString(36)}`;
+  const session = await narad.createSession({ title: "searched" });
+  await narad.command("record-user-message", { sessionId: session.sessionId, messageScope: "session", content: `about ${word} today` });
+  const page = await narad.searchSessions({ q: word, limit: 5 });
+  assert.deepEqual(
+    page.results.map((r) => r.session.sessionId),
+    [session.sessionId],
+  );
+  const [match] = page.results[0]?.matches ?? [];
+  assert.equal(match?.field, "message");
+  assert.deepEqual(
+    match?.snippet.filter((p) => p.matched).map((p) => p.text),
+    [word],
+  );
+  await assert.rejects(narad.searchSessions({ q: "the" }), (e: unknown) => e instanceof NaradError && e.code === "NRD-0008");
+});

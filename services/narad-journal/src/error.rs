@@ -230,6 +230,9 @@ impl JournalError {
                 ErrorBody::new(self.code(), format!("event {index} of the batch: {message}"))
                     .with_field(format!("/events/{index}/uri"), message.clone())
             }
+            JournalError::InvalidParameter { parameter, message } => {
+                ErrorBody::new(self.code(), self.to_string()).with_field(*parameter, message.clone())
+            }
             JournalError::Ambiguous { pointer, message }
             | JournalError::InvalidBody { pointer, message } => {
                 ErrorBody::new(self.code(), message.clone()).with_field(*pointer, message.clone())

@@ -17,6 +17,7 @@
 //! - [`front_ends`]: when chat front ends come back to a session (their aborts stop runs);
 //! - [`idempotency`]: the first answers to requests with an `Idempotency-Key`;
 //! - [`sessions`]: creating, reading and listing sessions;
+//! - [`search`]: sessions found by what was said in them, and by filters;
 //! - [`statistics`]: statistics kept current on the tables the journal grows;
 //! - [`rebuild`]: deriving the engine's state from the events alone;
 //! - [`runtime`]: the work queue of agent runtimes, runtime leases, orphan repair;
@@ -47,6 +48,7 @@ pub mod rebuild;
 pub mod references;
 pub mod relay;
 pub mod runtime;
+pub mod search;
 pub mod sessions;
 pub mod statistics;
 pub mod tenant_relay;
@@ -79,6 +81,9 @@ pub use quotas::{Rate, Taken};
 pub use relay::{AttachSnapshot, RelayCursor, Relayed};
 pub use runtime::{
     Claim, LeaseStanding, Released, Repair, RuntimeDue, RuntimeLease, WorkDefaults, WorkOrder,
+};
+pub use search::{
+    MatchField, SearchCursor, SearchMatch, SearchQuery, SearchResult, SessionState, SnippetPart,
 };
 pub use sessions::{Document, NewSession, SessionDocuments, SessionRecord};
 pub use statistics::STATISTICS_CHECK;

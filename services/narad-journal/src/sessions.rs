@@ -90,12 +90,12 @@ pub struct Document {
     pub state: Value,
 }
 
-const SESSION_COLUMNS: &str = "session_id, title, metadata, \
+pub(crate) const SESSION_COLUMNS: &str = "session_id, title, metadata, \
     to_char(created_at at time zone 'utc', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"'), \
     to_char(archived_at at time zone 'utc', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"'), \
     session_sequence, core";
 
-fn record(row: &tokio_postgres::Row) -> Result<SessionRecord, JournalError> {
+pub(crate) fn record(row: &tokio_postgres::Row) -> Result<SessionRecord, JournalError> {
     let core: Value = row.get(6);
     let core: SessionCore = serde_json::from_value(core)
         .map_err(|e| JournalError::Corrupt(format!("session core: {e}")))?;

@@ -292,6 +292,16 @@ impl Query {
         }
     }
 
+    /// Parameter `name` as `true` or `false`, if given.
+    pub fn boolean(&mut self, name: &str) -> Result<Option<bool>, ApiError> {
+        match self.0.remove(name).as_deref() {
+            None => Ok(None),
+            Some("true") => Ok(Some(true)),
+            Some("false") => Ok(Some(false)),
+            Some(v) => Err(invalid(name, &format!("must be true or false, got {v:?}"))),
+        }
+    }
+
     /// Fails on any parameter not taken: a misspelt cursor must not be
     /// silently ignored.
     pub fn finish(self) -> Result<(), ApiError> {

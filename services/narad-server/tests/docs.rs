@@ -101,8 +101,10 @@ fn functions() -> BTreeMap<String, bool> {
         let mut changes: Vec<(usize, Option<bool>, String)> = Vec::new();
         for keyword in ["create function ", "create or replace function "] {
             for (at, rest) in after(&sql, keyword) {
-                // What the header says, up to the body.
+                // What the header says, up to the body (`$$ … $$`, or
+                // a SQL-standard `return …;`).
                 let header = rest.split("$$").next().unwrap();
+                let header = header.split("\nreturn ").next().unwrap();
                 let definer = header.contains("security definer");
                 changes.push((at, Some(definer), identifier(rest)));
             }

@@ -12,6 +12,7 @@ mod bench_blobs;
 mod bench_commands;
 mod bench_limits;
 mod bench_profile;
+mod bench_search;
 mod bench_soak;
 mod bench_stream;
 mod demo_agent;
@@ -106,6 +107,10 @@ enum BenchCommand {
     /// writers and history readers for minutes, the rate per window beside
     /// the first's.
     Soak(bench_soak::SoakBench),
+    /// Search (GET /v1/search) over ten organisations of 100,000 people's
+    /// messages each: p50 and p95 of each kind of query, beside reading
+    /// one session.
+    Search(bench_search::SearchBench),
 }
 
 #[derive(Subcommand)]
@@ -182,6 +187,9 @@ fn main() -> ExitCode {
             .map(|()| ExitCode::SUCCESS),
         Command::Bench(BenchCommand::Soak(args)) => runtime()
             .block_on(bench_soak::soak(&args))
+            .map(|()| ExitCode::SUCCESS),
+        Command::Bench(BenchCommand::Search(args)) => runtime()
+            .block_on(bench_search::search(&args))
             .map(|()| ExitCode::SUCCESS),
         Command::Config(config) => print_config(&config),
         Command::Serve(config) => {

@@ -35,6 +35,7 @@ from .models import (
     OpenInterrupt,
     QueuedStarts,
     RunStartAnswer,
+    SearchPage,
     SessionPage,
     SessionRecord,
     StreamTicket,
@@ -494,6 +495,37 @@ class Client:
         """One page of the tenant's sessions, oldest first."""
         got = await self.request("GET", "/v1/sessions", params={"after": after, "limit": limit})
         return SessionPage.model_validate(got)
+
+    async def search_sessions(
+        self,
+        q: str | None = None,
+        *,
+        state: str | None = None,
+        pending_approvals: bool | None = None,
+        actor: str | None = None,
+        since: str | None = None,
+        until: str | None = None,
+        after: str | None = None,
+        limit: int | None = None,
+    ) -> SearchPage:
+        """Sessions found by what people said and answered in them and by their
+        titles (``q``, web-search syntax), narrowed by ``state`` (open,
+        archived, running, idle), ``pending_approvals``, ``actor`` (a sub) and
+        ``since``/``until`` (RFC 3339); newest match first, each with its
+        newest matching passages. ``after``: the previous page's ``next_after``."""
+        params: dict[str, Any] = {
+            "q": q,
+            "state": state,
+            "actor": actor,
+            "since": since,
+            "until": until,
+            "after": after,
+            "limit": limit,
+        }
+        if pending_approvals is not None:
+            params["pendingApprovals"] = "true" if pending_approvals else "false"
+        got = await self.request("GET", "/v1/search", params=params)
+        return SearchPage.model_validate(got)
 
     async def queued_starts(self, session_id: str) -> QueuedStarts:
         """The starts waiting for the session's top-level slot, in the order they will start."""

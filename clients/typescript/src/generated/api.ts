@@ -786,6 +786,32 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/search": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Searches the tenant's sessions by what people said in them (their
+         *     messages), what interrupts asked and how they were answered, and their
+         *     titles; narrowed by state, open interrupts, actor and time. Each result
+         *     is a session with its newest matching passages, matched words marked.
+         *     Words use web-search syntax (`"a phrase"`, `or`, `-word`) with English
+         *     stemming ("refunds" finds "refund"). Streamed assistant text is not
+         *     searched. A redacted message is not found by the words it no longer
+         *     shows.
+         */
+        get: operations["searchSessions"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/sessions": {
         parameters: {
             query?: never;
@@ -1464,6 +1490,12 @@ export interface components {
              */
             storedBytes?: number | null;
         };
+        /**
+         * @description What matched: the session's title, a person's message, an interrupt's
+         *     question or its answer.
+         * @enum {string}
+         */
+        MatchField: "title" | "message" | "question" | "answer";
         /** @description An OpenAPI 3.1 document (https://spec.openapis.org/oas/v3.1.0): this one. */
         OpenApiDocument: {
             components: {
@@ -1625,6 +1657,38 @@ export interface components {
             expiresAt: components["schemas"]["defs.timestamp"];
             leaseId: components["schemas"]["defs.id"];
         };
+        /** @description One matching entry, with the passage that matched. */
+        SearchMatch: {
+            /** @description Who said or answered it, as the event names them. */
+            actor?: Record<string, never>;
+            at: components["schemas"]["defs.timestamp"];
+            eventId?: components["schemas"]["defs.id"];
+            /** @description What matched. */
+            field: components["schemas"]["MatchField"];
+            sessionSequence?: components["schemas"]["defs.uint"];
+            /** @description The passage, in pieces: the matched words are marked `matched`. */
+            snippet: components["schemas"]["SnippetPart"][];
+        };
+        /** @description A page of search results. */
+        SearchPage: {
+            /** @description The `after` of the next page, when more remain. */
+            nextAfter?: string;
+            /**
+             * @description The sessions found, newest match first (with neither `q` nor
+             *     `actor`: newest session first).
+             */
+            results: components["schemas"]["SearchResult"][];
+        };
+        /** @description A session found, with why. */
+        SearchResult: {
+            at: components["schemas"]["defs.timestamp"];
+            matchCount: components["schemas"]["defs.uint"];
+            /** @description Its newest matches, at most three, newest first. */
+            matches: components["schemas"]["SearchMatch"][];
+            openInterrupts: components["schemas"]["defs.uint"];
+            /** @description The session. */
+            session: components["schemas"]["SessionRecord"];
+        };
         /**
          * @description A session's state and UI documents (§9.6), current through a
          *     sessionSequence.
@@ -1706,6 +1770,13 @@ export interface components {
             event: "session-erased";
             /** @description The notice's eventId: resume after it with Last-Event-ID. */
             id: components["schemas"]["defs.id"];
+        };
+        /** @description A piece of a passage. */
+        SnippetPart: {
+            /** @description Whether the search's words matched it. */
+            matched?: boolean;
+            /** @description The text. */
+            text: string;
         };
         /** @description A ticket, and where to use it. */
         StreamTicket: {
@@ -10210,6 +10281,97 @@ export interface operations {
             };
             /** @description NRD-0006: the body exceeds the server's limit */
             413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description NRD-0001: the server failed; report the x-request-id */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description NRD-0901: the database cannot be reached; retry with backoff */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    searchSessions: {
+        parameters: {
+            query?: {
+                /** @description Words to find (web-search syntax); absent: the filters alone, newest session first */
+                q?: string;
+                /** @description Only sessions `open` (not archived), `archived`, `running` (an active top-level execution) or `idle` (open, none active) */
+                state?: string;
+                /** @description Only sessions with (`true`) or without (`false`) interrupts waiting for an answer */
+                pendingApprovals?: boolean;
+                /** @description Only messages and answers of this subject (the actor's `sub`) */
+                actor?: string;
+                /** @description Only matches recorded at or after this time (with neither q nor actor: sessions created at or after it) */
+                since?: string;
+                /** @description Only matches recorded before this time (with neither q nor actor: sessions created before it) */
+                until?: string;
+                /** @description The `nextAfter` of the previous page */
+                after?: string;
+                /** @description The page size (default 20) */
+                limit?: number;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description A page of sessions found */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SearchPage"];
+                };
+            };
+            /** @description NRD-0008: a parameter is malformed, or q holds no searchable word */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description NRD-0101: no valid credential */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description NRD-0102: no `read` role */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description NRD-0210: the organisation is being erased, or was: its credentials are refused */
+            410: {
                 headers: {
                     [name: string]: unknown;
                 };

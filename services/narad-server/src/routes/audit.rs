@@ -3,16 +3,14 @@
 use axum::Json;
 use axum::extract::State;
 use narad_journal::{AuditEntry, AuditFilter};
-use narad_protocol::ErrorCode;
-use narad_protocol::primitives::Timestamp;
 use serde::Serialize;
 use utoipa::ToSchema;
 
-use super::page_limit;
+use super::{page_limit, query_time};
 use crate::AppState;
 use crate::auth::{Permission, Principal};
 use crate::body::Query;
-use crate::error::{ApiError, ApiResult};
+use crate::error::ApiResult;
 
 /// The default and largest page of `GET /v1/audit`.
 pub const AUDIT_PAGE: (u32, u32) = (100, 1000);
@@ -27,25 +25,6 @@ pub struct AuditPage {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(value_type = String)]
     pub next_after: Option<String>,
-}
-
-/// An RFC 3339 time from query parameter `name`, in microseconds since the
-/// epoch (any year RFC 3339 can write).
-fn time(query: &mut Query, name: &str) -> ApiResult<Option<i64>> {
-    query
-        .text(name)
-        .map(|t| {
-            Timestamp::parse(t.as_str())
-                .map(|t| t.to_utc().timestamp_micros())
-                .map_err(|e| {
-                    ApiError::new(
-                        ErrorCode::InvalidParameter,
-                        format!("query parameter {name}: {e}"),
-                    )
-                    .with_field(name, "an RFC 3339 date-time, e.g. 2026-12-01T00:00:00Z")
-                })
-        })
-        .transpose()
 }
 
 /// Lists the tenant's commands and admin actions, oldest first: who acted
@@ -73,8 +52,8 @@ pub async fn list(
     mut query: Query,
 ) -> ApiResult<Json<AuditPage>> {
     principal.require(Permission::Admin)?;
-    let since = time(&mut query, "since")?;
-    let until = time(&mut query, "until")?;
+    let since = query_time(&mut query, "since")?;
+    let until = query_time(&mut query, "until")?;
     let after = query.number("after")?;
     let filter = AuditFilter {
         session_id: query.text("sessionId"),

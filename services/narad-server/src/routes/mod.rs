@@ -20,6 +20,7 @@ pub mod openapi;
 pub mod operations;
 pub mod resumable;
 pub mod runtime;
+pub mod search;
 pub mod sessions;
 pub mod sse;
 pub mod stream;
@@ -103,6 +104,7 @@ pub fn router() -> OpenApiRouter<AppState> {
         .routes(routes!(operations::read))
         .routes(routes!(audit::list))
         .routes(routes!(limits::get, limits::set))
+        .routes(routes!(search::search))
         .routes(routes!(sessions::documents))
         .routes(routes!(sessions::queued_starts))
         .routes(routes!(sessions::withdraw_start))
@@ -156,6 +158,28 @@ pub(crate) fn page_limit(limit: Option<u64>, bounds: (u32, u32)) -> Result<u32, 
         )
         .with_field("limit", "out of range")),
     }
+}
+
+/// An RFC 3339 time from query parameter `name`, in microseconds since the
+/// epoch (any year RFC 3339 can write).
+pub(crate) fn query_time(
+    query: &mut crate::body::Query,
+    name: &str,
+) -> Result<Option<i64>, ApiError> {
+    query
+        .text(name)
+        .map(|t| {
+            narad_protocol::primitives::Timestamp::parse(t.as_str())
+                .map(|t| t.to_utc().timestamp_micros())
+                .map_err(|e| {
+                    ApiError::new(
+                        narad_protocol::ErrorCode::InvalidParameter,
+                        format!("query parameter {name}: {e}"),
+                    )
+                    .with_field(name, "an RFC 3339 date-time, e.g. 2026-12-01T00:00:00Z")
+                })
+        })
+        .transpose()
 }
 
 /// Parses the body of command `name`, with the API's errors.

@@ -20,7 +20,7 @@ from .events import node as node_1
 from .events import progress
 from .events import reasoning as reasoning_1
 from .events import run as run_2
-from .events import session as session_1
+from .events import session as session_2
 from .events import state as state_1
 from .events import view
 from .events import workflow as workflow_1
@@ -40,7 +40,7 @@ from .proposed import node as node_2
 from .proposed import progress as progress_1
 from .proposed import reasoning as reasoning_2
 from .proposed import run
-from .proposed import session as session_2
+from .proposed import session as session_3
 from .proposed import state as state_3
 from .proposed import view as view_1
 from .proposed import workflow as workflow_2
@@ -53,7 +53,8 @@ from .proposed.workflow import edge as edge_1
 from .proposed.workflow import step as step_1
 from .watch import node
 from .watch import run as run_1
-from .watch import session, workflow, workspace
+from .watch import session as session_1
+from .watch import workflow, workspace
 
 
 class AgUiContentPartType(Enum):
@@ -450,6 +451,18 @@ class LimitOverrides(BaseModel):
     """
 
 
+class MatchField(Enum):
+    """
+    What matched: the session's title, a person's message, an interrupt's
+    question or its answer.
+    """
+
+    title = 'title'
+    message = 'message'
+    question = 'question'
+    answer = 'answer'
+
+
 class OpenApiDocument(BaseModel):
     """
     An OpenAPI 3.1 document (https://spec.openapis.org/oas/v3.1.0): this one.
@@ -564,6 +577,24 @@ class RetentionPreview(BaseModel):
     """
     Its retention in effect (`null`: sessions are kept until erased by
     hand).
+    """
+
+
+class SnippetPart(BaseModel):
+    """
+    A piece of a passage.
+    """
+
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    matched: bool | None = None
+    """
+    Whether the search's words matched it.
+    """
+    text: str = Field(..., pattern='^[^\\u0000]*$')
+    """
+    The text.
     """
 
 
@@ -1765,6 +1796,44 @@ class RuntimeLease(BaseModel):
     """
 
 
+class SearchMatch(BaseModel):
+    """
+    One matching entry, with the passage that matched.
+    """
+
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    actor: dict[constr(pattern=r'^[^\u0000]*$'), Any] | None = None
+    """
+    Who said or answered it, as the event names them.
+    """
+    at: AwareDatetime
+    """
+    An RFC 3339 date-time. Informational: never used to order authority.
+    """
+    event_id: str | None = Field(
+        default=None, alias='eventId', max_length=256, min_length=1, pattern='^[^\\u0000]*$'
+    )
+    """
+    An opaque identifier: 1 to 256 characters.
+    """
+    field: MatchField
+    """
+    What matched.
+    """
+    session_sequence: int | None = Field(
+        default=None, alias='sessionSequence', ge=0, le=9007199254740991
+    )
+    """
+    A non-negative integer, at most 2^53 - 1.
+    """
+    snippet: list[SnippetPart]
+    """
+    The passage, in pieces: the matched words are marked `matched`.
+    """
+
+
 class SessionDocuments(BaseModel):
     """
     A session's state and UI documents (§9.6), current through a
@@ -2237,10 +2306,10 @@ class WatchEvent(
     RootModel[
         node.Revision
         | run_1.Revision
-        | session.Archived
-        | session.Created
-        | session.Revision
-        | session.Updated
+        | session_1.Archived
+        | session_1.Created
+        | session_1.Revision
+        | session_1.Updated
         | workflow.Revision
         | workspace.Revision
     ]
@@ -2248,10 +2317,10 @@ class WatchEvent(
     root: (
         node.Revision
         | run_1.Revision
-        | session.Archived
-        | session.Created
-        | session.Revision
-        | session.Updated
+        | session_1.Archived
+        | session_1.Created
+        | session_1.Revision
+        | session_1.Updated
         | workflow.Revision
         | workspace.Revision
     ) = Field(..., discriminator='type')
@@ -2390,7 +2459,7 @@ class HistoryPage(BaseModel):
     )
     events: list[
         Annotated[
-            artifact.Added | artifact.Failed | artifact.Ready | attachment.Added | attachment.Failed | attachment.Ready | attachment.Removed | interrupt.Requested | interrupt.Resolved | message_1.Redacted | text_1.Completed | text_1.Delta | text_1.Started | user_1.Recorded | node_1.Custom | node_1.Raw | progress.Recorded | reasoning_1.Completed | reasoning_1.Delta | reasoning_1.Started | run_2.Cancelled | run_2.Custom | run_2.Error | run_2.Finished | run_2.Paused | run_2.Raw | run_2.Resumed | run_2.Started | stop_1.Requested | session_1.Custom | session_1.Raw | state_1.Compacted | state_1.Delta | state_1.Snapshot | call.Finished | call.Started | state_2.Delta | state_2.Snapshot | view.Closed | view.Opened | view.Updated | workflow_1.Cancelled | workflow_1.Custom | edge.Taken | workflow_1.Error | workflow_1.Finished | workflow_1.Paused | workflow_1.Raw | workflow_1.Resumed | workflow_1.Started | step.Started,
+            artifact.Added | artifact.Failed | artifact.Ready | attachment.Added | attachment.Failed | attachment.Ready | attachment.Removed | interrupt.Requested | interrupt.Resolved | message_1.Redacted | text_1.Completed | text_1.Delta | text_1.Started | user_1.Recorded | node_1.Custom | node_1.Raw | progress.Recorded | reasoning_1.Completed | reasoning_1.Delta | reasoning_1.Started | run_2.Cancelled | run_2.Custom | run_2.Error | run_2.Finished | run_2.Paused | run_2.Raw | run_2.Resumed | run_2.Started | stop_1.Requested | session_2.Custom | session_2.Raw | state_1.Compacted | state_1.Delta | state_1.Snapshot | call.Finished | call.Started | state_2.Delta | state_2.Snapshot | view.Closed | view.Opened | view.Updated | workflow_1.Cancelled | workflow_1.Custom | edge.Taken | workflow_1.Error | workflow_1.Finished | workflow_1.Paused | workflow_1.Raw | workflow_1.Resumed | workflow_1.Started | step.Started,
             Field(discriminator='type'),
         ]
     ]
@@ -2475,6 +2544,36 @@ class RunStartAnswer(RunStart):
     )
     """
     An opaque identifier: 1 to 256 characters.
+    """
+
+
+class SearchResult(BaseModel):
+    """
+    A session found, with why.
+    """
+
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    at: AwareDatetime
+    """
+    An RFC 3339 date-time. Informational: never used to order authority.
+    """
+    match_count: int = Field(..., alias='matchCount', ge=0, le=9007199254740991)
+    """
+    A non-negative integer, at most 2^53 - 1.
+    """
+    matches: list[SearchMatch]
+    """
+    Its newest matches, at most three, newest first.
+    """
+    open_interrupts: int = Field(..., alias='openInterrupts', ge=0, le=9007199254740991)
+    """
+    A non-negative integer, at most 2^53 - 1.
+    """
+    session: SessionRecord
+    """
+    The session.
     """
 
 
@@ -2576,7 +2675,7 @@ class AppendRequest(BaseModel):
     model_config = ConfigDict(
         extra='forbid',
     )
-    events: list[Annotated[artifact_1.Added | artifact_1.Failed | artifact_1.Ready | attachment_1.Added | attachment_1.Failed | attachment_1.Ready | attachment_1.Removed | interrupt_1.Requested | interrupt_1.Resolved | message_2.Redacted | text_2.Completed | text_2.Delta | text_2.Started | user_2.Recorded | node_2.Custom | node_2.Raw | progress_1.Recorded | reasoning_2.Completed | reasoning_2.Delta | reasoning_2.Started | run.Cancelled | run.Custom | run.Error | run.Finished | run.Paused | run.Raw | run.Resumed | run.Started | stop_2.Requested | session_2.Custom | session_2.Raw | state_3.Compacted | state_3.Delta | state_3.Snapshot | call_1.Finished | call_1.Started | state_4.Delta | state_4.Snapshot | view_1.Closed | view_1.Opened | view_1.Updated | workflow_2.Cancelled | workflow_2.Custom | edge_1.Taken | workflow_2.Error | workflow_2.Finished | workflow_2.Paused | workflow_2.Raw | workflow_2.Resumed | workflow_2.Started | step_1.Started, Field(discriminator='type')]] = (
+    events: list[Annotated[artifact_1.Added | artifact_1.Failed | artifact_1.Ready | attachment_1.Added | attachment_1.Failed | attachment_1.Ready | attachment_1.Removed | interrupt_1.Requested | interrupt_1.Resolved | message_2.Redacted | text_2.Completed | text_2.Delta | text_2.Started | user_2.Recorded | node_2.Custom | node_2.Raw | progress_1.Recorded | reasoning_2.Completed | reasoning_2.Delta | reasoning_2.Started | run.Cancelled | run.Custom | run.Error | run.Finished | run.Paused | run.Raw | run.Resumed | run.Started | stop_2.Requested | session_3.Custom | session_3.Raw | state_3.Compacted | state_3.Delta | state_3.Snapshot | call_1.Finished | call_1.Started | state_4.Delta | state_4.Snapshot | view_1.Closed | view_1.Opened | view_1.Updated | workflow_2.Cancelled | workflow_2.Custom | edge_1.Taken | workflow_2.Error | workflow_2.Finished | workflow_2.Paused | workflow_2.Raw | workflow_2.Resumed | workflow_2.Started | step_1.Started, Field(discriminator='type')]] = (
         Field(..., max_length=1000, min_length=1)
     )
     expected_session_sequence: int | None = Field(
@@ -2584,4 +2683,23 @@ class AppendRequest(BaseModel):
     )
     """
     Append only if the session's sequence is this one (NRD-0203 otherwise).
+    """
+
+
+class SearchPage(BaseModel):
+    """
+    A page of search results.
+    """
+
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    next_after: str | None = Field(default=None, alias='nextAfter', pattern='^[^\\u0000]*$')
+    """
+    The `after` of the next page, when more remain.
+    """
+    results: list[SearchResult]
+    """
+    The sessions found, newest match first (with neither `q` nor
+    `actor`: newest session first).
     """
