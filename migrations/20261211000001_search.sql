@@ -86,9 +86,9 @@ create index events_redactions on events (tenant_id, session_id, (body ->> 'mess
 -- the transaction is scoped to (`narad.tenant_id`, the setting the
 -- policies read; none set: no rows). It returns positions only; the
 -- caller reads everything else under row-level security. As for the
--- relay (20261130000009_relay.sql), the policies bind narad_app and are
--- not forced on the owner, which narad never connects as.
-alter table sessions no force row level security;
+-- relay and erasure, the policies of `events` and `sessions` bind
+-- narad_app and are not forced on their owner, which narad never connects
+-- as (20261130000009_relay.sql, 20261202000006_erasure.sql).
 
 create function search_hits(p_query tsquery, p_titles boolean)
 returns table (session_id text, session_sequence bigint, at timestamptz, type text, message_id text)

@@ -273,8 +273,14 @@ async fn a_tenant_is_erased_in_batches_and_resumes_after_a_crash() {
         .request_tenant_erasure(&org, "someone")
         .await
         .unwrap();
+    // The server's sweeper may take the request up at once and erase some
+    // of the same sessions meanwhile: each is erased by one of them, so
+    // this batch erases at most 40 and the total below stays exact.
     let (erased, done) = journal.erase_tenant_batch(&org, 40).await.unwrap();
-    assert_eq!((erased, done), (40, false));
+    assert!(
+        (1..=40).contains(&erased) && !done,
+        "{erased} erased, done: {done}"
+    );
 
     // The sweeper resumes it and finishes.
     wait_for("the erasure finishes", 30, async || {
@@ -283,7 +289,7 @@ async fn a_tenant_is_erased_in_batches_and_resumes_after_a_crash() {
     })
     .await;
     let status = s.get("/v1/admin/tenants/acme/erasure", &operator).await;
-    // 40 by the crashed process, the other 91 by the sweeper.
+    // Some by the crashed process, the rest by the sweeper.
     assert_eq!(status.expect(200)["sessionsErased"], 131);
     assert_eq!(sessions_held(&s, "acme").await, 0);
     // Its credentials are refused from then on.
