@@ -8,11 +8,12 @@ import { useEffect, useState } from "preact/hooks";
 import type { NaradClient, SearchPage, SearchQuery, SearchResult } from "../../clients/typescript/src/index.js";
 import { When } from "./figures.js";
 import { messageOf } from "./live.js";
+import { SessionName, sessionHref } from "./names.js";
 
 /** What the operator asked for; empty strings mean "any". */
 export interface Criteria {
   q: string;
-  state: "" | "open" | "archived" | "running" | "idle";
+  state: "" | NonNullable<SearchQuery["state"]>;
   pending: boolean;
   actor: string;
   /** Days (`YYYY-MM-DD`, the viewer's zone), inclusive. */
@@ -22,11 +23,6 @@ export interface Criteria {
 
 export const NO_CRITERIA: Criteria = { q: "", state: "", pending: false, actor: "", since: "", until: "" };
 
-/** Whether the criteria ask the server anything (else the live list shows). */
-export function searching(c: Criteria): boolean {
-  return c.q.trim() !== "" || c.state !== "" || c.pending || c.actor.trim() !== "" || c.since !== "" || c.until !== "";
-}
-
 /** A day of the viewer's zone as the instant it starts (RFC 3339). */
 function dayStart(day: string, plusDays = 0): string | undefined {
   const [y, m, d] = day.split("-").map(Number);
@@ -34,6 +30,7 @@ function dayStart(day: string, plusDays = 0): string | undefined {
   return new Date(y, m - 1, d + plusDays).toISOString();
 }
 
+/** What `GET /v1/search` is asked for `c`: only what is set. */
 function queryOf(c: Criteria): SearchQuery {
   const q: SearchQuery = {};
   if (c.q.trim() !== "") q.q = c.q.trim();
@@ -47,16 +44,23 @@ function queryOf(c: Criteria): SearchQuery {
   return q;
 }
 
+/** Whether the criteria ask the server anything (else the live list shows). */
+export function searching(c: Criteria): boolean {
+  return Object.keys(queryOf(c)).length > 0;
+}
+
 interface Found {
   results: SearchResult[];
   nextAfter: string | undefined;
+  /** Why nothing was looked for (words with nothing searchable). */
+  notice: string | undefined;
   loading: boolean;
   problem: string | undefined;
 }
 
 /** The results of `criteria`, asked 250 ms after they stop changing; a later question wins over an earlier answer. */
 function useSearch(client: NaradClient, criteria: Criteria): Found & { more: () => void } {
-  const [found, setFound] = useState<Found>({ results: [], nextAfter: undefined, loading: true, problem: undefined });
+  const [found, setFound] = useState<Found>({ results: [], nextAfter: undefined, notice: undefined, loading: true, problem: undefined });
   const key = JSON.stringify(criteria);
   useEffect(() => {
     let current = true;
@@ -65,17 +69,17 @@ function useSearch(client: NaradClient, criteria: Criteria): Found & { more: () 
       client
         .searchSessions(queryOf(criteria))
         .then((page: SearchPage) => {
-          if (current) setFound({ results: page.results, nextAfter: page.nextAfter, loading: false, problem: undefined });
+          if (current) setFound({ results: page.results, nextAfter: page.nextAfter, notice: page.notice, loading: false, problem: undefined });
         })
         .catch((e: unknown) => {
-          if (current) setFound({ results: [], nextAfter: undefined, loading: false, problem: messageOf(e) });
+          if (current) setFound({ results: [], nextAfter: undefined, notice: undefined, loading: false, problem: messageOf(e) });
         });
     }, 250);
     return () => {
       current = false;
       clearTimeout(timer);
     };
-    // eslint-disable-next-line react-hooks/exhaustive-deps -- `key` is the criteria
+    // `key` stands for the criteria: a new object with the same values asks nothing new.
   }, [client, key]);
   const more = () => {
     if (found.nextAfter === undefined) return;
@@ -84,7 +88,7 @@ function useSearch(client: NaradClient, criteria: Criteria): Found & { more: () 
     client
       .searchSessions({ ...queryOf(criteria), after })
       .then((page) =>
-        setFound((f) => (f.nextAfter === after ? { results: [...f.results, ...page.results], nextAfter: page.nextAfter, loading: false, problem: undefined } : f)),
+        setFound((f) => (f.nextAfter === after ? { ...f, results: [...f.results, ...page.results], nextAfter: page.nextAfter, loading: false } : f)),
       )
       .catch((e: unknown) => setFound((f) => ({ ...f, loading: false, problem: messageOf(e) })));
   };
@@ -144,8 +148,6 @@ export function Filters({ criteria, set }: { criteria: Criteria; set: (c: Criter
 /** The sessions the server found for `criteria`. */
 export function SearchResults({ client, criteria, now }: { client: NaradClient; criteria: Criteria; now: number }) {
   const found = useSearch(client, criteria);
-  const link = (sessionId: string, eventId?: string) =>
-    `#/sessions/${encodeURIComponent(sessionId)}${eventId === undefined ? "" : `/events/${encodeURIComponent(eventId)}`}`;
   return (
     <section aria-label="Search results" aria-busy={found.loading}>
       {found.problem !== undefined && (
@@ -154,7 +156,12 @@ export function SearchResults({ client, criteria, now }: { client: NaradClient; 
         </p>
       )}
       {found.loading && found.results.length === 0 && <p class="quiet">Searching…</p>}
-      {!found.loading && found.problem === undefined && found.results.length === 0 && <p class="quiet">No session matches.</p>}
+      {!found.loading && found.notice !== undefined && (
+        <p role="status" class="quiet">
+          {found.notice}
+        </p>
+      )}
+      {!found.loading && found.problem === undefined && found.notice === undefined && found.results.length === 0 && <p class="quiet">No session matches.</p>}
       {found.results.length > 0 && (
         <table class="found">
           <thead>
@@ -169,9 +176,7 @@ export function SearchResults({ client, criteria, now }: { client: NaradClient; 
             {found.results.map((r) => (
               <tr key={r.session.sessionId} data-session={r.session.sessionId}>
                 <td>
-                  <a href={link(r.session.sessionId)}>{r.session.title ?? r.session.sessionId}</a>
-                  <div class="id">{r.session.sessionId}</div>
-                  {r.session.archivedAt !== undefined && <span class="badge">archived</span>}
+                  <SessionName session={r.session} />
                   {r.matches.length > 0 && (
                     <ul class="passages">
                       {r.matches.map((m, i) => (
@@ -183,7 +188,7 @@ export function SearchResults({ client, criteria, now }: { client: NaradClient; 
                           {m.eventId === undefined ? (
                             <Passage parts={m.snippet} />
                           ) : (
-                            <a href={link(r.session.sessionId, m.eventId)}>
+                            <a href={sessionHref(r.session.sessionId, m.eventId)}>
                               <Passage parts={m.snippet} />
                             </a>
                           )}{" "}

@@ -8,6 +8,7 @@ import type { NaradClient } from "../../clients/typescript/src/index.js";
 import { type Identity, may } from "./auth.js";
 import { ago, useObservable, useTick } from "./hooks.js";
 import { LiveSessionList, messageOf, type SessionSummary } from "./live.js";
+import { SessionName, sessionHref } from "./names.js";
 import { type Criteria, Filters, NO_CRITERIA, SearchResults, searching } from "./search.js";
 
 function activity(s: SessionSummary): number {
@@ -30,7 +31,7 @@ export function SessionsPage({ client, identity }: { client: NaradClient; identi
   const create = async () => {
     try {
       const s = await client.createSession({ title: `Session ${new Date().toLocaleString()}` });
-      location.hash = `#/sessions/${encodeURIComponent(s.sessionId)}`;
+      location.hash = sessionHref(s.sessionId);
     } catch (e) {
       setProblem(messageOf(e));
     }
@@ -67,7 +68,7 @@ export function SessionsPage({ client, identity }: { client: NaradClient; identi
       )}
       {byId && (
         <p>
-          Session <a href={`#/sessions/${encodeURIComponent(byId.sessionId)}`}>{byId.title ?? byId.sessionId}</a> has this id.
+          Session <a href={sessionHref(byId.sessionId)}>{byId.title ?? byId.sessionId}</a> has this id.
         </p>
       )}
       {search && <SearchResults client={client} criteria={criteria} now={now} />}
@@ -88,9 +89,7 @@ export function SessionsPage({ client, identity }: { client: NaradClient; identi
             {rows.map((s) => (
               <tr key={s.sessionId} data-session={s.sessionId}>
                 <td>
-                  <a href={`#/sessions/${encodeURIComponent(s.sessionId)}`}>{s.title ?? s.sessionId}</a>
-                  <div class="id">{s.sessionId}</div>
-                  {s.archivedAt !== undefined && <span class="badge">archived</span>}
+                  <SessionName session={s} />
                 </td>
                 <td>
                   {s.activeExecution ? (

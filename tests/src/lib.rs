@@ -305,6 +305,16 @@ impl Server {
         .await
     }
 
+    /// Starts a server on a fresh database taking bodies of up to `bytes`
+    /// (instead of [`MAX_BODY`]).
+    pub async fn start_with_max_body(bytes: usize) -> Server {
+        Server::start_with_http(HttpSettings {
+            max_body_bytes: bytes,
+            ..http()
+        })
+        .await
+    }
+
     /// Starts a server on a fresh database that lets pages of `origins`
     /// call it (CORS).
     pub async fn start_with_cors(origins: &[&str]) -> Server {

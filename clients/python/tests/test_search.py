@@ -1,5 +1,5 @@
 """``Client.search_sessions`` against a real ``narad serve``: words, a filter,
-paging, and a refusal naming its parameter."""
+paging, words with nothing to find, and a refused state."""
 
 from __future__ import annotations
 
@@ -34,6 +34,10 @@ async def test_search_sessions_finds_words_filters_and_pages(
         rest = await client.search_sessions(actor="ana", limit=2, after=mine.next_after)
         assert [r.session.title for r in rest.results] == ["ticket 0"]
 
+        nothing = await client.search_sessions("the")
+        assert nothing.results == []
+        assert nothing.notice is not None and "no searchable word" in nothing.notice
+
         with pytest.raises(NaradError) as refused:
-            await client.search_sessions("the")
+            await client.search_sessions(state="sleeping")
         assert refused.value.code == "NRD-0008"

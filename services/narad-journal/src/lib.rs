@@ -380,6 +380,10 @@ pub const CONNECTION_SETUP: &str = "set role narad_app; select stream_clock_atta
 const BEGIN_SCOPED: &str = "begin";
 const SET_TENANT: &str = "select set_config('narad.tenant_id', $1, true)";
 
+/// The `to_char` format of a timestamp as RFC 3339 in UTC, to the
+/// millisecond: `to_char(x at time zone 'utc', {TIME})`.
+pub(crate) const TIME: &str = r#"'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'"#;
+
 /// Runs `body` in a tenant-scoped transaction on `client`: commits when it
 /// returns `Ok`, rolls back otherwise.
 ///

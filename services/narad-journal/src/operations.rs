@@ -4,7 +4,7 @@
 
 use serde::Serialize;
 
-use crate::{Journal, JournalError, TenantId, in_tenant};
+use crate::{Journal, JournalError, TIME, TenantId, in_tenant};
 
 /// The longest list of held runs one read returns.
 pub const MAX_CLAIMS: i64 = 500;
@@ -92,9 +92,6 @@ pub struct Operations {
     /// The held runs, the longest held first (at most 500).
     pub claims: Vec<ClaimStanding>,
 }
-
-/// A timestamp column as RFC 3339 in UTC, to the millisecond.
-const TIME: &str = r#"'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'"#;
 
 impl Journal {
     /// What runs on `tenant`'s behalf now.

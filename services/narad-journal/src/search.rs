@@ -13,10 +13,11 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::sessions::{SESSION_COLUMNS, record};
-use crate::{Journal, JournalError, SessionRecord, TenantId, in_tenant};
+use crate::{Journal, JournalError, SessionRecord, TIME, TenantId, in_tenant};
 
 /// Which sessions a search keeps, by their state.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "lowercase")]
 pub enum SessionState {
     /// Not archived.
     Open,
@@ -191,13 +192,15 @@ const STOP: char = '\u{E001}';
 /// session), with their passages (the marks ts_headline writes are removed
 /// from the text first).
 fn matches_of(hits: &str) -> String {
+    // What the entry says (bounded as its document is), or the title.
+    let content = "search_bounded(coalesce(search_content(e.type, e.body), to_jsonb(s.title)))";
     format!(
         "(select coalesce(jsonb_agg(m order by m.micros desc), '[]') from ( \
            select h.micros, e.event_id, h.session_sequence, e.type, e.body -> 'actor' as actor, \
-             to_char(h.at at time zone 'utc', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"') as at, \
-             case when q.words is null then coalesce(search_content(e.type, e.body), to_jsonb(s.title)) \
+             to_char(h.at at time zone 'utc', {TIME}) as at, \
+             case when q.words is null then {content} \
                else ts_headline('english'::regconfig, \
-                 translate(coalesce(search_content(e.type, e.body), to_jsonb(s.title))::text, '{START}{STOP}', '')::jsonb, \
+                 translate({content}::text, '{START}{STOP}', '')::jsonb, \
                  q.words, 'StartSel={START}, StopSel={STOP}, MaxWords=24, MinWords=10') \
              end as passage \
            from {hits} h left join events e \
@@ -220,10 +223,9 @@ const SESSION_FILTERS: &str = "\
 fn by_matches() -> String {
     format!(
         "with q as ( \
-           select w.words, coalesce(w.words && t.tags, t.tags) as full \
-           from (select case when $2::text is null then null else websearch_to_tsquery('english', $2) end as words) w, \
-                (select search_tag_query('tenant', $1) \
-                   && coalesce(search_tag_query('actor', $3::text), search_tag_query('tenant', $1)) as tags) t \
+           select words, coalesce(words && actor, words, actor) as full \
+           from (select case when $2::text is null then null else websearch_to_tsquery('english', $2) end as words, \
+                   search_tag_query('actor', $3::text) as actor) parts \
          ), \
          hits as materialized ( \
            select h.session_id, h.session_sequence, h.at, \
@@ -251,7 +253,7 @@ fn by_matches() -> String {
            from hits h where h.session_id in (select sid from page) \
          ) \
          select {SESSION_COLUMNS}, p.micros, \
-           to_char(p.at at time zone 'utc', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"'), p.match_count, \
+           to_char(p.at at time zone 'utc', {TIME}), p.match_count, \
            (select count(*) from interrupt_deadlines d where d.tenant_id = $1 and d.session_id = s.session_id), \
            {matches} \
          from page p join sessions s on s.tenant_id = $1 and s.session_id = p.sid, q \
@@ -260,11 +262,13 @@ fn by_matches() -> String {
     )
 }
 
-/// The search of filters alone: sessions newest first.
+/// The search of filters alone: sessions newest first. It takes the
+/// parameters of [`by_matches`] (words and actor, `$2` and `$3`, are null
+/// here) so that one list serves both and shares [`SESSION_FILTERS`].
 fn by_filters() -> String {
     format!(
         "select {SESSION_COLUMNS}, (extract(epoch from s.created_at) * 1000000)::bigint, \
-           to_char(s.created_at at time zone 'utc', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"'), 0::bigint, \
+           to_char(s.created_at at time zone 'utc', {TIME}), 0::bigint, \
            (select count(*) from interrupt_deadlines d where d.tenant_id = $1 and d.session_id = s.session_id), \
            '[]'::jsonb \
          from sessions s \
@@ -280,13 +284,14 @@ fn by_filters() -> String {
 impl Journal {
     /// Searches `tenant`'s sessions: at most `limit` results, newest match
     /// first. Words that hold nothing searchable (only stop words such as
-    /// "the") are refused: they would match everything.
+    /// "the", or punctuation) find nothing, and say so: as a query they
+    /// would match everything.
     pub async fn search(
         &self,
         tenant: &TenantId,
         query: &SearchQuery,
         limit: u32,
-    ) -> Result<Vec<SearchResult>, JournalError> {
+    ) -> Result<Found, JournalError> {
         let client = self.pool.get().await?;
         let words = query
             .words
@@ -305,13 +310,9 @@ impl Journal {
                     .await?;
                 let nodes: i32 = c.query_one(&check, &[&words]).await?.get(0);
                 if nodes == 0 {
-                    return Err(JournalError::InvalidParameter {
-                        parameter: "q",
-                        message: format!(
-                            "{words:?} holds no searchable word (only common words such as \
-                             \"the\", or punctuation): name what to find, or leave q out to \
-                             filter alone"
-                        ),
+                    return Ok(Found {
+                        results: Vec::new(),
+                        unsearchable_words: true,
                     });
                 }
             }
@@ -338,10 +339,22 @@ impl Journal {
                     ],
                 )
                 .await?;
-            rows.iter().map(result).collect()
+            Ok(Found {
+                results: rows.iter().map(result).collect::<Result<_, _>>()?,
+                unsearchable_words: false,
+            })
         })
         .await
     }
+}
+
+/// What a search found.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Found {
+    /// The sessions, newest match first.
+    pub results: Vec<SearchResult>,
+    /// The words held nothing searchable, so nothing was looked for.
+    pub unsearchable_words: bool,
 }
 
 fn result(row: &tokio_postgres::Row) -> Result<SearchResult, JournalError> {

@@ -358,7 +358,9 @@ pub fn parameter<T, E: std::fmt::Display>(name: &str, parsed: Result<T, E>) -> R
     })
 }
 
-fn invalid(name: &str, problem: &str) -> ApiError {
+/// 400 `NRD-0008` for query parameter `name`: "query parameter {name}
+/// {problem}", pointing at it.
+pub fn invalid(name: &str, problem: &str) -> ApiError {
     ApiError::new(
         ErrorCode::InvalidParameter,
         format!("query parameter {name} {problem}"),

@@ -1674,6 +1674,12 @@ export interface components {
             /** @description The `after` of the next page, when more remain. */
             nextAfter?: string;
             /**
+             * @description Why nothing was looked for, when nothing was: `q` held no
+             *     searchable word (only common words such as "the", or punctuation),
+             *     which as a query would match everything.
+             */
+            notice?: string;
+            /**
              * @description The sessions found, newest match first (with neither `q` nor
              *     `actor`: newest session first).
              */
@@ -10314,17 +10320,17 @@ export interface operations {
                 /** @description Words to find (web-search syntax); absent: the filters alone, newest session first */
                 q?: string;
                 /** @description Only sessions `open` (not archived), `archived`, `running` (an active top-level execution) or `idle` (open, none active) */
-                state?: string;
+                state?: "open" | "archived" | "running" | "idle";
                 /** @description Only sessions with (`true`) or without (`false`) interrupts waiting for an answer */
                 pendingApprovals?: boolean;
                 /** @description Only messages and answers of this subject (the actor's `sub`) */
                 actor?: string;
                 /** @description Only matches recorded at or after this time (with neither q nor actor: sessions created at or after it) */
                 since?: string;
-                /** @description Only matches recorded before this time (with neither q nor actor: sessions created before it) */
+                /** @description Only matches recorded before this time (with neither q nor actor: sessions created before it); not after since: nothing */
                 until?: string;
                 /** @description The `nextAfter` of the previous page */
-                after?: string;
+                after?: string & unknown;
                 /** @description The page size (default 20) */
                 limit?: number;
             };
@@ -10343,7 +10349,7 @@ export interface operations {
                     "application/json": components["schemas"]["SearchPage"];
                 };
             };
-            /** @description NRD-0008: a parameter is malformed, or q holds no searchable word */
+            /** @description NRD-0008: a parameter is malformed */
             400: {
                 headers: {
                     [name: string]: unknown;

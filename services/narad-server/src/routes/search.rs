@@ -4,15 +4,14 @@
 use axum::Json;
 use axum::extract::State;
 use narad_journal::{SearchCursor, SearchQuery, SearchResult, SessionState};
-use narad_protocol::ErrorCode;
 use serde::Serialize;
 use utoipa::ToSchema;
 
 use super::{page_limit, query_time};
 use crate::AppState;
 use crate::auth::{Permission, Principal};
-use crate::body::Query;
-use crate::error::{ApiError, ApiResult};
+use crate::body::{Query, invalid};
+use crate::error::ApiResult;
 
 /// The default and largest page of `GET /v1/search`.
 pub const SEARCH_PAGE: (u32, u32) = (20, 100);
@@ -31,10 +30,12 @@ pub struct SearchPage {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(value_type = String)]
     pub next_after: Option<String>,
-}
-
-fn invalid(name: &str, message: String, problem: &str) -> ApiError {
-    ApiError::new(ErrorCode::InvalidParameter, message).with_field(name, problem)
+    /// Why nothing was looked for, when nothing was: `q` held no
+    /// searchable word (only common words such as "the", or punctuation),
+    /// which as a query would match everything.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = String)]
+    pub notice: Option<String>,
 }
 
 /// Searches the tenant's sessions by what people said in them (their
@@ -48,17 +49,17 @@ fn invalid(name: &str, message: String, problem: &str) -> ApiError {
 #[utoipa::path(get, path = "/v1/search", operation_id = "searchSessions", tag = "sessions",
     params(
         ("q" = Option<String>, Query, max_length = 1000, description = "Words to find (web-search syntax); absent: the filters alone, newest session first"),
-        ("state" = Option<String>, Query, description = "Only sessions `open` (not archived), `archived`, `running` (an active top-level execution) or `idle` (open, none active)"),
+        ("state" = inline(Option<SessionState>), Query, description = "Only sessions `open` (not archived), `archived`, `running` (an active top-level execution) or `idle` (open, none active)"),
         ("pendingApprovals" = Option<bool>, Query, description = "Only sessions with (`true`) or without (`false`) interrupts waiting for an answer"),
-        ("actor" = Option<String>, Query, description = "Only messages and answers of this subject (the actor's `sub`)"),
+        ("actor" = Option<String>, Query, min_length = 1, description = "Only messages and answers of this subject (the actor's `sub`)"),
         ("since" = Option<String>, Query, format = DateTime, description = "Only matches recorded at or after this time (with neither q nor actor: sessions created at or after it)"),
-        ("until" = Option<String>, Query, format = DateTime, description = "Only matches recorded before this time (with neither q nor actor: sessions created before it)"),
-        ("after" = Option<String>, Query, description = "The `nextAfter` of the previous page"),
+        ("until" = Option<String>, Query, format = DateTime, description = "Only matches recorded before this time (with neither q nor actor: sessions created before it); not after since: nothing"),
+        ("after" = Option<String>, Query, pattern = r"^-?[0-9]{1,18}\..+$", description = "The `nextAfter` of the previous page"),
         ("limit" = Option<u32>, Query, minimum = 1, maximum = 100, description = "The page size (default 20)"),
     ),
     responses(
         (status = 200, description = "A page of sessions found", body = SearchPage),
-        (status = 400, description = "NRD-0008: a parameter is malformed, or q holds no searchable word"),
+        (status = 400, description = "NRD-0008: a parameter is malformed"),
         (status = 403, description = "NRD-0102: no `read` role"),
     ),
     security(("bearer" = [])))]
@@ -69,13 +70,13 @@ pub async fn search(
 ) -> ApiResult<Json<SearchPage>> {
     principal.require(Permission::Read)?;
     let words = query.text("q");
-    if let Some(w) = &words
-        && w.chars().count() > LONGEST_WORDS
+    if words
+        .as_ref()
+        .is_some_and(|w| w.chars().count() > LONGEST_WORDS)
     {
         return Err(invalid(
             "q",
-            format!("query parameter q is longer than {LONGEST_WORDS} characters"),
-            "too long",
+            &format!("is longer than {LONGEST_WORDS} characters"),
         ));
     }
     let session_state = match query.text("state") {
@@ -83,40 +84,23 @@ pub async fn search(
         Some(name) => Some(SessionState::parse(&name).ok_or_else(|| {
             invalid(
                 "state",
-                format!(
-                    "query parameter state must be open, archived, running or idle, got {name:?}"
-                ),
-                "one of open, archived, running, idle",
+                &format!("must be open, archived, running or idle, got {name:?}"),
             )
         })?),
     };
     let pending_approvals = query.boolean("pendingApprovals")?;
     let actor = query.text("actor");
     if actor.as_deref() == Some("") {
-        return Err(invalid(
-            "actor",
-            "query parameter actor is empty".into(),
-            "empty",
-        ));
+        return Err(invalid("actor", "is empty"));
     }
     let since = query_time(&mut query, "since")?;
     let until = query_time(&mut query, "until")?;
-    if let (Some(s), Some(u)) = (since, until)
-        && s >= u
-    {
-        return Err(invalid(
-            "until",
-            "query parameter until must be later than since".into(),
-            "not later than since",
-        ));
-    }
     let after = match query.text("after") {
         None => None,
         Some(text) => Some(SearchCursor::decode(&text).ok_or_else(|| {
             invalid(
                 "after",
-                format!("query parameter after is not a nextAfter this route gave: {text:?}"),
-                "not a nextAfter of GET /v1/search",
+                &format!("is not a nextAfter of GET /v1/search: {text:?}"),
             )
         })?),
     };
@@ -131,10 +115,16 @@ pub async fn search(
         until,
         after,
     };
-    let mut results = state
+    let found = state
         .journal
         .search(&principal.tenant, &search, limit + 1)
         .await?;
+    let notice = found.unsearchable_words.then(|| {
+        "q holds no searchable word (only common words such as \"the\", or punctuation), \
+         so nothing was looked for: name what to find, or leave q out to filter alone"
+            .to_owned()
+    });
+    let mut results = found.results;
     let next_after = if results.len() > limit as usize {
         results.truncate(limit as usize);
         results.last().map(|r| r.cursor().encode())
@@ -146,5 +136,6 @@ pub async fn search(
     Ok(Json(SearchPage {
         results,
         next_after,
+        notice,
     }))
 }

@@ -2698,6 +2698,12 @@ class SearchPage(BaseModel):
     """
     The `after` of the next page, when more remain.
     """
+    notice: str | None = Field(default=None, pattern='^[^\\u0000]*$')
+    """
+    Why nothing was looked for, when nothing was: `q` held no
+    searchable word (only common words such as "the", or punctuation),
+    which as a query would match everything.
+    """
     results: list[SearchResult]
     """
     The sessions found, newest match first (with neither `q` nor
