@@ -7,6 +7,7 @@
 import { useState } from "preact/hooks";
 
 import type { NaradClient } from "../../clients/typescript/src/index.js";
+import { costOf, costText } from "./cost.js";
 import { between, duration, usageText } from "./figures.js";
 import { actorOf, type Event, type LiveSession, messageOf, messageText } from "./live.js";
 
@@ -43,7 +44,8 @@ export function markdown(live: LiveSession, title: string): string {
   }
   const out = [`# ${title}`, "", `Session \`${live.sessionId}\` · ${live.events.length} events · exported ${new Date().toISOString()}`];
   const usage = live.usage();
-  if (Object.keys(usage).length > 0) out.push("", `Usage: ${usageText(usage)}`);
+  const cost = costOf(live.usageByModel());
+  if (Object.keys(usage).length > 0) out.push("", `Usage: ${usageText(usage)}${cost === undefined ? "" : ` · ${costText(cost)}`}`);
   const at = (e: Event) => `_${e.timestamp}_`;
   for (const e of live.events) {
     switch (e.type) {
@@ -51,7 +53,9 @@ export function markdown(live: LiveSession, title: string): string {
         const end = live.terminals.get(e.runId as string);
         const runUsage = live.usage(e.runId as string);
         const outcome = end === undefined ? "running" : `${end.type.slice(4)} after ${duration(between(e.timestamp, end.timestamp))}`;
-        const extra = Object.keys(runUsage).length > 0 ? ` · ${usageText(runUsage)}` : "";
+        const runCost = costOf(live.usageByModel(e.runId as string));
+        const priced = runCost === undefined ? "" : ` · ${costText(runCost)}`;
+        const extra = Object.keys(runUsage).length > 0 ? ` · ${usageText(runUsage)}${priced}` : "";
         const name = live.runName(e.runId as string);
         const named = `\`${String(e.runId)}\`${name === undefined ? "" : ` “${name}”`}`;
         out.push("", `## Run ${named}${e.parentRunId ? ` (in \`${String(e.parentRunId)}\`)` : ""}: ${outcome}${extra}`, "", at(e));

@@ -27,3 +27,21 @@ export function useTick(ms: number): number {
   }, [ms]);
   return now;
 }
+
+/**
+ * Calls `read` at once and then every `ms` until the component goes or
+ * `deps` change; `read` is told whether its answer still matters
+ * (`current()`: false once stopped), so that a late answer sets nothing.
+ */
+export function usePoll(read: (current: () => boolean) => Promise<void>, ms: number, deps: readonly unknown[]): void {
+  useEffect(() => {
+    let stopped = false;
+    const current = () => !stopped;
+    void read(current);
+    const t = setInterval(() => void read(current), ms);
+    return () => {
+      stopped = true;
+      clearInterval(t);
+    };
+  }, deps);
+}

@@ -5,6 +5,7 @@
  * once per animation frame, however fast events arrive.
  */
 import { follow, type NaradClient, NaradError, SessionReducer, type Frame, type TranscriptItem } from "../../clients/typescript/src/index.js";
+import { modelOf } from "./cost.js";
 
 type Listener = () => void;
 
@@ -306,6 +307,24 @@ export class LiveSession extends Followed {
     const terminals = runId === undefined ? this.terminals.values() : [this.terminals.get(runId)];
     for (const t of terminals) addUsage(sum, t?.usage);
     return sum;
+  }
+
+  /**
+   * The same usage split by the model each run named (`input.model` of its
+   * `run.started`; `undefined`: none), to be priced.
+   */
+  usageByModel(runId?: string): Map<string | undefined, Record<string, number>> {
+    const out = new Map<string | undefined, Record<string, number>>();
+    const runs = runId === undefined ? [...this.terminals.keys()] : [runId];
+    for (const run of runs) {
+      const terminal = this.terminals.get(run);
+      if (terminal === undefined) continue;
+      const model = modelOf(this.started(run));
+      const sum = out.get(model) ?? {};
+      addUsage(sum, terminal.usage);
+      out.set(model, sum);
+    }
+    return out;
   }
 
   /** Reduces one object; draws now, soon (within 100 ms, with whatever follows), or later. */

@@ -4,14 +4,15 @@
  * `#/sessions/<id>`), so the server serves one page.
  */
 import { render } from "preact";
-import { useEffect, useMemo, useState } from "preact/hooks";
+import { useEffect, useMemo, useRef, useState } from "preact/hooks";
 
 import { NaradClient } from "../../clients/typescript/src/index.js";
 import { ApprovalsPage, useApprovalNotifications } from "./approvals.js";
 import { current, type Identity, may, signIn, signOut, takeTokenFromAddress } from "./auth.js";
 import { LiveInbox, Reachability } from "./live.js";
 import { OperationsPage } from "./operations.js";
-import { finishSignIn, type OidcConfig, startSignIn } from "./oidc.js";
+import { type Prices, setPrices } from "./cost.js";
+import { canRenew, finishSignIn, forgetRenewal, type OidcConfig, renew, renewalDelay, startSignIn } from "./oidc.js";
 import { SessionPage } from "./session.js";
 import { SessionsPage } from "./sessions.js";
 import { useObservable } from "./hooks.js";
@@ -73,6 +74,7 @@ function SignIn({ oidc, problem: given, onSignedIn }: { oidc: OidcConfig | null;
       <form
         onSubmit={(e) => {
           e.preventDefault();
+          forgetRenewal();
           const id = signIn(token);
           if (id === undefined) setProblem("That is not a JWT: a token has three dot-separated parts.");
           else onSignedIn(id);
@@ -95,8 +97,13 @@ function App({ oidc, problem: given }: { oidc: OidcConfig | null; problem: strin
   const [identity, setIdentity] = useState<Identity | undefined>(current);
   const [problem, setProblem] = useState(given);
   const r = useRoute();
-  // A new reachability per identity: a refusal belongs to the token refused.
-  const reachability = useMemo(() => new Reachability(), [identity]);
+  // Who is signed in: a renewed token of the same person keeps the client
+  // and its streams (the client asks for the token at each request).
+  const who = identity && `${identity.org}\n${identity.sub}\n${identity.roles.join(",")}`;
+  const latest = useRef(identity?.token);
+  latest.current = identity?.token;
+  // A new reachability per person: a refusal belongs to the token refused.
+  const reachability = useMemo(() => new Reachability(), [who]);
   useObservable(reachability);
   // A sign-in link opened in a tab already on the console signs in with its
   // token, and takes it out of the address bar and the history at once.
@@ -104,6 +111,7 @@ function App({ oidc, problem: given }: { oidc: OidcConfig | null; problem: strin
     const on = () => {
       const token = takeTokenFromAddress();
       if (token === undefined) return;
+      forgetRenewal();
       const id = signIn(token);
       if (id === undefined) setProblem("The sign-in link's token is not a JWT.");
       else setProblem(undefined);
@@ -117,18 +125,39 @@ function App({ oidc, problem: given }: { oidc: OidcConfig | null; problem: strin
   useEffect(() => {
     if (reachability.refused === undefined || identity === undefined) return;
     signOut();
+    forgetRenewal();
     setProblem(`Sign in again: ${reachability.refused}`);
     setIdentity(undefined);
   }, [reachability.refused, identity]);
   const client = useMemo(
     () =>
-      identity &&
-      new NaradClient({ servers: location.origin, token: identity.token, fetch: reachability.wrap(globalThis.fetch.bind(globalThis)) }),
-    [identity, reachability],
+      who === undefined
+        ? undefined
+        : new NaradClient({ servers: location.origin, token: () => latest.current ?? "", fetch: reachability.wrap(globalThis.fetch.bind(globalThis)) }),
+    [who, reachability],
   );
+  // An OpenID Connect sign-in with a refresh token renews its access token
+  // before it expires; when the provider refuses, the token runs out and
+  // the server's refusal leads back to signing in.
+  useEffect(() => {
+    if (oidc === null || identity === undefined || !canRenew()) return;
+    let stopped = false;
+    const t = setTimeout(async () => {
+      try {
+        const id = signIn(await renew(oidc));
+        if (!stopped && id !== undefined) setIdentity(id);
+      } catch (e) {
+        console.warn("the access token could not be renewed", e);
+      }
+    }, renewalDelay(identity.expiresAt, Date.now()));
+    return () => {
+      stopped = true;
+      clearTimeout(t);
+    };
+  }, [oidc, identity]);
   // One inbox for the whole console: its count on the navigation, the
   // notifications, and the Approvals page.
-  const inbox = useMemo(() => (client !== undefined && identity !== undefined && may(identity, "read") ? new LiveInbox(client) : undefined), [client, identity]);
+  const inbox = useMemo(() => (client !== undefined && identity !== undefined && may(identity, "read") ? new LiveInbox(client) : undefined), [client, who]);
   useEffect(() => () => inbox?.close(), [inbox]);
   useObservable(inbox);
   useApprovalNotifications(inbox);
@@ -176,6 +205,7 @@ function App({ oidc, problem: given }: { oidc: OidcConfig | null; problem: strin
           class="quiet"
           onClick={() => {
             signOut();
+            forgetRenewal();
             setIdentity(undefined);
           }}
         >
@@ -200,12 +230,16 @@ async function start(): Promise<void> {
   // The sign-in link's token is taken at once, before anything is awaited:
   // the address may change (a click, a script) while the settings load.
   const fromAddress = takeTokenFromAddress();
-  if (fromAddress !== undefined) signIn(fromAddress);
+  if (fromAddress !== undefined) {
+    forgetRenewal();
+    signIn(fromAddress);
+  }
   let oidc: OidcConfig | null = null;
   let problem: string | undefined;
   try {
-    const config = (await (await fetch("config.json")).json()) as { oidc: OidcConfig | null };
+    const config = (await (await fetch("config.json")).json()) as { oidc: OidcConfig | null; prices?: Prices | null };
     oidc = config.oidc;
+    setPrices(config.prices ?? null);
   } catch {
     problem = "The server's console settings could not be read.";
   }

@@ -2,7 +2,10 @@
  * Signing in with an OpenID Connect provider: authorization code with PKCE
  * from the page itself (a public client), by `oauth4webapi`. The access
  * token the provider issues for narad's audience is the bearer token the
- * console uses: a JWT narad verifies like any other.
+ * console uses: a JWT narad verifies like any other. When the provider
+ * also issues a refresh token, it is kept beside the access token (this
+ * tab's `sessionStorage`) and renews it before it expires ([`renew`]), so
+ * that a person is not sent back to sign in every token lifetime.
  */
 import * as oauth from "oauth4webapi";
 
@@ -15,6 +18,7 @@ export interface OidcConfig {
 }
 
 const PENDING = "narad.console.oidc";
+const REFRESH = "narad.console.refresh";
 
 /** Where the provider sends people back: the console itself. */
 function redirectUri(): string {
@@ -84,5 +88,51 @@ export async function finishSignIn(config: OidcConfig | null): Promise<string | 
     ...(r === undefined ? {} : { additionalParameters: { resource: r } }),
   });
   const result = await oauth.processAuthorizationCodeResponse(as, client, response);
+  keepRefreshToken(result.refresh_token);
   return result.access_token;
+}
+
+function keepRefreshToken(token: string | undefined): void {
+  if (token === undefined) sessionStorage.removeItem(REFRESH);
+  else sessionStorage.setItem(REFRESH, token);
+}
+
+/** Whether this tab holds a refresh token from the provider. */
+export function canRenew(): boolean {
+  return sessionStorage.getItem(REFRESH) !== null;
+}
+
+/** Forgets the refresh token (signing out). */
+export function forgetRenewal(): void {
+  sessionStorage.removeItem(REFRESH);
+}
+
+/**
+ * A new access token from the provider, by the refresh token this tab
+ * holds (kept again when the provider rotates it). Throws when there is
+ * none or the provider refuses it (expired, revoked): the person signs in
+ * again when the current token runs out.
+ */
+export async function renew(config: OidcConfig): Promise<string> {
+  const refresh = sessionStorage.getItem(REFRESH);
+  if (refresh === null) throw new Error("no refresh token in this tab");
+  const as = await discover(config);
+  const client: oauth.Client = { client_id: config.clientId };
+  const r = resource(config);
+  const response = await oauth.refreshTokenGrantRequest(as, client, oauth.None(), refresh, {
+    ...options(new URL(config.issuer)),
+    ...(r === undefined ? {} : { additionalParameters: { resource: r } }),
+  });
+  const result = await oauth.processRefreshTokenResponse(as, client, response);
+  if (result.refresh_token !== undefined) keepRefreshToken(result.refresh_token);
+  return result.access_token;
+}
+
+/**
+ * When to renew a token that expires at `expiresAt` (ms): a minute before,
+ * or halfway through what is left when that is less than two minutes.
+ */
+export function renewalDelay(expiresAt: number, now: number): number {
+  const left = expiresAt - now;
+  return Math.max(1000, left > 120_000 ? left - 60_000 : left / 2);
 }

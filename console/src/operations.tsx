@@ -3,13 +3,15 @@
  * runtime queues with the runtimes holding their runs, the runs runtimes
  * hold (`GET /v1/operations`), and the server's stream, outbox, pool and
  * claim figures (`/metrics`), read every two seconds, each with a small
- * chart of what the page has read since it opened (counters as rates).
+ * chart of what the page has read since it opened (counters as rates);
+ * and token usage and its cost per day ([`UsagePanel`]).
  */
-import { useEffect, useRef, useState } from "preact/hooks";
+import { useRef, useState } from "preact/hooks";
 
 import type { NaradClient, Operations } from "../../clients/typescript/src/index.js";
-import { ago, useTick } from "./hooks.js";
+import { ago, usePoll, useTick } from "./hooks.js";
 import { messageOf } from "./live.js";
+import { UsagePanel } from "./usage.js";
 
 /** The figures of `/metrics` the page shows, by series name (labels summed). */
 const FIGURES: [string, string][] = [
@@ -112,28 +114,23 @@ export function OperationsPage({ client }: { client: NaradClient }) {
   const history = useRef(new FigureHistory());
   const [problem, setProblem] = useState<string>();
   const now = useTick(2000);
-  useEffect(() => {
-    let stopped = false;
-    const read = async () => {
+  usePoll(
+    async (current) => {
       try {
         const [o, m] = await Promise.all([client.operations(), fetch("/metrics").then((r) => (r.ok ? r.text() : ""))]);
-        if (stopped) return;
+        if (!current()) return;
         setOps(o);
         const read = figures(m);
         history.current.add(Date.now(), read);
         setMetrics(read);
         setProblem(undefined);
       } catch (e) {
-        if (!stopped) setProblem(messageOf(e));
+        if (current()) setProblem(messageOf(e));
       }
-    };
-    void read();
-    const t = setInterval(read, 2000);
-    return () => {
-      stopped = true;
-      clearInterval(t);
-    };
-  }, [client]);
+    },
+    2000,
+    [client],
+  );
   const until = (t: string) => Math.round((Date.parse(t) - now) / 1000);
   return (
     <main class="operations">
@@ -168,6 +165,7 @@ export function OperationsPage({ client }: { client: NaradClient }) {
           </dl>
         </section>
       )}
+      <UsagePanel client={client} />
       {ops !== undefined && (
         <>
           <section aria-label="Client executors" tabIndex={0}>

@@ -10,6 +10,7 @@ import { useEffect, useLayoutEffect, useMemo, useRef, useState } from "preact/ho
 import type { NaradClient, ReducedState, TranscriptItem } from "../../clients/typescript/src/index.js";
 import { InterruptActions } from "./actions.js";
 import { type Identity, may } from "./auth.js";
+import { costOf, costText, modelOf } from "./cost.js";
 import { between, duration, usageText, When } from "./figures.js";
 import { useObservable, useTick } from "./hooks.js";
 import { Export } from "./export.js";
@@ -289,6 +290,8 @@ function RunMarker({ live, runId, started, now }: { live: LiveSession; runId: st
   const terminal = live.terminals.get(runId);
   const stop = live.stops.get(runId);
   const usage = live.usage(runId);
+  const cost = costOf(live.usageByModel(runId));
+  const model = modelOf(started);
   const name = live.runName(runId);
   const message = live.startingMessage(started);
   return (
@@ -298,7 +301,8 @@ function RunMarker({ live, runId, started, now }: { live: LiveSession; runId: st
           “{name}”{" "}
         </span>
       )}
-      run <code>{runId}</code> {started.parentRunId ? `(in ${started.parentRunId as string}) ` : ""}started <When at={started.timestamp} now={now} />
+      run <code>{runId}</code> {started.parentRunId ? `(in ${started.parentRunId as string}) ` : ""}
+      {model !== undefined && <span class="model">on {model} </span>}started <When at={started.timestamp} now={now} />
       {stop && (
         <>
           {" "}
@@ -313,6 +317,12 @@ function RunMarker({ live, runId, started, now }: { live: LiveSession; runId: st
             after {duration(between(started.timestamp, terminal.timestamp))}
           </span>
           {Object.keys(usage).length > 0 && <span class="usage"> · {usageText(usage)}</span>}
+          {cost !== undefined && Object.keys(usage).length > 0 && (
+            <span class="cost" data-cost>
+              {" "}
+              · {costText(cost)}
+            </span>
+          )}
         </>
       )}
       {started.input !== undefined && (
@@ -581,6 +591,7 @@ export function SessionPage({
   entries.sort((a, b) => a.seq - b.seq);
   const nested = Object.entries(state.runs).filter(([, r]) => r.parentRunId !== undefined);
   const sessionUsage = live.usage();
+  const sessionCost = costOf(live.usageByModel());
   const list = useVirtualizer({
     count: entries.length,
     getScrollElement: () => timeline.current,
@@ -733,6 +744,7 @@ export function SessionPage({
           {Object.keys(sessionUsage).length > 0 && (
             <p class="usage" data-usage>
               Usage: {usageText(sessionUsage)}
+              {sessionCost !== undefined && <span data-cost> · {costText(sessionCost)}</span>}
             </p>
           )}
         </aside>

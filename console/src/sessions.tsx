@@ -10,6 +10,7 @@ import { ago, useObservable, useTick } from "./hooks.js";
 import { LiveSessionList, messageOf, type SessionSummary } from "./live.js";
 import { SessionName, sessionHref } from "./names.js";
 import { type Criteria, Filters, NO_CRITERIA, SearchResults, searching } from "./search.js";
+import { SessionUsage, useSessionUsage } from "./usage.js";
 
 function activity(s: SessionSummary): number {
   return s.lastActivity ?? Date.parse(s.createdAt);
@@ -27,6 +28,13 @@ export function SessionsPage({ client, identity }: { client: NaradClient; identi
   // A session id typed whole opens that session (search finds words, not ids).
   const byId = list.sessions.get(criteria.q.trim());
   const rows = [...list.sessions.values()].filter((s) => archived || s.archivedAt === undefined).sort((a, b) => activity(b) - activity(a));
+  const priced = rows.slice(0, 100);
+  const usage = useSessionUsage(
+    client,
+    priced.map((s) => s.sessionId),
+    priced.length > 0 ? Math.min(...priced.map((s) => Date.parse(s.createdAt))) : undefined,
+    priced.map((s) => (s.activeExecution ? "1" : "0")).join(""),
+  );
 
   const create = async () => {
     try {
@@ -82,6 +90,7 @@ export function SessionsPage({ client, identity }: { client: NaradClient; identi
               <th scope="col">Active</th>
               <th scope="col">Approvals</th>
               <th scope="col">Events</th>
+              <th scope="col">Usage</th>
               <th scope="col">Last activity</th>
             </tr>
           </thead>
@@ -102,6 +111,9 @@ export function SessionsPage({ client, identity }: { client: NaradClient; identi
                 </td>
                 <td>{s.pending.size > 0 ? <span class="badge waiting">{s.pending.size} waiting</span> : "—"}</td>
                 <td class="num">{s.sessionSequence}</td>
+                <td data-usage>
+                  <SessionUsage usage={usage.get(s.sessionId)} />
+                </td>
                 <td>{ago(activity(s), now)}</td>
               </tr>
             ))}

@@ -5,8 +5,8 @@
 // dot after a SIGKILL (D1), a sign-in link pasted into an open tab (D3), a
 // refused token (D4), the outage banner and a command sent meanwhile
 // (D5/D6), tabs and the way back from an event's address (D8), the events
-// filter's scroll position (D9), the favicon (D10); and search of what was
-// said, with its filters.
+// filter's scroll position (D9), the favicon (D10); search of what was
+// said, with its filters; and usage priced with the operator's table.
 import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
 import { test } from "node:test";
@@ -45,11 +45,11 @@ async function timedRun(api, jwt, sessionId, runId, usage, input) {
  * `body` gets them, with `stop()` (SIGKILL) and `restart()` of the server.
  * Any error the page throws fails the test; everything is closed after.
  */
-function consoleTest(name, { roles, org = "browser", viewport = { width: 1100, height: 800 }, timeout = 120_000 }, body) {
+function consoleTest(name, { roles, org = "browser", viewport = { width: 1100, height: 800 }, timeout = 120_000, env = {} }, body) {
   test(name, { timeout }, async () => {
     const port = await freePort();
     const api = `http://127.0.0.1:${port}`;
-    let narad = await startNarad(port, "http://127.0.0.1:1");
+    let narad = await startNarad(port, "http://127.0.0.1:1", env);
     const person = token(roles, "tester", org);
     const browser = await launch();
     try {
@@ -62,7 +62,7 @@ function consoleTest(name, { roles, org = "browser", viewport = { width: 1100, h
         page,
         stop: () => kill(narad),
         restart: async () => {
-          narad = await startNarad(port, "http://127.0.0.1:1");
+          narad = await startNarad(port, "http://127.0.0.1:1", env);
         },
       });
       assert.deepEqual(errors, []);
@@ -463,3 +463,41 @@ consoleTest("the defects D1, D3, D4, D5/D6, D8, D9, D10 stay mended", { roles: "
 
   assert.deepEqual(missing, []);
 });
+
+consoleTest(
+  "usage and cost: per run, per session, in the list and per day, priced with the operator's table",
+  {
+    roles: "reader,writer,approver,backend,admin",
+    org: `usage-${Date.now()}`,
+    env: { NARAD_CONSOLE_PRICES: JSON.stringify({ "small-1": { inputTokens: 2, outputTokens: 8 }, "*": { inputTokens: 1 } }), NARAD_CONSOLE_CURRENCY: "EUR" },
+  },
+  async ({ api, person, page }) => {
+    const session = await call(api, person, "POST", "/v1/sessions", { title: "priced" });
+    // 0.5 M input at 2 + 0.25 M output at 8 = 3.00; a model without an entry takes "*": 1 M input at 1, its output unpriced.
+    await timedRun(api, person, session.sessionId, "run-a", { inputTokens: 500_000, outputTokens: 250_000 }, { model: "small-1" });
+    await timedRun(api, person, session.sessionId, "run-b", { inputTokens: 1_000_000, outputTokens: 10 }, { model: "large-9" });
+    await page.goto(`${api}/console/#token=${person}`);
+    const row = page.locator(`tr[data-session="${session.sessionId}"]`);
+    await row.locator("[data-usage] [data-cost]").waitFor({ timeout: 15_000 });
+    assert.match(await row.locator("[data-usage]").textContent(), /^1,500,000 in · 250,010 out€4\.00 \(not priced: large-9: outputTokens\)$/);
+
+    await row.getByRole("link").click();
+    await page.getByRole("heading", { name: "priced" }).waitFor();
+    const a = page.locator('.run-marker[data-run="run-a"]');
+    await a.locator("[data-cost]").waitFor({ timeout: 15_000 });
+    assert.match(await a.textContent(), /on small-1/);
+    assert.equal((await a.locator("[data-cost]").textContent()).trim(), "· €3.00");
+    assert.equal((await page.locator('.run-marker[data-run="run-b"] [data-cost]').textContent()).trim(), "· €1.00 (not priced: large-9: outputTokens)");
+    assert.match(await page.locator("p[data-usage]").textContent(), /€4\.00 \(not priced: large-9: outputTokens\)/);
+
+    await page.getByRole("link", { name: "Operations" }).click();
+    const total = page.locator("[data-usage-total]");
+    await total.waitFor({ timeout: 15_000 });
+    assert.match(await total.textContent(), /^2 runs · 1,500,000 input tokens · 250,010 output tokens · €4\.00/);
+    const today = await page.evaluate(() => new Intl.DateTimeFormat("en-CA", { year: "numeric", month: "2-digit", day: "2-digit" }).format(new Date()));
+    const day = page.locator(`tr[data-day="${today}"]`);
+    assert.match(await day.textContent(), /2.*1,500,000 in · 250,010 out.*large-9.*small-1.*€4\.00/);
+    await picture(page, "console-usage-operations");
+    if (process.env.SCREENSHOTS) await page.getByRole("region", { name: "Usage" }).screenshot({ path: `${process.env.SCREENSHOTS}/console-usage.png` });
+  },
+);

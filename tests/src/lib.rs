@@ -33,6 +33,7 @@ fn http() -> HttpSettings {
         idempotency_keep: narad_server::idempotency::DEFAULT_KEEP,
         cors_origins: Vec::new(),
         console_oidc: None,
+        console_prices: None,
     }
 }
 
@@ -285,6 +286,16 @@ impl Server {
     pub async fn start_with_console_oidc(oidc: narad_server::console::Oidc) -> Server {
         Server::start_with_http(HttpSettings {
             console_oidc: Some(oidc),
+            ..http()
+        })
+        .await
+    }
+
+    /// Starts a server on a fresh database whose console prices usage with
+    /// `prices`.
+    pub async fn start_with_console_prices(prices: narad_server::prices::Prices) -> Server {
+        Server::start_with_http(HttpSettings {
+            console_prices: Some(prices),
             ..http()
         })
         .await

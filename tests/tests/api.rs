@@ -401,6 +401,7 @@ const ROUTES: &[(&str, &str)] = &[
     ("get", "/v1/operations"),
     ("get", "/v1/audit"),
     ("get", "/v1/search"),
+    ("get", "/v1/usage"),
     ("get", "/v1/admin/tenants/{org}/limits"),
     ("put", "/v1/admin/tenants/{org}/limits"),
     ("delete", "/v1/admin/tenants/{org}"),

@@ -12,6 +12,18 @@ fn plain() -> reqwest::Client {
         .unwrap()
 }
 
+/// What `/console/config.json` tells the console.
+async fn config_of(s: &Server) -> serde_json::Value {
+    plain()
+        .get(format!("{}/console/config.json", s.base))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap()
+}
+
 #[tokio::test]
 async fn the_console_is_served_with_a_strict_policy() {
     let s = Server::start().await;
@@ -109,15 +121,8 @@ async fn console_files_revalidate_by_etag_and_travel_compressed() {
 #[tokio::test]
 async fn the_console_learns_how_people_sign_in() {
     let s = Server::start().await;
-    let none: serde_json::Value = plain()
-        .get(format!("{}/console/config.json", s.base))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    assert_eq!(none, serde_json::json!({"oidc": null}));
+    let none = config_of(&s).await;
+    assert_eq!(none, serde_json::json!({"oidc": null, "prices": null}));
 
     let oidc = narad_server::console::Oidc::from_settings(
         Some("https://id.example.com/realms/acme/"),
@@ -150,6 +155,25 @@ async fn the_console_learns_how_people_sign_in() {
     assert!(
         csp.contains("connect-src 'self' https://id.example.com;"),
         "{csp}"
+    );
+}
+
+#[tokio::test]
+async fn the_console_learns_the_operators_prices() {
+    let prices = narad_server::prices::Prices::from_settings(
+        Some(r#"{"small-1": {"inputTokens": 0.15, "outputTokens": 0.6}, "*": {"inputTokens": 3}}"#),
+        "EUR",
+    )
+    .unwrap()
+    .unwrap();
+    let s = Server::start_with_console_prices(prices).await;
+    let config = config_of(&s).await;
+    assert_eq!(
+        config["prices"],
+        serde_json::json!({
+            "currency": "EUR",
+            "perMillion": {"*": {"inputTokens": 3.0}, "small-1": {"inputTokens": 0.15, "outputTokens": 0.6}},
+        })
     );
 }
 

@@ -20,6 +20,8 @@ import type {
   Schemas,
   StreamTicket,
   TicketRequest,
+  UsagePage,
+  UsageQuery,
 } from "./types.js";
 
 /** Bytes a blob upload sends: held whole, so that another replica can be tried. */
@@ -335,6 +337,18 @@ export class NaradClient {
    */
   searchSessions(query: SearchQuery = {}): Promise<SearchPage> {
     return this.request("GET", "/v1/search", { query: { ...query } });
+  }
+
+  /**
+   * The token usage of the tenant's runs (the `usage` of their terminals),
+   * summed per day in a time zone (`by: "day"`, the default; `zone`, e.g.
+   * `Europe/Paris`, default UTC) or per session (`by: "session"`,
+   * `sessions`: comma-separated ids), split by the model each run named
+   * (`input.model` of its `run.started`); over `since`..`until` (default:
+   * the last 30 days).
+   */
+  usage(query: UsageQuery = {}): Promise<UsagePage> {
+    return this.request("GET", "/v1/usage", { query: { ...query } });
   }
 
   /**

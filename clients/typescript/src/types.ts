@@ -25,6 +25,12 @@ export type SearchPage = Schemas["SearchPage"];
 export type SearchResult = Schemas["SearchResult"];
 /** What `GET /v1/search` takes. */
 export type SearchQuery = NonNullable<operations["searchSessions"]["parameters"]["query"]>;
+/** Token usage summed per day or per session, by model (`GET /v1/usage`). */
+export type UsagePage = Schemas["UsagePage"];
+/** The usage of one day or session and one model. */
+export type UsageBucket = Schemas["UsageBucket"];
+/** What `GET /v1/usage` takes. */
+export type UsageQuery = NonNullable<operations["getUsage"]["parameters"]["query"]>;
 /** An interrupt waiting for a decision, with its request. */
 export type OpenInterrupt = Schemas["OpenInterrupt"];
 /** One page of the tenant's open interrupts. */

@@ -272,3 +272,21 @@ test("searchSessions finds what was said, with its passage marked, and says why 
   assert.deepEqual(nothing.results, []);
   assert.match(nothing.notice ?? "", /no searchable word/);
 });
+
+test("usage sums what run terminals carried, per session and per day, by the model each run named", async () => {
+  const narad = new NaradClient({ servers: url, token });
+  const session = await narad.createSession({ title: "usage" });
+  const sid = session.sessionId;
+  const model = `model-${sid}`;
+  const run = (runId: string) => ({ protocolVersion: "narad/v1", eventId: `${sid}-${runId}`, rootRunId: runId, runId }) as const;
+  await narad.appendEvents(sid, [{ ...run("u1"), type: "run.started", input: { model } } as ProposedEvent]);
+  await narad.appendEvents(sid, [{ ...run("u1"), eventId: `${sid}-u1-end`, type: "run.finished", usage: { inputTokens: 120, outputTokens: 48 } } as ProposedEvent]);
+  const bySession = await narad.usage({ by: "session", sessions: sid });
+  assert.deepEqual(bySession.buckets, [{ key: sid, model, runs: 1, usage: { inputTokens: 120, outputTokens: 48 } }]);
+  const byDay = await narad.usage({ zone: "Europe/Paris" });
+  assert.equal(byDay.zone, "Europe/Paris");
+  const ours = byDay.buckets.filter((b) => b.model === model);
+  assert.equal(ours.length, 1);
+  assert.match(ours[0]!.key, /^\d{4}-\d{2}-\d{2}$/);
+  await assert.rejects(narad.usage({ zone: "Nowhere/Atlantis" }), (e: unknown) => e instanceof NaradError && e.code === "NRD-0008");
+});

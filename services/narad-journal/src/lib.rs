@@ -18,6 +18,7 @@
 //! - [`idempotency`]: the first answers to requests with an `Idempotency-Key`;
 //! - [`sessions`]: creating, reading and listing sessions;
 //! - [`search`]: sessions found by what was said in them, and by filters;
+//! - [`usage`]: token usage of run terminals summed per day or per session, by model;
 //! - [`statistics`]: statistics kept current on the tables the journal grows;
 //! - [`rebuild`]: deriving the engine's state from the events alone;
 //! - [`runtime`]: the work queue of agent runtimes, runtime leases, orphan repair;
@@ -53,6 +54,7 @@ pub mod sessions;
 pub mod statistics;
 pub mod tenant_relay;
 pub mod tickets;
+pub mod usage;
 
 use std::fmt;
 use std::str::FromStr;
@@ -88,6 +90,7 @@ pub use search::{
 pub use sessions::{Document, NewSession, SessionDocuments, SessionRecord};
 pub use statistics::STATISTICS_CHECK;
 pub use tenant_relay::{Horizon, RelayPage, StreamPosition};
+pub use usage::{UsageBucket, UsageGrouping, UsageQuery};
 
 /// The migrations of `migrations/`, embedded.
 pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations");

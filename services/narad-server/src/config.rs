@@ -60,6 +60,17 @@ pub struct Config {
     #[arg(long, env = "NARAD_CONSOLE_SCOPES", default_value = "openid")]
     pub console_scopes: String,
 
+    /// The price table the console prices token usage with, JSON: per
+    /// model (`*` for any other), each usage counter's price per million
+    /// (`{"gpt-4o": {"inputTokens": 2.5, "outputTokens": 10}}`); without
+    /// it, the console shows usage without cost.
+    #[arg(long, env = "NARAD_CONSOLE_PRICES")]
+    pub console_prices: Option<String>,
+
+    /// The currency of `NARAD_CONSOLE_PRICES` (ISO 4217).
+    #[arg(long, env = "NARAD_CONSOLE_CURRENCY", default_value = "USD")]
+    pub console_currency: String,
+
     /// JSON Web Key Set that verifies RS256, ES256 and EdDSA tokens: a file
     /// path, or an `https://` URL (`http://` only to the loopback), read at
     /// start, again when a token names an unknown key id (at most every
@@ -287,6 +298,10 @@ impl Config {
                 self.console_client_id.as_deref(),
                 &self.console_scopes,
                 &self.jwt_audience,
+            )?,
+            console_prices: crate::prices::Prices::from_settings(
+                self.console_prices.as_deref(),
+                &self.console_currency,
             )?,
         })
     }

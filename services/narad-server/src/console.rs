@@ -7,7 +7,7 @@
 //! reload revalidates instead of downloading again. `config.json` tells
 //! the page how people sign in: with the OpenID Connect issuer of
 //! `NARAD_CONSOLE_*` (authorization code with PKCE, from the page itself),
-//! or with a pasted token.
+//! or with a pasted token; and the operator's price table for usage.
 
 use std::sync::{Arc, OnceLock, RwLock};
 use std::time::Duration;
@@ -298,11 +298,14 @@ fn serve(name: &str, headers: &HeaderMap, csp: &HeaderValue) -> Response {
 }
 
 /// The console's routes: `/` and `/console` lead to it, `/console/` is its
-/// page, `/console/config.json` how people sign in, `/console/{file}` its
-/// files.
-pub fn router<S: Clone + Send + Sync + 'static>(oidc: Option<Oidc>) -> Router<S> {
+/// page, `/console/config.json` how people sign in and what usage costs,
+/// `/console/{file}` its files.
+pub fn router<S: Clone + Send + Sync + 'static>(
+    oidc: Option<Oidc>,
+    prices: Option<crate::prices::Prices>,
+) -> Router<S> {
     let policy = Policy::new(oidc.as_ref());
-    let config = Arc::new(json!({ "oidc": oidc }));
+    let config = Arc::new(json!({ "oidc": oidc, "prices": prices }));
     let page_policy = policy.clone();
     Router::new()
         .route("/", get(|| async { Redirect::to(PATH) }))

@@ -19,7 +19,9 @@
 //!   uploads and stream tickets: the first answer, again;
 //! - [`input`]: checks of paths, headers and announced lengths that every
 //!   request passes before its handler;
-//! - [`error`]: the error envelope as an HTTP answer.
+//! - [`error`]: the error envelope as an HTTP answer;
+//! - [`console`]: the console's files and its `config.json`;
+//! - [`prices`]: the operator's price table the console prices usage with.
 
 pub mod audit;
 pub mod auth;
@@ -38,6 +40,7 @@ pub mod hub;
 pub mod idempotency;
 pub mod input;
 pub mod metrics;
+pub mod prices;
 pub mod quotas;
 pub mod routes;
 pub mod runtime;
@@ -98,6 +101,9 @@ pub struct HttpSettings {
     /// The identity provider the console signs people in with
     /// (`NARAD_CONSOLE_*`); none by default.
     pub console_oidc: Option<console::Oidc>,
+    /// The price table the console prices usage with
+    /// (`NARAD_CONSOLE_PRICES`); none by default.
+    pub console_prices: Option<prices::Prices>,
 }
 
 impl Default for HttpSettings {
@@ -107,6 +113,7 @@ impl Default for HttpSettings {
             idempotency_keep: idempotency::DEFAULT_KEEP,
             cors_origins: Vec::new(),
             console_oidc: None,
+            console_prices: None,
         }
     }
 }
@@ -125,7 +132,7 @@ pub fn app(state: AppState, http: &HttpSettings) -> Router {
     router
         .route_layer(from_fn_with_state(keyed, idempotency::layer))
         .route_layer(from_fn(input::path_params))
-        .merge(console::router(http.console_oidc.clone()))
+        .merge(console::router(http.console_oidc.clone(), http.console_prices.clone()))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .with_state(state)

@@ -74,6 +74,7 @@ const OPERATIONS: &[(&str, &str, &str)] = &[
     ("get", "/v1/operations", "getOperations"),
     ("get", "/v1/audit", "listAudit"),
     ("get", "/v1/search", "searchSessions"),
+    ("get", "/v1/usage", "getUsage"),
     ("get", "/v1/admin/tenants/{org}/limits", "getTenantLimits"),
     ("put", "/v1/admin/tenants/{org}/limits", "setTenantLimits"),
     ("delete", "/v1/sessions/{sessionId}", "eraseSession"),

@@ -39,6 +39,7 @@ from .models import (
     SessionPage,
     SessionRecord,
     StreamTicket,
+    UsagePage,
     UserMessageAnswer,
     WorkflowCancel,
     WorkflowStartAnswer,
@@ -526,6 +527,27 @@ class Client:
             params["pendingApprovals"] = "true" if pending_approvals else "false"
         got = await self.request("GET", "/v1/search", params=params)
         return SearchPage.model_validate(got)
+
+    async def usage(
+        self,
+        *,
+        by: Literal["day", "session"] | None = None,
+        since: str | None = None,
+        until: str | None = None,
+        zone: str | None = None,
+        sessions: Sequence[str] | None = None,
+    ) -> UsagePage:
+        """The token usage of the tenant's runs (the ``usage`` of their
+        terminals), summed per day in ``zone`` (an IANA name, default UTC) or
+        per session (``by="session"``; ``sessions``: only these, at most 100),
+        split by the model each run named (``input.model`` of its
+        ``run.started``); over ``since``..``until`` (RFC 3339; default: the
+        last 30 days)."""
+        params: dict[str, Any] = {"by": by, "since": since, "until": until, "zone": zone}
+        if sessions is not None:
+            params["sessions"] = ",".join(sessions)
+        got = await self.request("GET", "/v1/usage", params=params)
+        return UsagePage.model_validate(got)
 
     async def queued_starts(self, session_id: str) -> QueuedStarts:
         """The starts waiting for the session's top-level slot, in the order they will start."""

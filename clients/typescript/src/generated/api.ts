@@ -994,6 +994,30 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/usage": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * The token usage of the tenant's runs, from the `usage` of their
+         *     terminals (`run.finished`, `run.error`, `run.cancelled`; nested runs
+         *     count too), summed per day in a time zone or per session, and split by
+         *     the model each run named (`input.model` of its `run.started`). The
+         *     console prices it with the operator's price table. A token limited to
+         *     sessions sums those alone.
+         */
+        get: operations["getUsage"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
 }
 export type webhooks = Record<string, never>;
 export interface components {
@@ -2006,6 +2030,46 @@ export interface components {
              *     complete.
              */
             url: string;
+        };
+        /** @description The usage of one day or session and one model. */
+        UsageBucket: {
+            /** @description The day (`YYYY-MM-DD`, in the query's zone) or the session id. */
+            key: string;
+            /**
+             * @description The model its runs named (`input.model` of their `run.started`);
+             *     absent for runs that named none.
+             */
+            model?: string;
+            /**
+             * Format: int64
+             * @description The run terminals counted.
+             */
+            runs: number;
+            /** @description Each usage counter summed (`inputTokens`, `outputTokens`, …). */
+            usage: {
+                [key: string]: number;
+            };
+        };
+        /** @description Usage summed over a window. */
+        UsagePage: {
+            /**
+             * @description One entry per day (or session) and model with usage, ordered by day
+             *     (or session id), then model (runs that named none last). Days
+             *     without runs are left out.
+             */
+            buckets: components["schemas"]["UsageBucket"][];
+            /**
+             * Format: date-time
+             * @description The window's start (RFC 3339).
+             */
+            since: string;
+            /**
+             * Format: date-time
+             * @description The window's end, not included (RFC 3339).
+             */
+            until: string;
+            /** @description The time zone days are counted in. */
+            zone: string;
         };
         /** @description The answer of `record-user-message`. */
         UserMessageAnswer: {
@@ -11653,6 +11717,91 @@ export interface operations {
             };
             /** @description NRD-0211: this Idempotency-Key was used before with another request */
             422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description NRD-0001: the server failed; report the x-request-id */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description NRD-0901: the database cannot be reached; retry with backoff */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    getUsage: {
+        parameters: {
+            query?: {
+                /** @description Sum per `day` (the default) or per `session` */
+                by?: "day" | "session";
+                /** @description Runs ended at or after this time (default: 30 days before until) */
+                since?: string;
+                /** @description Runs ended before this time (default: now); at most 400 days after since */
+                until?: string;
+                /** @description The time zone days are counted in: an IANA name such as `Europe/Paris` (default `UTC`) */
+                zone?: string;
+                /** @description Only these sessions, comma-separated (at most 100) */
+                sessions?: string;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Usage per day or session and model */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["UsagePage"];
+                };
+            };
+            /** @description NRD-0008: a parameter is malformed (an unknown zone, a window longer than 400 days) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description NRD-0101: no valid credential */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description NRD-0102: no `read` role */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description NRD-0210: the organisation is being erased, or was: its credentials are refused */
+            410: {
                 headers: {
                     [name: string]: unknown;
                 };

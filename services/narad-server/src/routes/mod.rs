@@ -26,6 +26,7 @@ pub mod sse;
 pub mod stream;
 pub mod tenant_stream;
 pub mod tickets;
+pub mod usage;
 
 use axum::routing::post;
 use narad_protocol::commands::Command;
@@ -105,6 +106,7 @@ pub fn router() -> OpenApiRouter<AppState> {
         .routes(routes!(audit::list))
         .routes(routes!(limits::get, limits::set))
         .routes(routes!(search::search))
+        .routes(routes!(usage::read))
         .routes(routes!(sessions::documents))
         .routes(routes!(sessions::queued_starts))
         .routes(routes!(sessions::withdraw_start))

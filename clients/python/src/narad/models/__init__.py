@@ -1015,6 +1015,61 @@ class Upload(BaseModel):
     """
 
 
+class UsageBucket(BaseModel):
+    """
+    The usage of one day or session and one model.
+    """
+
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    key: str = Field(..., pattern='^[^\\u0000]*$')
+    """
+    The day (`YYYY-MM-DD`, in the query's zone) or the session id.
+    """
+    model: str | None = Field(default=None, pattern='^[^\\u0000]*$')
+    """
+    The model its runs named (`input.model` of their `run.started`);
+    absent for runs that named none.
+    """
+    runs: int = Field(..., ge=0)
+    """
+    The run terminals counted.
+    """
+    usage: dict[str, float]
+    """
+    Each usage counter summed (`inputTokens`, `outputTokens`, …).
+    """
+
+
+class UsagePage(BaseModel):
+    """
+    Usage summed over a window.
+    """
+
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    buckets: list[UsageBucket]
+    """
+    One entry per day (or session) and model with usage, ordered by day
+    (or session id), then model (runs that named none last). Days
+    without runs are left out.
+    """
+    since: AwareDatetime
+    """
+    The window's start (RFC 3339).
+    """
+    until: AwareDatetime
+    """
+    The window's end, not included (RFC 3339).
+    """
+    zone: str = Field(..., pattern='^[^\\u0000]*$')
+    """
+    The time zone days are counted in.
+    """
+
+
 class ActiveExecution1(BaseModel):
     """
     A session's active top-level execution (§3.1): an independent run or a workflow.
