@@ -61,17 +61,25 @@ pub struct SearchCursor {
     pub session_id: String,
 }
 
+/// The earliest cursor time (microseconds since the epoch, about 4368
+/// BC): nothing is recorded before it, and Postgres holds times back to
+/// 4713 BC only. A later cursor (up to the 18 digits the document allows,
+/// about AD 33,000) is within its range.
+pub const EARLIEST_CURSOR: i64 = -200_000_000_000_000_000;
+
 impl SearchCursor {
     /// The cursor as `nextAfter` writes it.
     pub fn encode(&self) -> String {
         format!("{}.{}", self.at_micros, self.session_id)
     }
 
-    /// A cursor `encode` wrote; `None` for anything else.
+    /// A cursor `encode` wrote; `None` for anything else. A time before
+    /// any Postgres holds (4713 BC) is taken as [`EARLIEST_CURSOR`]: the
+    /// same page (nothing is older), where Postgres would fail.
     pub fn decode(text: &str) -> Option<SearchCursor> {
         let (at, session) = text.split_once('.')?;
         Some(SearchCursor {
-            at_micros: at.parse().ok()?,
+            at_micros: at.parse::<i64>().ok()?.max(EARLIEST_CURSOR),
             session_id: session.to_owned(),
         })
         .filter(|c| !c.session_id.is_empty())
