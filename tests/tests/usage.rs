@@ -209,6 +209,22 @@ async fn usage_is_summed_per_day_and_per_session_by_model_from_every_run_termina
     )
     .await;
     assert_eq!(future["buckets"], json!([]));
+    // Offsets may carry a time past the years RFC 3339 writes; the window
+    // answered stays within them.
+    let first = usage(
+        &s,
+        &t,
+        "since=0000-01-01T00:00:00%2B23:59&until=0000-02-01T00:00:00Z",
+    )
+    .await;
+    assert_eq!(first["since"], "0000-01-01T00:00:00.000000Z");
+    let last = usage(
+        &s,
+        &t,
+        "since=9999-12-01T00:00:00Z&until=9999-12-31T23:59:59-23:59",
+    )
+    .await;
+    assert_eq!(last["until"], "9999-12-31T23:59:59.999999Z");
 
     // Days in the reader's zone: 14 hours ahead of UTC and 11 behind
     // (the two are always on different days, so one differs from UTC's).

@@ -22,6 +22,11 @@ pub const LONGEST_DAYS: i64 = 400;
 
 const DAY_MICROS: i64 = 86_400_000_000;
 
+/// 0000-01-01T00:00:00Z and 9999-12-31T23:59:59.999999Z, the first and
+/// last times RFC 3339 writes, in microseconds since the epoch.
+const FIRST_MICROS: i64 = -62_167_219_200_000_000;
+const LAST_MICROS: i64 = 253_402_300_799_999_999;
+
 /// Usage summed over a window.
 #[derive(Debug, Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
@@ -71,10 +76,14 @@ pub async fn read(
         Some(name) => UsageGrouping::parse(&name)
             .ok_or_else(|| invalid("by", &format!("must be day or session, got {name:?}")))?,
     };
+    // Within the years RFC 3339 writes (an offset may carry a time past
+    // them): no run ended outside them, and the answer names its window.
+    let within = |micros: i64| micros.clamp(FIRST_MICROS, LAST_MICROS);
     let since = query_time(&mut query, "since")?;
-    let until =
-        query_time(&mut query, "until")?.unwrap_or_else(|| chrono::Utc::now().timestamp_micros());
-    let since = since.unwrap_or(until.saturating_sub(DEFAULT_DAYS * DAY_MICROS));
+    let until = within(
+        query_time(&mut query, "until")?.unwrap_or_else(|| chrono::Utc::now().timestamp_micros()),
+    );
+    let since = within(since.unwrap_or(until.saturating_sub(DEFAULT_DAYS * DAY_MICROS)));
     if until.saturating_sub(since) > LONGEST_DAYS * DAY_MICROS {
         return Err(invalid(
             "until",
