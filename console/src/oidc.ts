@@ -45,6 +45,12 @@ function resource(config: OidcConfig): string | undefined {
   }
 }
 
+/** What every token request sends besides its grant: narad's audience as the resource, when it is a URL. */
+function tokenRequest(config: OidcConfig): oauth.TokenEndpointRequestOptions {
+  const r = resource(config);
+  return { ...options(new URL(config.issuer)), ...(r === undefined ? {} : { additionalParameters: { resource: r } }) };
+}
+
 /** Sends the browser to the provider's sign-in page. */
 export async function startSignIn(config: OidcConfig): Promise<void> {
   const as = await discover(config);
@@ -82,11 +88,7 @@ export async function finishSignIn(config: OidcConfig | null): Promise<string | 
   const as = await discover(config);
   const client: oauth.Client = { client_id: config.clientId };
   const params = oauth.validateAuthResponse(as, client, here, state);
-  const r = resource(config);
-  const response = await oauth.authorizationCodeGrantRequest(as, client, oauth.None(), params, redirectUri(), verifier, {
-    ...options(new URL(config.issuer)),
-    ...(r === undefined ? {} : { additionalParameters: { resource: r } }),
-  });
+  const response = await oauth.authorizationCodeGrantRequest(as, client, oauth.None(), params, redirectUri(), verifier, tokenRequest(config));
   const result = await oauth.processAuthorizationCodeResponse(as, client, response);
   keepRefreshToken(result.refresh_token);
   return result.access_token;
@@ -118,11 +120,7 @@ export async function renew(config: OidcConfig): Promise<string> {
   if (refresh === null) throw new Error("no refresh token in this tab");
   const as = await discover(config);
   const client: oauth.Client = { client_id: config.clientId };
-  const r = resource(config);
-  const response = await oauth.refreshTokenGrantRequest(as, client, oauth.None(), refresh, {
-    ...options(new URL(config.issuer)),
-    ...(r === undefined ? {} : { additionalParameters: { resource: r } }),
-  });
+  const response = await oauth.refreshTokenGrantRequest(as, client, oauth.None(), refresh, tokenRequest(config));
   const result = await oauth.processRefreshTokenResponse(as, client, response);
   if (result.refresh_token !== undefined) keepRefreshToken(result.refresh_token);
   return result.access_token;

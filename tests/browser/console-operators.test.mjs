@@ -489,6 +489,7 @@ consoleTest(
     assert.equal((await a.locator("[data-cost]").textContent()).trim(), "· €3.00");
     assert.equal((await page.locator('.run-marker[data-run="run-b"] [data-cost]').textContent()).trim(), "· €1.00 (not priced: large-9: outputTokens)");
     assert.match(await page.locator("p[data-usage]").textContent(), /€4\.00 \(not priced: large-9: outputTokens\)/);
+    await picture(page, "console-usage-session");
 
     await page.getByRole("link", { name: "Operations" }).click();
     const total = page.locator("[data-usage-total]");
