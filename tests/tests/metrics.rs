@@ -27,6 +27,7 @@ const FAMILIES: &[(&str, &str)] = &[
     ("narad_append_duration_seconds", "histogram"),
     ("narad_append_rule_violations_total", "counter"),
     ("narad_append_refusals_total", "counter"),
+    ("narad_append_one_trip_total", "counter"),
     ("narad_streams_open", "gauge"),
     ("narad_stream_frames_total", "counter"),
     ("narad_stream_slow_consumer_drops_total", "counter"),

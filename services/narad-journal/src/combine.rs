@@ -33,6 +33,7 @@ use tokio::sync::oneshot;
 
 use crate::append::Appended;
 use crate::group::{self, Locking, Outcome, Request};
+use crate::known::KnownSessions;
 use crate::{JournalError, TenantId};
 
 /// The most requests one group takes.
@@ -65,6 +66,8 @@ pub(crate) struct Combiner {
     counters: Counters,
     /// Woken after every committed group.
     committed: tokio::sync::Notify,
+    /// The sessions this process appended to, as it left them.
+    known: KnownSessions,
 }
 
 #[derive(Default)]
@@ -90,6 +93,12 @@ pub struct AppendStats {
     pub alone: u64,
     /// Requests waiting for a group now.
     pub waiting: u64,
+    /// Combined transactions committed in one round trip (their sessions
+    /// known to this process).
+    pub one_trip: u64,
+    /// Combined transactions tried in one round trip whose guard (or any
+    /// other failure) sent them the two-round-trip way.
+    pub one_trip_fell_back: u64,
 }
 
 struct Waiting {
@@ -120,6 +129,7 @@ impl Combiner {
             queue: Mutex::new(Queue::default()),
             counters: Counters::default(),
             committed: tokio::sync::Notify::new(),
+            known: KnownSessions::default(),
         }
     }
 
@@ -138,12 +148,15 @@ impl Combiner {
     /// The counters so far.
     pub(crate) fn stats(&self) -> AppendStats {
         let c = &self.counters;
+        let (one_trip, one_trip_fell_back) = self.known.counts();
         AppendStats {
             groups: c.groups.load(Ordering::Relaxed),
             grouped: c.grouped.load(Ordering::Relaxed),
             failed_groups: c.failed_groups.load(Ordering::Relaxed),
             alone: c.alone.load(Ordering::Relaxed),
             waiting: self.queue.lock().expect("the append queue").pending.len() as u64,
+            one_trip,
+            one_trip_fell_back,
         }
     }
 
@@ -237,7 +250,15 @@ impl Combiner {
         c.groups.fetch_add(1, Ordering::Relaxed);
         c.grouped
             .fetch_add(requests.len() as u64, Ordering::Relaxed);
-        match group::write(client, &mut requests, Locking::Skip, self.commit).await {
+        match group::write(
+            client,
+            &mut requests,
+            Locking::Skip,
+            self.commit,
+            &self.known,
+        )
+        .await
+        {
             Ok(outcomes) => {
                 self.committed.notify_one();
                 for ((request, reply), outcome) in requests.into_iter().zip(replies).zip(outcomes) {
@@ -277,14 +298,20 @@ impl Combiner {
         tokio::spawn(async move {
             let mut requests = [request];
             let answer = match pool.get().await {
-                Ok(client) => group::write(&client, &mut requests, Locking::Wait, this.commit)
-                    .await
-                    .and_then(|outcomes| match outcomes.into_iter().next() {
-                        Some(Outcome::Done(answer)) => answer,
-                        _ => Err(JournalError::Corrupt(
-                            "a waiting append came back unattempted".to_owned(),
-                        )),
-                    }),
+                Ok(client) => group::write(
+                    &client,
+                    &mut requests,
+                    Locking::Wait,
+                    this.commit,
+                    &this.known,
+                )
+                .await
+                .and_then(|outcomes| match outcomes.into_iter().next() {
+                    Some(Outcome::Done(answer)) => answer,
+                    _ => Err(JournalError::Corrupt(
+                        "a waiting append came back unattempted".to_owned(),
+                    )),
+                }),
                 Err(e) => Err(e.into()),
             };
             if answer.as_ref().is_ok_and(|a| !a.duplicate) {

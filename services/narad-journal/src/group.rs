@@ -13,6 +13,12 @@
 //! Rare steps add a round trip inside the transaction: a workflow whose
 //! cancellation waited for it to go idle, and a queued start taking a freed
 //! slot.
+//!
+//! A group whose sessions this process appended to last, and whose requests
+//! touch only what it read of them then, takes one round trip instead
+//! ([`one_trip`]): decided on what the process knows
+//! ([`known`](crate::known)), and written behind a guard that finds that
+//! knowledge current.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -29,8 +35,11 @@ use tokio_postgres::Row;
 
 use crate::append::{AppendOptions, Appended, AppendedEvent, Fence, Prepared, prepare};
 use crate::executors::EXECUTOR_UNAVAILABLE;
+use crate::known::{Known, KnownSessions};
 use crate::runtime::WorkOrder;
 use crate::{BEGIN_SCOPED, JournalError, SET_TENANT, TenantId};
+
+mod one_trip;
 
 /// One caller's append: a prepared batch for one session.
 #[derive(Debug)]
@@ -81,11 +90,26 @@ const KEY_LOOKUPS: &str = "set local enable_seqscan = off; set local enable_bitm
 /// Ends [`KEY_LOOKUPS`] for the rest of the transaction.
 const ANY_PLANS: &str = "reset enable_seqscan; reset enable_bitmapscan; reset plan_cache_mode";
 
-const LOCK_WAIT: &str = "select session_id, core, session_sequence from sessions \
+/// The sessions locked, with the row version read (`xmin`) and the
+/// transaction's id (the version its write makes): what the process then
+/// knows of them ([`known`](crate::known)).
+const LOCK_WAIT: &str = "select session_id, core, session_sequence, xmin::text, \
+    pg_current_xact_id()::text from sessions \
     where tenant_id = $1 and session_id = any($2::text[]) order by session_id for update";
 
-const LOCK_SKIP: &str = "select session_id, core, session_sequence from sessions \
+const LOCK_SKIP: &str = "select session_id, core, session_sequence, xmin::text, \
+    pg_current_xact_id()::text from sessions \
     where tenant_id = $1 and session_id = any($2::text[]) order by session_id for update skip locked";
+
+/// The one-round-trip append's guard (migration `append_guard`): raises
+/// [`GUARD_FAILED`] unless every session row is the version known, no
+/// eventId is taken and no runtime holds a fenced run journal; returns the
+/// transaction's id as an `xmin`.
+const GUARD: &str =
+    "select append_guard($1, $2::text[], $3::text[], $4::text[], $5::text[], $6::text[])";
+
+/// The SQLSTATE of a failed guard.
+const GUARD_FAILED: &str = "NR001";
 
 /// Loads the entities the requests can touch: those their events name, the
 /// open runs of the run journals they name, and the workflows of those runs.
@@ -243,13 +267,28 @@ struct TenantRead {
 /// Runs `requests` as one transaction and commits it. An `Err` means the
 /// transaction as a whole failed and nothing of it was written (it was
 /// rolled back); with more than one request the caller retries each alone.
+///
+/// A group that skips locked sessions ([`Locking::Skip`]) whose sessions
+/// this process knows is first tried in one round trip
+/// ([`one_trip`]); when that cannot decide or its guard fails, it runs the
+/// two-round-trip way.
 pub(crate) async fn write(
     client: &Client,
     requests: &mut [Request],
     locking: Locking,
     commit: &str,
+    known: &KnownSessions,
 ) -> Result<Vec<Outcome>, JournalError> {
-    let result = run(client, requests, locking, commit).await;
+    if locking == Locking::Skip {
+        match one_trip::write(client, requests, commit, known).await {
+            one_trip::Tried::Written(outcomes) => return Ok(outcomes),
+            one_trip::Tried::Skipped => {}
+            one_trip::Tried::FellBack => {
+                let _ = client.batch_execute("rollback").await;
+            }
+        }
+    }
+    let result = run(client, requests, locking, commit, known).await;
     if result.is_err() {
         // The transaction may be open or already ended; either way the
         // connection goes back to the pool outside one.
@@ -263,6 +302,7 @@ async fn run(
     requests: &mut [Request],
     locking: Locking,
     commit: &str,
+    known: &KnownSessions,
 ) -> Result<Vec<Outcome>, JournalError> {
     let (set, lock, load, find, write) = futures::try_join!(
         client.prepare_cached(SET_TENANT),
@@ -359,6 +399,7 @@ async fn run(
     // Round trip 1 left the transaction scoped to its last tenant.
     let mut scoped: Option<TenantId> = tenants.keys().next_back().cloned();
     let mut writes: Vec<(TenantId, Vec<SessionWrite>)> = Vec::new();
+    let mut knowns = Vec::new();
     for ((tenant, members), read) in tenants.iter().zip(reads) {
         let existing: BTreeMap<&str, &Row> = read
             .existing
@@ -406,6 +447,7 @@ async fn run(
                 row,
                 entities.get(session.as_str()).map_or(&[][..], |v| &v[..]),
                 work.remove(session.as_str()).unwrap_or_default(),
+                coverage(group.iter().map(|&i| &requests[i])),
             )?;
             for &i in group {
                 let request = &mut requests[i];
@@ -413,12 +455,15 @@ async fn run(
                     duplicate(&request.prepared, session.as_str(), &existing)
                 } else {
                     session_state
-                        .decide(client, tenant, &mut scoped, request)
+                        .decide(Some((client, tenant, &mut scoped)), request)
                         .await?
+                        .expect("decided in a transaction")
                 };
                 outcomes[i] = Some(Outcome::Done(outcome));
             }
-            if let Some(w) = session_state.into_write() {
+            let (write, now_known) = session_state.into_write();
+            knowns.push(((tenant.clone(), session.clone()), now_known));
+            if let Some(w) = write {
                 session_writes.push(w);
             }
         }
@@ -435,59 +480,7 @@ async fn run(
         let rescope = n > 0 || first_needs_scope;
         async move {
             let t = tenant.as_str();
-            let rows = WriteRows::of(sessions);
             let set_params: [&Param<'_>; 1] = [&t];
-            let write_params: [&Param<'_>; 49] = [
-                &t,
-                &rows.session_id,
-                &rows.session_sequence,
-                &rows.event_id,
-                &rows.type_name,
-                &rows.root_run_id,
-                &rows.run_id,
-                &rows.run_sequence,
-                &rows.workflow_id,
-                &rows.workflow_sequence,
-                &rows.body,
-                &rows.sha256,
-                &rows.entity_session,
-                &rows.entity_kind,
-                &rows.entity_id,
-                &rows.entity_state,
-                &rows.core_session,
-                &rows.core_last,
-                &rows.core,
-                &rows.client.session,
-                &rows.client.tool_call_id,
-                &rows.client.root_run_id,
-                &rows.client.run_id,
-                &rows.client.executor_id,
-                &rows.client.tool_name,
-                &rows.client.args,
-                &rows.client.closed,
-                &rows.client.closed_session,
-                &rows.client.closed_tool_call_id,
-                &rows.client.paused_session,
-                &rows.client.paused_run_id,
-                &rows.client.paused_root_run_id,
-                &rows.client.paused_executor_id,
-                &rows.client.paused_wait_id,
-                &rows.client.resumed_session,
-                &rows.client.resumed_run_id,
-                &rows.work.added_session,
-                &rows.work.added_root,
-                &rows.work.added_queue,
-                &rows.work.added_on_lost,
-                &rows.work.added_max_attempts,
-                &rows.work.added_cursor,
-                &rows.work.touched_session,
-                &rows.work.touched_root,
-                &rows.work.touched_stop,
-                &rows.work.done_session,
-                &rows.work.done_root,
-                &rows.work.added_stop,
-                &rows.work.added_workflow,
-            ];
             futures::try_join!(
                 async {
                     if rescope {
@@ -495,7 +488,7 @@ async fn run(
                     }
                     Ok(())
                 },
-                client.execute(write, &write_params),
+                write_sessions(client, write, tenant, sessions),
             )?;
             Ok::<_, tokio_postgres::Error>(())
         }
@@ -511,10 +504,74 @@ async fn run(
             JournalError::Database(e)
         }
     })?;
+    known.remember(knowns);
     Ok(outcomes
         .into_iter()
         .map(|o| o.expect("every request has an outcome"))
         .collect())
+}
+
+/// Round trip 2's statement for one tenant: writes `sessions`.
+async fn write_sessions(
+    client: &Client,
+    write: &tokio_postgres::Statement,
+    tenant: &TenantId,
+    sessions: &[SessionWrite],
+) -> Result<u64, tokio_postgres::Error> {
+    let t = tenant.as_str();
+    let rows = WriteRows::of(sessions);
+    let write_params: [&Param<'_>; 49] = [
+        &t,
+        &rows.session_id,
+        &rows.session_sequence,
+        &rows.event_id,
+        &rows.type_name,
+        &rows.root_run_id,
+        &rows.run_id,
+        &rows.run_sequence,
+        &rows.workflow_id,
+        &rows.workflow_sequence,
+        &rows.body,
+        &rows.sha256,
+        &rows.entity_session,
+        &rows.entity_kind,
+        &rows.entity_id,
+        &rows.entity_state,
+        &rows.core_session,
+        &rows.core_last,
+        &rows.core,
+        &rows.client.session,
+        &rows.client.tool_call_id,
+        &rows.client.root_run_id,
+        &rows.client.run_id,
+        &rows.client.executor_id,
+        &rows.client.tool_name,
+        &rows.client.args,
+        &rows.client.closed,
+        &rows.client.closed_session,
+        &rows.client.closed_tool_call_id,
+        &rows.client.paused_session,
+        &rows.client.paused_run_id,
+        &rows.client.paused_root_run_id,
+        &rows.client.paused_executor_id,
+        &rows.client.paused_wait_id,
+        &rows.client.resumed_session,
+        &rows.client.resumed_run_id,
+        &rows.work.added_session,
+        &rows.work.added_root,
+        &rows.work.added_queue,
+        &rows.work.added_on_lost,
+        &rows.work.added_max_attempts,
+        &rows.work.added_cursor,
+        &rows.work.touched_session,
+        &rows.work.touched_root,
+        &rows.work.touched_stop,
+        &rows.work.done_session,
+        &rows.work.done_root,
+        &rows.work.added_stop,
+        &rows.work.added_workflow,
+    ];
+    client.execute(write, &write_params).await
 }
 
 /// The keys round trip 1 reads for one tenant's requests.
@@ -588,6 +645,13 @@ struct SessionWork {
     /// Top-level runs the accepted requests started for the work queue:
     /// rootRunId, order, cursor, workflow.
     queued: Vec<(String, WorkOrder, i64, Option<String>)>,
+    /// What the state holds whole: the keys and run journals read.
+    keys: BTreeSet<EntityKey>,
+    roots: BTreeSet<String>,
+    /// The session row's version as read, and the one this transaction's
+    /// write makes.
+    xmin: String,
+    xact: String,
 }
 
 /// A run journal's work item as the fence sees it.
@@ -639,56 +703,90 @@ struct SessionWrite {
 }
 
 impl SessionWork {
+    /// The session as round trip 1 read it: its locked row (session id,
+    /// core, sequence, xmin, transaction id) and entities.
     fn load(
         session_id: SessionId,
         session: &Row,
         entities: &[&Row],
         held: BTreeMap<String, Held>,
+        (keys, roots): (BTreeSet<EntityKey>, BTreeSet<String>),
     ) -> Result<SessionWork, JournalError> {
-        let mut core: SessionCore = serde_json::from_value(session.get::<_, Value>(1))
-            .map_err(|e| JournalError::Corrupt(format!("session {session_id} core: {e}")))?;
-        // The column is the authority on the session's sequence.
-        core.session_sequence = session.get::<_, i64>(2) as u64;
-        let mut state = SessionState::from_core(core);
+        let mut stored = BTreeMap::new();
         for row in entities {
             let (kind, id): (&str, &str) = (row.get(1), row.get(2));
             let key = EntityKey::from_parts(kind, id)
                 .ok_or_else(|| JournalError::Corrupt(format!("entity kind {kind}")))?;
-            state
-                .load_entity(key, row.get(3))
-                .map_err(|e| JournalError::Corrupt(format!("entity {kind} {id}: {e}")))?;
+            stored.insert(key, row.get::<_, Value>(3));
         }
-        let before = state.entities().into_iter().collect();
+        let xact = session.get::<_, &str>(4).parse::<u64>().map_err(|e| {
+            JournalError::Corrupt(format!("transaction id {}: {e}", session.get::<_, &str>(4)))
+        })?;
+        let known = Known {
+            core: session.get(1),
+            sequence: session.get(2),
+            entities: stored,
+            keys,
+            roots,
+            xmin: session.get::<_, &str>(3).to_owned(),
+        };
+        let mut work = SessionWork::known(session_id, known, held)?;
+        // A row version's xmin is the low 32 bits of its writer's id.
+        work.xact = (xact & 0xffff_ffff).to_string();
+        Ok(work)
+    }
+
+    /// The session as this process knows it stored.
+    fn known(
+        session_id: SessionId,
+        known: Known,
+        held: BTreeMap<String, Held>,
+    ) -> Result<SessionWork, JournalError> {
+        let mut core: SessionCore = serde_json::from_value(known.core)
+            .map_err(|e| JournalError::Corrupt(format!("session {session_id} core: {e}")))?;
+        // The column is the authority on the session's sequence.
+        core.session_sequence = known.sequence as u64;
+        let mut state = SessionState::from_core(core);
+        for (key, value) in &known.entities {
+            state.load_entity(key.clone(), value.clone()).map_err(|e| {
+                JournalError::Corrupt(format!("entity {} {}: {e}", key.kind(), key.id()))
+            })?;
+        }
         Ok(SessionWork {
             session: session_id,
             state,
-            before,
+            before: known.entities,
             accepted: Vec::new(),
             held,
             queued: Vec::new(),
+            keys: known.keys,
+            roots: known.roots,
+            xact: known.xmin.clone(),
+            xmin: known.xmin,
         })
     }
 
-    /// Decides one request: `Ok(Ok(_))` accepted (its events join the
-    /// session's write), `Ok(Err(_))` refused with the state unchanged;
-    /// `Err` a database failure of the whole transaction.
+    /// Decides one request: `Ok(Some(Ok(_)))` accepted (its events join the
+    /// session's write), `Ok(Some(Err(_)))` refused with the state
+    /// unchanged; `Err` a database failure of the whole transaction.
+    /// Without `db` (an open transaction to read in), `Ok(None)` when the
+    /// request needs one: it let a workflow go idle (its pending
+    /// cancellation is read) or freed the run slot (the queue is read).
     async fn decide(
         &mut self,
-        client: &Client,
-        tenant: &TenantId,
-        scoped: &mut Option<TenantId>,
+        db: Option<(&Client, &TenantId, &mut Option<TenantId>)>,
         request: &mut Request,
-    ) -> Result<Result<Appended, JournalError>, JournalError> {
+    ) -> Result<Option<Result<Appended, JournalError>>, JournalError> {
         if let Some(expected) = request.options.expected_session_sequence
             && expected != self.state.session_sequence
         {
-            return Ok(Err(JournalError::SequenceMismatch {
+            return Ok(Some(Err(JournalError::SequenceMismatch {
                 expected,
                 actual: self.state.session_sequence,
-            }));
+            })));
         }
         if let Err(e) = self.fence(request) {
-            return Ok(Err(e));
+            return Ok(Some(Err(e)));
         }
         let saved = self.state.clone();
         let mut slot_freed = false;
@@ -705,7 +803,7 @@ impl SessionWork {
                 Ok(applied) => slot_freed |= applied.slot_freed,
                 Err(violation) => {
                     self.state = saved;
-                    return Ok(Err(JournalError::Rejected { index, violation }));
+                    return Ok(Some(Err(JournalError::Rejected { index, violation })));
                 }
             }
         }
@@ -719,6 +817,14 @@ impl SessionWork {
             .filter(|(id, w)| is_idle(w) && saved.workflows.get(*id).is_some_and(|b| !is_idle(b)))
             .map(|(id, _)| id.to_string())
             .collect();
+        let needs_database = !idle.is_empty() || (slot_freed && self.state.slot.is_none());
+        let Some((client, tenant, scoped)) = db.filter(|_| needs_database) else {
+            if needs_database {
+                self.state = saved;
+                return Ok(None);
+            }
+            return Ok(Some(self.accept(request, Vec::new(), slot_freed, None)));
+        };
         if !idle.is_empty() {
             let take = client.prepare_cached(TAKE_CANCELLATIONS).await?;
             scope(client, tenant, scoped).await?;
@@ -790,6 +896,18 @@ impl SessionWork {
                 dequeued = Some(queue_id);
             }
         }
+        Ok(Some(self.accept(request, extra, slot_freed, dequeued)))
+    }
+
+    /// Takes an accepted request's events (and the `extra` events it led
+    /// to) into the session's write.
+    fn accept(
+        &mut self,
+        request: &Request,
+        extra: Vec<Prepared>,
+        slot_freed: bool,
+        dequeued: Option<String>,
+    ) -> Result<Appended, JournalError> {
         if let Some(order) = &request.options.work {
             for p in &request.prepared {
                 self.queue_started(p, order);
@@ -803,12 +921,12 @@ impl SessionWork {
             .collect();
         self.accepted.extend(request.prepared.iter().cloned());
         self.accepted.extend(extra);
-        Ok(Ok(Appended {
+        Ok(Appended {
             events,
             duplicate: false,
             slot_freed,
             dequeued,
-        }))
+        })
     }
 
     /// Queues the run `p` starts for the runtimes, when it is top-level.
@@ -920,14 +1038,27 @@ impl SessionWork {
         Ok(())
     }
 
-    /// The session's write, when any request was accepted.
-    fn into_write(self) -> Option<SessionWrite> {
+    /// The session's write, when any request was accepted, and what the
+    /// process knows of the session once the transaction commits.
+    fn into_write(self) -> (Option<SessionWrite>, Known) {
+        let all = self.state.entities();
+        let core = serde_json::to_value(self.state.core()).expect("serialises");
+        let known = Known {
+            core: core.clone(),
+            sequence: self.state.session_sequence as i64,
+            entities: all.iter().cloned().collect(),
+            keys: self.keys,
+            roots: self.roots,
+            xmin: if self.accepted.is_empty() {
+                self.xmin
+            } else {
+                self.xact
+            },
+        };
         if self.accepted.is_empty() {
-            return None;
+            return (None, known);
         }
-        let changed = self
-            .state
-            .entities()
+        let changed = all
             .into_iter()
             .filter(|(k, v)| self.before.get(k) != Some(v))
             .collect();
@@ -982,17 +1113,18 @@ impl SessionWork {
                 client_calls.insert(b.tool_call_id.to_string());
             }
         }
-        Some(SessionWrite {
+        let write = SessionWrite {
             session: self.session,
             events: self.accepted,
             changed,
             last: self.state.session_sequence as i64,
-            core: serde_json::to_value(self.state.core()).expect("serialises"),
+            core,
             client_executors,
             client_calls,
             queued: self.queued,
             journals,
-        })
+        };
+        (Some(write), known)
     }
 }
 
@@ -1064,6 +1196,24 @@ fn appended(e: &narad_protocol::AuthorityEvent) -> AppendedEvent {
             .as_ref()
             .map(|w| w.workflow_sequence.get()),
     }
+}
+
+/// The entity keys and run journals whose stored state the requests'
+/// reads bring whole.
+fn coverage<'a>(
+    requests: impl Iterator<Item = &'a Request>,
+) -> (BTreeSet<EntityKey>, BTreeSet<String>) {
+    let mut keys = BTreeSet::new();
+    let mut roots = BTreeSet::new();
+    for p in requests.flat_map(|r| &r.prepared) {
+        for key in referenced_keys(&p.event) {
+            if let EntityKey::RunJournal(root) = &key {
+                roots.insert(root.as_str().to_owned());
+            }
+            keys.insert(key);
+        }
+    }
+    (keys, roots)
 }
 
 /// Whether any eventId of the request is stored already.

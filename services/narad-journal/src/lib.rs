@@ -6,22 +6,44 @@
 //! nothing of that batch. Concurrent batches share such transactions (each
 //! decided alone), which take two pipelined round trips whatever their
 //! size: one that begins, scopes, locks and reads what the batches can
-//! touch; one that writes and commits.
+//! touch; one that writes and commits. Batches to sessions this process
+//! appended to last take one: decided on what it knows of them, written
+//! behind a guard that finds that knowledge current.
 //!
 //! Modules:
 //! - [`access`]: which session a command may act on ([`Authorized`]);
 //! - [`append`]: appending a batch to a session (concurrent appends share
 //!   transactions, each still decided alone);
+//! - `combine`: the append queue and the workers that group it into
+//!   transactions; `group`: one such transaction (`group::one_trip`: in one
+//!   round trip); `known`: what the process knows of the sessions it
+//!   appended to;
+//! - [`audit`]: the audit log of who did what;
+//! - [`blobs`], [`blob_store`]: attachments' bytes, in Postgres or an
+//!   S3-compatible store, and the references events make to them;
+//!   [`references`]: checking those references;
 //! - [`commands`]: server-issued events of commands (start-run, resolve-interrupt);
-//! - [`history`]: history reads with every cursor form of §10.2;
+//! - [`erasure`]: erasing sessions and tenants;
+//! - [`executors`]: client executors, their leases and deliveries under
+//!   single-use execution tokens;
+//! - [`extensions`]: registered extensions, which sign their requests;
 //! - [`front_ends`]: when chat front ends come back to a session (their aborts stop runs);
+//! - [`history`]: history reads with every cursor form of §10.2;
 //! - [`idempotency`]: the first answers to requests with an `Idempotency-Key`;
+//! - [`interrupts`]: the approvals inbox of open interrupts;
+//! - [`limits`], [`quotas`]: a tenant's own limits, and rate limits and
+//!   quotas shared by every replica;
+//! - [`operations`]: what runs on a tenant's behalf now (executors, runtime
+//!   work queues, held runs);
+//! - [`relay`], [`tenant_relay`]: the outbox read in commit order, for
+//!   session and tenant streams;
 //! - [`sessions`]: creating, reading and listing sessions;
 //! - [`search`]: sessions found by what was said in them, and by filters;
 //! - [`usage`]: token usage of run terminals summed per day or per session, by model;
 //! - [`statistics`]: statistics kept current on the tables the journal grows;
 //! - [`rebuild`]: deriving the engine's state from the events alone;
 //! - [`runtime`]: the work queue of agent runtimes, runtime leases, orphan repair;
+//! - [`tickets`]: short-lived stream tickets;
 //! - [`error`]: failures and their client-facing envelopes;
 //! - [`openapi`]: how the answers above appear in the OpenAPI document.
 
@@ -41,6 +63,7 @@ mod group;
 pub mod history;
 pub mod idempotency;
 pub mod interrupts;
+mod known;
 pub mod limits;
 pub mod openapi;
 pub mod operations;

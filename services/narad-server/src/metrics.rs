@@ -350,6 +350,10 @@ fn describe() {
         "narad_append_refusals_total",
         "Appends refused or failed for other reasons than a rule, by error code (NRD-xxxx)"
     );
+    describe_counter!(
+        "narad_append_one_trip_total",
+        "Append transactions tried in one round trip on sessions this replica knows, by outcome: committed, fell_back (a session changed elsewhere, an eventId was taken, a runtime holds the run, or a lock was held: written in two round trips)"
+    );
     describe_gauge!(
         "narad_streams_open",
         Unit::Count,
