@@ -187,10 +187,7 @@ async fn a_group_whose_write_fails_appends_each_request_alone() {
     // Another transaction writes eventId "x" (to a third session) and stays
     // open: the group's insert of "x" waits for it, then fails. (Like every
     // connection that writes the journal, it attaches to the stream clock.)
-    let (other, conn) = tokio_postgres::connect(f.db.url(), tokio_postgres::NoTls)
-        .await
-        .unwrap();
-    tokio::spawn(conn);
+    let other = connect(f.db.url()).await;
     other
         .batch_execute(
             "select stream_clock_attach(); begin; insert into events (tenant_id, session_id, session_sequence, event_id, type, \
@@ -221,10 +218,7 @@ async fn a_group_whose_write_fails_appends_each_request_alone() {
     drop(held);
 
     // Commit the other transaction once the group waits on it.
-    let (admin, conn) = tokio_postgres::connect(f.db.admin_url(), tokio_postgres::NoTls)
-        .await
-        .unwrap();
-    tokio::spawn(conn);
+    let admin = connect(f.db.admin_url()).await;
     for _ in 0..1000 {
         let waiting = admin
             .query_opt(

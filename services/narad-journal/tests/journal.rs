@@ -21,10 +21,7 @@ async fn migrations_apply_to_an_empty_database_and_again_to_a_migrated_one() {
     narad_journal::migrate(db.url())
         .await
         .expect("second run changes nothing");
-    let (client, conn) = tokio_postgres::connect(db.url(), tokio_postgres::NoTls)
-        .await
-        .unwrap();
-    tokio::spawn(conn);
+    let client = connect(db.url()).await;
     let applied: i64 = client
         .query_one("select count(*) from _sqlx_migrations where success", &[])
         .await
@@ -548,10 +545,7 @@ async fn repair_restores_a_damaged_state() {
     f.append(&s, &proposals("s1", &[1, 2, 3, 4, 5, 6, 7, 8]))
         .await
         .unwrap();
-    let (client, conn) = tokio_postgres::connect(f.db.url(), tokio_postgres::NoTls)
-        .await
-        .unwrap();
-    tokio::spawn(conn);
+    let client = connect(f.db.url()).await;
     client
         .execute("delete from entities where kind = 'run'", &[])
         .await
@@ -691,10 +685,7 @@ async fn two_hundred_sessions_append_concurrently_without_blocking_each_other() 
     let f = Arc::new(fixture().await);
     // Hold one session's lock open: appends to the others must not wait on it.
     let held = f.session("held").await;
-    let (client, conn) = tokio_postgres::connect(f.db.url(), tokio_postgres::NoTls)
-        .await
-        .unwrap();
-    tokio::spawn(conn);
+    let client = connect(f.db.url()).await;
     client
         .batch_execute("begin; select * from sessions where session_id = 'held' for update")
         .await
@@ -767,14 +758,8 @@ async fn a_connection_killed_mid_transaction_leaves_nothing_and_the_retry_succee
     let f = Arc::new(fixture().await);
     let s = f.session("s1").await;
     // Hold the session's lock so that the append stops inside its transaction.
-    let (admin, conn) = tokio_postgres::connect(f.db.admin_url(), tokio_postgres::NoTls)
-        .await
-        .unwrap();
-    tokio::spawn(conn);
-    let (holder, conn) = tokio_postgres::connect(f.db.url(), tokio_postgres::NoTls)
-        .await
-        .unwrap();
-    tokio::spawn(conn);
+    let admin = connect(f.db.admin_url()).await;
+    let holder = connect(f.db.url()).await;
     holder
         .batch_execute("begin; select * from sessions where session_id = 's1' for update")
         .await
@@ -1457,10 +1442,7 @@ async fn a_caller_that_stops_waiting_mid_transaction_leaves_nothing_for_the_next
     let f = fixture_with(1, 1).await;
     f.session("s1").await;
     // Hold s1's row so that archiving it waits inside its transaction.
-    let (holder, conn) = tokio_postgres::connect(f.db.url(), tokio_postgres::NoTls)
-        .await
-        .unwrap();
-    tokio::spawn(conn);
+    let holder = connect(f.db.url()).await;
     holder
         .batch_execute("begin; select * from sessions where session_id = 's1' for update")
         .await
@@ -1491,10 +1473,7 @@ async fn outbox_retention_forgets_old_relayed_rows_and_never_events() {
             .await
             .unwrap();
     }
-    let (admin, conn) = tokio_postgres::connect(f.db.url(), tokio_postgres::NoTls)
-        .await
-        .unwrap();
-    tokio::spawn(conn);
+    let admin = connect(f.db.url()).await;
     // The session's creation and its first three events are two days old.
     admin
         .batch_execute(

@@ -175,10 +175,7 @@ async fn another_replicas_append_makes_what_a_process_knows_stale_and_nothing_is
     // A writer of the session row that appends no event (a state repair)
     // makes it stale too: here the stored message is made completed, as a
     // repair would store it, and the next delta is refused on that state.
-    let (other, conn) = tokio_postgres::connect(f.db.url(), tokio_postgres::NoTls)
-        .await
-        .unwrap();
-    tokio::spawn(conn);
+    let other = connect(f.db.url()).await;
     let s2 = f.session("s2").await;
     let mut events = start("r1", "m1");
     events.push(ev(
@@ -322,10 +319,7 @@ async fn a_known_session_locked_elsewhere_is_appended_once_the_lock_is_released(
     let known = f.journal.append_stats();
 
     // Another transaction (a command, another replica) holds the session.
-    let (other, conn) = tokio_postgres::connect(f.db.url(), tokio_postgres::NoTls)
-        .await
-        .unwrap();
-    tokio::spawn(conn);
+    let other = connect(f.db.url()).await;
     other
         .batch_execute(
             "begin; select set_config('narad.tenant_id', 'org-a', true); \

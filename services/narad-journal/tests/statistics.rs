@@ -94,11 +94,7 @@ async fn indexes_using(admin: &tokio_postgres::Client, table: &str, column: &str
 }
 
 async fn admin(f: &Fixture) -> tokio_postgres::Client {
-    let (admin, conn) = tokio_postgres::connect(f.db.url(), tokio_postgres::NoTls)
-        .await
-        .unwrap();
-    tokio::spawn(conn);
-    admin
+    connect(f.db.url()).await
 }
 
 #[tokio::test]

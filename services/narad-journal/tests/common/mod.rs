@@ -80,6 +80,16 @@ impl Fixture {
     }
 }
 
+/// A connection of its own to `url` (another transaction than the
+/// journal's), its connection task spawned.
+pub async fn connect(url: &str) -> tokio_postgres::Client {
+    let (client, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(conn);
+    client
+}
+
 pub fn ev(id: &str, ty: &str, run: Option<(&str, &str)>, body: Value) -> Value {
     let mut e = json!({"protocolVersion": "narad/v1", "type": ty, "eventId": id});
     if let Some((root, run)) = run {
