@@ -279,14 +279,10 @@ pub(crate) async fn write(
     commit: &str,
     known: &KnownSessions,
 ) -> Result<Vec<Outcome>, JournalError> {
-    if locking == Locking::Skip {
-        match one_trip::write(client, requests, commit, known).await {
-            one_trip::Tried::Written(outcomes) => return Ok(outcomes),
-            one_trip::Tried::Skipped => {}
-            one_trip::Tried::FellBack => {
-                let _ = client.batch_execute("rollback").await;
-            }
-        }
+    if locking == Locking::Skip
+        && let Some(outcomes) = one_trip::write(client, requests, commit, known).await
+    {
+        return Ok(outcomes);
     }
     let result = run(client, requests, locking, commit, known).await;
     if result.is_err() {
@@ -645,9 +641,8 @@ struct SessionWork {
     /// Top-level runs the accepted requests started for the work queue:
     /// rootRunId, order, cursor, workflow.
     queued: Vec<(String, WorkOrder, i64, Option<String>)>,
-    /// What the state holds whole: the keys and run journals read.
+    /// What the state holds whole: the keys read (see [`coverage`]).
     keys: BTreeSet<EntityKey>,
-    roots: BTreeSet<String>,
     /// The session row's version as read, and the one this transaction's
     /// write makes.
     xmin: String,
@@ -710,7 +705,7 @@ impl SessionWork {
         session: &Row,
         entities: &[&Row],
         held: BTreeMap<String, Held>,
-        (keys, roots): (BTreeSet<EntityKey>, BTreeSet<String>),
+        keys: BTreeSet<EntityKey>,
     ) -> Result<SessionWork, JournalError> {
         let mut stored = BTreeMap::new();
         for row in entities {
@@ -719,17 +714,16 @@ impl SessionWork {
                 .ok_or_else(|| JournalError::Corrupt(format!("entity kind {kind}")))?;
             stored.insert(key, row.get::<_, Value>(3));
         }
-        let xact = session.get::<_, &str>(4).parse::<u64>().map_err(|e| {
-            JournalError::Corrupt(format!("transaction id {}: {e}", session.get::<_, &str>(4)))
-        })?;
         let known = Known {
             core: session.get(1),
             sequence: session.get(2),
             entities: stored,
             keys,
-            roots,
             xmin: session.get::<_, &str>(3).to_owned(),
         };
+        let xact = session.get::<_, &str>(4).parse::<u64>().map_err(|e| {
+            JournalError::Corrupt(format!("transaction id {}: {e}", session.get::<_, &str>(4)))
+        })?;
         let mut work = SessionWork::known(session_id, known, held)?;
         // A row version's xmin is the low 32 bits of its writer's id.
         work.xact = (xact & 0xffff_ffff).to_string();
@@ -760,7 +754,6 @@ impl SessionWork {
             held,
             queued: Vec::new(),
             keys: known.keys,
-            roots: known.roots,
             xact: known.xmin.clone(),
             xmin: known.xmin,
         })
@@ -1048,7 +1041,6 @@ impl SessionWork {
             sequence: self.state.session_sequence as i64,
             entities: all.iter().cloned().collect(),
             keys: self.keys,
-            roots: self.roots,
             xmin: if self.accepted.is_empty() {
                 self.xmin
             } else {
@@ -1198,22 +1190,13 @@ fn appended(e: &narad_protocol::AuthorityEvent) -> AppendedEvent {
     }
 }
 
-/// The entity keys and run journals whose stored state the requests'
-/// reads bring whole.
-fn coverage<'a>(
-    requests: impl Iterator<Item = &'a Request>,
-) -> (BTreeSet<EntityKey>, BTreeSet<String>) {
-    let mut keys = BTreeSet::new();
-    let mut roots = BTreeSet::new();
-    for p in requests.flat_map(|r| &r.prepared) {
-        for key in referenced_keys(&p.event) {
-            if let EntityKey::RunJournal(root) = &key {
-                roots.insert(root.as_str().to_owned());
-            }
-            keys.insert(key);
-        }
-    }
-    (keys, roots)
+/// The entity keys whose stored state the requests' reads bring whole
+/// (for a run journal's key, with its open runs: [`LOAD_ENTITIES`]).
+fn coverage<'a>(requests: impl Iterator<Item = &'a Request>) -> BTreeSet<EntityKey> {
+    requests
+        .flat_map(|r| &r.prepared)
+        .flat_map(|p| referenced_keys(&p.event))
+        .collect()
 }
 
 /// Whether any eventId of the request is stored already.

@@ -40,10 +40,9 @@ pub(crate) struct Known {
     /// The stored entities among those read or written.
     pub entities: BTreeMap<EntityKey, Value>,
     /// The entity keys whose stored state is all in `entities`: read by
-    /// key (present or absent) and kept since by this process's writes.
+    /// key (present or absent) and kept since by this process's writes. For
+    /// a run journal's key, its open runs (and their workflows) too.
     pub keys: BTreeSet<EntityKey>,
-    /// The run journals (rootRunIds) whose open runs are all in `entities`.
-    pub roots: BTreeSet<String>,
     /// The session row's version (its `xmin`) after that transaction.
     pub xmin: String,
 }
@@ -135,7 +134,6 @@ mod tests {
             sequence: n,
             entities: BTreeMap::new(),
             keys: BTreeSet::new(),
-            roots: BTreeSet::new(),
             xmin: n.to_string(),
         }
     }

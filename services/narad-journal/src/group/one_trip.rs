@@ -30,26 +30,19 @@ use crate::append::Fence;
 use crate::known::KnownSessions;
 use crate::{BEGIN_SCOPED, SET_TENANT, TenantId};
 
-/// What became of a group tried in one round trip.
-pub(crate) enum Tried {
-    /// Committed: every request's outcome.
-    Written(Vec<Outcome>),
-    /// Not tried (see the module's documentation); nothing was sent.
-    Skipped,
-    /// Sent, and its transaction failed (the guard, or any other error):
-    /// nothing was written.
-    FellBack,
-}
-
-/// Tries `requests` in one round trip (see the module's documentation).
+/// Tries `requests` in one round trip (see the module's documentation):
+/// every request's outcome once committed; `None` when not tried (nothing
+/// was sent) or when its transaction failed (the guard, or any other
+/// error: its `COMMIT`, sent with the rest, ended it, and nothing was
+/// written), for the caller to write them in two.
 pub(crate) async fn write(
     client: &Client,
     requests: &mut [Request],
     commit: &str,
     known: &KnownSessions,
-) -> Tried {
+) -> Option<Vec<Outcome>> {
     if !requests.iter().all(eligible) {
-        return Tried::Skipped;
+        return None;
     }
     // Sessions in lock order: by tenant, then session; requests by arrival.
     let mut sessions: BTreeMap<(TenantId, SessionId), Vec<usize>> = BTreeMap::new();
@@ -60,25 +53,20 @@ pub(crate) async fn write(
             .push(i);
     }
     let keys: Vec<(TenantId, SessionId)> = sessions.keys().cloned().collect();
-    let Some(entries) = known.take_all(&keys) else {
-        return Tried::Skipped;
-    };
+    let entries = known.take_all(&keys)?;
 
     // Decide every request on what is known, or give up before sending.
     let mut outcomes: Vec<Option<Outcome>> = requests.iter().map(|_| None).collect();
     let mut decided: Vec<(TenantId, SessionId, SessionWork)> = Vec::new();
     for (((tenant, session), members), entry) in sessions.iter().zip(entries) {
-        let (need_keys, need_roots) = super::coverage(members.iter().map(|&i| &requests[i]));
-        if !need_keys.is_subset(&entry.keys) || !need_roots.is_subset(&entry.roots) {
-            return Tried::Skipped;
+        if !super::coverage(members.iter().map(|&i| &requests[i])).is_subset(&entry.keys) {
+            return None;
         }
-        let Ok(mut work) = SessionWork::known(session.clone(), entry, BTreeMap::new()) else {
-            return Tried::Skipped;
-        };
+        let mut work = SessionWork::known(session.clone(), entry, BTreeMap::new()).ok()?;
         for &i in members {
             match work.decide(None, &mut requests[i]).await {
                 Ok(Some(outcome)) => outcomes[i] = Some(Outcome::Done(outcome)),
-                _ => return Tried::Skipped,
+                _ => return None,
             }
         }
         decided.push((tenant.clone(), session.clone(), work));
@@ -120,9 +108,7 @@ pub(crate) async fn write(
         client.prepare_cached(GUARD),
         client.prepare_cached(WRITE),
     );
-    let Ok((set, guard, write)) = statements else {
-        return Tried::Skipped;
-    };
+    let (set, guard, write) = statements.ok()?;
     let trips = tenants.iter().map(|(tenant, trip)| {
         let (set, guard, write) = (&set, &guard, &write);
         async move {
@@ -172,7 +158,7 @@ pub(crate) async fn write(
                 }
                 (key, now)
             }));
-            Tried::Written(
+            Some(
                 outcomes
                     .into_iter()
                     .map(|o| o.expect("every request has an outcome"))
@@ -186,7 +172,7 @@ pub(crate) async fn write(
             } else {
                 tracing::debug!("an append in one round trip failed; written in two: {e}");
             }
-            Tried::FellBack
+            None
         }
     }
 }
