@@ -46,7 +46,7 @@ impl BlobRecord {
 
 const COLUMNS: &str = "blob_id, session_id, name, media_type, size_bytes, \
     encode(sha256, 'hex'), state = 'stored', \
-    to_char(created_at at time zone 'utc', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"'), upload_length, \
+    rfc3339(created_at), upload_length, \
     store, chunk_bytes";
 
 fn record(r: &tokio_postgres::Row) -> BlobRecord {

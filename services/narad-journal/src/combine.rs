@@ -18,6 +18,12 @@
 //!   appended alone, so that one request never fails another.
 //! - Workers are spawned when requests wait and end when none do: an idle
 //!   journal runs no task.
+//! - On a distributed database (a Citus coordinator) a group holds one
+//!   tenant's requests: every transaction stays on one shard group, so it
+//!   commits on one worker in one phase, before the coordinator's own
+//!   transaction ends (what the stream's horizon relies on). Which it is
+//!   is asked once, by the first worker; until it is known, groups are
+//!   per tenant (right on both).
 //! - Every answer is counted in the process's metrics as it is sent, on
 //!   whichever path (grouped, alone), whether or not its caller still
 //!   waits: outcome, events written, time since submission, and the rule
@@ -68,7 +74,12 @@ pub(crate) struct Combiner {
     committed: tokio::sync::Notify,
     /// The sessions this process appended to, as it left them.
     known: KnownSessions,
+    /// Whether the database is distributed (see the module's doc).
+    distributed: tokio::sync::OnceCell<bool>,
 }
+
+/// Whether the database is a Citus coordinator.
+const IS_DISTRIBUTED: &str = "select exists (select 1 from pg_extension where extname = 'citus')";
 
 #[derive(Default)]
 struct Counters {
@@ -130,6 +141,7 @@ impl Combiner {
             counters: Counters::default(),
             committed: tokio::sync::Notify::new(),
             known: KnownSessions::default(),
+            distributed: tokio::sync::OnceCell::new(),
         }
     }
 
@@ -203,6 +215,9 @@ impl Combiner {
             if client.is_none() {
                 client = self.connection().await;
             }
+            if let Some(c) = &client {
+                self.learn_topology(c).await;
+            }
             let group = worker.take();
             if group.is_empty() {
                 return;
@@ -224,6 +239,34 @@ impl Combiner {
             }
             worker.release();
         }
+    }
+
+    /// Asks the database, once, whether it is distributed; on one that is,
+    /// appends are never sent the one-round-trip way.
+    async fn learn_topology(&self, client: &deadpool_postgres::Client) {
+        if self.distributed.initialized() {
+            return;
+        }
+        let asked = self
+            .distributed
+            .get_or_try_init(|| async {
+                client
+                    .query_one(IS_DISTRIBUTED, &[])
+                    .await
+                    .map(|r| r.get::<_, bool>(0))
+            })
+            .await;
+        match asked {
+            Ok(true) => self.known.turn_off(),
+            Ok(false) => {}
+            Err(e) => tracing::debug!("cannot tell whether the database is distributed: {e}"),
+        }
+    }
+
+    /// Whether the database is distributed, as far as known (a database not
+    /// yet asked is taken to be: what it changes is right on both).
+    fn is_distributed(&self) -> bool {
+        self.distributed.get().copied().unwrap_or(true)
     }
 
     /// A connection for a worker.
@@ -256,6 +299,7 @@ impl Combiner {
             Locking::Skip,
             self.commit,
             &self.known,
+            self.is_distributed(),
         )
         .await
         {
@@ -304,6 +348,7 @@ impl Combiner {
                     Locking::Wait,
                     this.commit,
                     &this.known,
+                    this.is_distributed(),
                 )
                 .await
                 .and_then(|outcomes| match outcomes.into_iter().next() {
@@ -381,6 +426,7 @@ impl Worker<'_> {
         let mut group = Vec::new();
         let mut events = 0;
         let mut event_ids = HashSet::new();
+        let per_tenant = self.combiner.is_distributed();
         let mut i = 0;
         while i < q.pending.len() && group.len() < MAX_GROUP_REQUESTS {
             let r = &q.pending[i].request;
@@ -392,7 +438,11 @@ impl Worker<'_> {
                 .map(|p| (r.tenant.clone(), p.event.envelope.event_id.to_string()))
                 .collect();
             let fresh = ids.iter().all(|id| !event_ids.contains(id));
-            if fits && fresh && !q.in_flight.contains(&key) {
+            let same_tenant = !per_tenant
+                || group
+                    .first()
+                    .is_none_or(|w: &Waiting| w.request.tenant == r.tenant);
+            if fits && fresh && same_tenant && !q.in_flight.contains(&key) {
                 let w = q.pending.remove(i).expect("in range");
                 events += w.request.prepared.len();
                 event_ids.extend(ids);

@@ -742,11 +742,12 @@ impl Journal {
             // Archiving twice is one archive: only the first is announced.
             let row = c
                 .query_opt(
-                    "with before as (select archived_at from sessions \
-                       where tenant_id = $1 and session_id = $2 for update) \
-                     update sessions s set archived_at = coalesce(s.archived_at, now()) \
-                     from before where s.tenant_id = $1 and s.session_id = $2 \
-                     returning before.archived_at is null, s.session_sequence",
+                    "with before as (select archived_at, session_sequence from sessions \
+                       where tenant_id = $1 and session_id = $2 for update), \
+                     archived as (update sessions s set archived_at = now() from before \
+                       where s.tenant_id = $1 and s.session_id = $2 \
+                         and before.archived_at is null) \
+                     select archived_at is null, session_sequence from before",
                     &[&tenant.as_str(), &session],
                 )
                 .await?

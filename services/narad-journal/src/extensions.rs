@@ -42,7 +42,7 @@ pub struct SigningKey {
 }
 
 const COLUMNS: &str = "publisher, name, enabled, \
-    to_char(created_at at time zone 'utc', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"'), created_by";
+    rfc3339(created_at), created_by";
 
 fn record(row: &tokio_postgres::Row) -> ExtensionRecord {
     ExtensionRecord {

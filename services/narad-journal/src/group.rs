@@ -37,8 +37,9 @@ use crate::append::{AppendOptions, Appended, AppendedEvent, Fence, Prepared, pre
 use crate::executors::EXECUTOR_UNAVAILABLE;
 use crate::known::{Known, KnownSessions};
 use crate::runtime::WorkOrder;
-use crate::{BEGIN_SCOPED, JournalError, SET_TENANT, TenantId};
+use crate::{BEGIN_SCOPED, JournalError, TenantId, scope as scope_sql};
 
+mod distributed;
 mod one_trip;
 
 /// One caller's append: a prepared batch for one session.
@@ -87,6 +88,12 @@ pub(crate) enum Locking {
 /// of a lone append's Postgres time).
 const KEY_LOOKUPS: &str = "set local enable_seqscan = off; set local enable_bitmapscan = off; \
     set local plan_cache_mode = force_generic_plan";
+/// [`KEY_LOOKUPS`] on a distributed database: a Citus coordinator cannot
+/// make a generic plan of the lookup (a `union all` over two tables whose
+/// shard is known only from its parameters), so it is planned each time;
+/// the key-only settings go with the transaction to the worker.
+const KEY_LOOKUPS_DISTRIBUTED: &str =
+    "set local enable_seqscan = off; set local enable_bitmapscan = off";
 /// Ends [`KEY_LOOKUPS`] for the rest of the transaction.
 const ANY_PLANS: &str = "reset enable_seqscan; reset enable_bitmapscan; reset plan_cache_mode";
 
@@ -188,39 +195,37 @@ const TAKE_CANCELLATIONS: &str = "delete from pending_cancellations \
 /// (started, closed) and of runs paused for an absent executor (paused,
 /// resumed), the work queue of agent runtimes (runs queued, journals that
 /// an event wakes or asks to stop, runs ended), and the sessions' cores.
-const WRITE: &str = "
-with inserted as (
+/// The inserts of [`WRITE`] (`select … from unnest(…)` of array parameters).
+const WRITE_INSERTS: &str = "
+inserted as (
   insert into events (tenant_id, session_id, session_sequence, event_id, type, root_run_id, run_id,
                       run_sequence, workflow_id, workflow_sequence, body, proposal_sha256)
   select $1, * from unnest($2::text[], $3::bigint[], $4::text[], $5::text[], $6::text[], $7::text[],
                            $8::bigint[], $9::text[], $10::bigint[], $11::jsonb[], $12::bytea[])
   returning session_id, session_sequence, event_id
-), outboxed as (
+),
+outboxed as (
   insert into outbox (tenant_id, session_id, session_sequence, event_id)
   select $1, session_id, session_sequence, event_id from inserted
-), upserted as (
+),
+upserted as (
   insert into entities (tenant_id, session_id, kind, id, state)
   select $1, * from unnest($13::text[], $14::text[], $15::text[], $16::jsonb[])
   on conflict (tenant_id, session_id, kind, id) do update set state = excluded.state
-), client_started as (
+),
+client_started as (
   insert into client_calls (tenant_id, session_id, tool_call_id, root_run_id, run_id, executor_id,
                             tool_name, args, closed)
   select $1, * from unnest($20::text[], $21::text[], $22::text[], $23::text[], $24::text[],
                            $25::text[], $26::jsonb[], $27::bool[])
-), client_closed as (
-  update client_calls c set closed = true
-  from unnest($28::text[], $29::text[]) as f(session_id, tool_call_id)
-  where c.tenant_id = $1 and c.session_id = f.session_id and c.tool_call_id = f.tool_call_id
-), executor_paused as (
+),
+executor_paused as (
   insert into executor_pauses (tenant_id, session_id, run_id, root_run_id, executor_id, wait_id)
   select $1, * from unnest($30::text[], $31::text[], $32::text[], $33::text[], $34::text[])
   on conflict (tenant_id, session_id, run_id) do update
-    set wait_id = excluded.wait_id, executor_id = excluded.executor_id, paused_at = now()
-), executor_resumed as (
-  delete from executor_pauses p
-  using unnest($35::text[], $36::text[]) as r(session_id, run_id)
-  where p.tenant_id = $1 and p.session_id = r.session_id and p.run_id = r.run_id
-), work_added as (
+    set wait_id = excluded.wait_id, executor_id = excluded.executor_id, paused_at = excluded.paused_at
+),
+work_added as (
   insert into run_work (tenant_id, session_id, root_run_id, queue, state, reason, on_lost,
                         max_attempts, cursor, stop_requested, workflow_id)
   select $1, a.session_id, a.root_run_id, a.queue, 'ready', 'started', a.on_lost, a.max_attempts,
@@ -229,24 +234,51 @@ with inserted as (
               $48::bool[], $49::text[])
     as a(session_id, root_run_id, queue, on_lost, max_attempts, cursor, stop, workflow_id)
   on conflict do nothing
-), work_touched as (
+)";
+
+/// The updates and deletes of a group's write, as common table
+/// expressions (the same on one Postgres and on a distributed database).
+const WRITE_CHANGES: &str = "
+client_closed as (
+  update client_calls c set closed = true
+  from unnest($28::text[], $29::text[]) as f(session_id, tool_call_id)
+  where c.tenant_id = $1 and c.session_id = f.session_id and c.tool_call_id = f.tool_call_id
+),
+executor_resumed as (
+  delete from executor_pauses p
+  using unnest($35::text[], $36::text[]) as r(session_id, run_id)
+  where p.tenant_id = $1 and p.session_id = r.session_id and p.run_id = r.run_id
+),
+work_woken as (
   update run_work w set
     stop_requested = w.stop_requested or t.stop,
-    state = case when w.state = 'idle' then 'ready' else w.state end,
-    reason = case when w.state = 'idle' then 'event' else w.reason end,
-    ready_at = case when w.state = 'idle' then now() else w.ready_at end,
-    changed_at = now()
+    state = 'ready', reason = 'event', ready_at = now(), changed_at = now()
   from unnest($43::text[], $44::text[], $45::bool[]) as t(session_id, root_run_id, stop)
   where w.tenant_id = $1 and w.session_id = t.session_id and w.root_run_id = t.root_run_id
-    and (w.state = 'idle' or (t.stop and not w.stop_requested))
-), work_done as (
+    and w.state = 'idle'
+),
+work_stopped as (
+  update run_work w set stop_requested = true, changed_at = now()
+  from unnest($43::text[], $44::text[], $45::bool[]) as t(session_id, root_run_id, stop)
+  where w.tenant_id = $1 and w.session_id = t.session_id and w.root_run_id = t.root_run_id
+    and w.state <> 'idle' and t.stop and not w.stop_requested
+),
+work_done as (
   update run_work w set state = 'done', changed_at = now()
   from unnest($46::text[], $47::text[]) as d(session_id, root_run_id)
   where w.tenant_id = $1 and w.session_id = d.session_id and w.root_run_id = d.root_run_id
-)
+)";
+
+/// The last statement of a group's write: the sessions' sequences and cores.
+const WRITE_SESSIONS: &str = "
 update sessions s set session_sequence = u.last, core = u.core
 from unnest($17::text[], $18::bigint[], $19::jsonb[]) as u(session_id, last, core)
 where s.tenant_id = $1 and s.session_id = u.session_id";
+
+/// A group's write for one tenant, one statement: [`WRITE_INSERTS`],
+/// [`WRITE_CHANGES`], [`WRITE_SESSIONS`].
+static WRITE: std::sync::LazyLock<String> =
+    std::sync::LazyLock::new(|| format!("with {WRITE_INSERTS},{WRITE_CHANGES}{WRITE_SESSIONS}"));
 
 /// Ends a group's transaction with a NOTIFY of the relays: how appends
 /// would wake relays if the notification were part of the transaction
@@ -278,13 +310,14 @@ pub(crate) async fn write(
     locking: Locking,
     commit: &str,
     known: &KnownSessions,
+    distributed: bool,
 ) -> Result<Vec<Outcome>, JournalError> {
     if locking == Locking::Skip
         && let Some(outcomes) = one_trip::write(client, requests, commit, known).await
     {
         return Ok(outcomes);
     }
-    let result = run(client, requests, locking, commit, known).await;
+    let result = run(client, requests, locking, commit, known, distributed).await;
     if result.is_err() {
         // The transaction may be open or already ended; either way the
         // connection goes back to the pool outside one.
@@ -299,16 +332,16 @@ async fn run(
     locking: Locking,
     commit: &str,
     known: &KnownSessions,
+    distributed: bool,
 ) -> Result<Vec<Outcome>, JournalError> {
-    let (set, lock, load, find, write) = futures::try_join!(
-        client.prepare_cached(SET_TENANT),
+    let (lock, load, find, write) = futures::try_join!(
         client.prepare_cached(match locking {
             Locking::Wait => LOCK_WAIT,
             Locking::Skip => LOCK_SKIP,
         }),
         client.prepare_cached(LOAD_ENTITIES),
         client.prepare_cached(FIND_EVENT_IDS),
-        client.prepare_cached(WRITE),
+        client.prepare_cached(&WRITE),
     )?;
     let fenced = requests.iter().any(|r| r.options.fence != Fence::Server);
     let load_work = if fenced {
@@ -341,10 +374,10 @@ async fn run(
             .iter()
             .any(|&i| requests[i].options.fence != Fence::Server);
         let load_work = load_work.as_ref().filter(|_| tenant_fenced);
-        let (set, lock, load, find) = (&set, &lock, &load, &find);
+        let (lock, load, find) = (&lock, &load, &find);
+        let set = scope_sql(tenant);
         async move {
             let t = tenant.as_str();
-            let set_params: [&Param<'_>; 1] = [&t];
             let lock_params: [&Param<'_>; 2] = [&t, &lookup.sessions];
             let load_params: [&Param<'_>; 6] = [
                 &t,
@@ -364,10 +397,14 @@ async fn run(
             ];
             // Polled in order on their first poll, so sent in this order.
             let (_, locked, entities, _, existing, _, work) = futures::try_join!(
-                client.query(set, &set_params),
+                client.batch_execute(&set),
                 client.query(lock, &lock_params),
                 client.query(load, &load_params),
-                client.batch_execute(KEY_LOOKUPS),
+                client.batch_execute(if distributed {
+                    KEY_LOOKUPS_DISTRIBUTED
+                } else {
+                    KEY_LOOKUPS
+                }),
                 client.query(find, &find_params),
                 client.batch_execute(ANY_PLANS),
                 async {
@@ -471,16 +508,29 @@ async fn run(
     // Round trip 2: per tenant scope and write, then commit.
     let single = requests.len() == 1;
     let first_needs_scope = writes.first().map(|(t, _)| t) != scoped.as_ref();
+    // On a distributed database each tenant's write is shaped by its rows:
+    // prepared here, before the pipeline (which must send every write
+    // before the commit).
+    let mut shaped = Vec::new();
+    if distributed {
+        for (_, sessions) in &writes {
+            let text =
+                distributed::write_statement(distributed::Shape::of(&WriteRows::of(sessions)));
+            shaped.push(
+                client
+                    .prepare_typed_cached(&text, &distributed::TYPES)
+                    .await?,
+            );
+        }
+    }
     let statements = writes.iter().enumerate().map(|(n, (tenant, sessions))| {
-        let (set, write) = (&set, &write);
+        let write = shaped.get(n).unwrap_or(&write);
         let rescope = n > 0 || first_needs_scope;
         async move {
-            let t = tenant.as_str();
-            let set_params: [&Param<'_>; 1] = [&t];
             futures::try_join!(
                 async {
                     if rescope {
-                        client.query(set, &set_params).await?;
+                        client.batch_execute(&scope_sql(tenant)).await?;
                     }
                     Ok(())
                 },
@@ -1127,8 +1177,7 @@ async fn scope(
     scoped: &mut Option<TenantId>,
 ) -> Result<(), JournalError> {
     if scoped.as_ref() != Some(tenant) {
-        let set = client.prepare_cached(SET_TENANT).await?;
-        client.query(&set, &[&tenant.as_str()]).await?;
+        client.batch_execute(&scope_sql(tenant)).await?;
         *scoped = Some(tenant.clone());
     }
     Ok(())

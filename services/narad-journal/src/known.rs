@@ -19,7 +19,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use narad_protocol::engine::EntityKey;
 use narad_protocol::primitives::SessionId;
@@ -53,6 +53,9 @@ pub(crate) struct KnownSessions {
     map: Mutex<HashMap<(TenantId, SessionId), Known>>,
     one_trip: AtomicU64,
     fell_back: AtomicU64,
+    /// Set on a distributed database: nothing is remembered there (the
+    /// guard's row versions and locks were measured on one Postgres only).
+    off: AtomicBool,
 }
 
 impl KnownSessions {
@@ -77,6 +80,9 @@ impl KnownSessions {
         &self,
         entries: impl IntoIterator<Item = ((TenantId, SessionId), Known)>,
     ) {
+        if self.off.load(Ordering::Relaxed) {
+            return;
+        }
         let mut map = self.map.lock().expect("the known sessions");
         for (key, known) in entries {
             if known
@@ -95,6 +101,13 @@ impl KnownSessions {
             }
             map.insert(key, known);
         }
+    }
+
+    /// Forgets every session and remembers none from now on: every
+    /// append takes the two-round-trip way, which reads what it decides on.
+    pub(crate) fn turn_off(&self) {
+        self.off.store(true, Ordering::Relaxed);
+        self.map.lock().expect("the known sessions").clear();
     }
 
     /// Counts a group sent in one round trip: committed, or fallen back.

@@ -10,14 +10,18 @@
 //! appended to last take one: decided on what it knows of them, written
 //! behind a guard that finds that knowledge current.
 //!
+//! The same journal runs on a Citus coordinator whose tables
+//! [`DISTRIBUTE`] distributed by tenant (docs/scale-out.md): there each
+//! transaction holds one tenant's work, so that it stays on one shard group.
+//!
 //! Modules:
 //! - [`access`]: which session a command may act on ([`Authorized`]);
 //! - [`append`]: appending a batch to a session (concurrent appends share
 //!   transactions, each still decided alone);
 //! - `combine`: the append queue and the workers that group it into
 //!   transactions; `group`: one such transaction (`group::one_trip`: in one
-//!   round trip); `known`: what the process knows of the sessions it
-//!   appended to;
+//!   round trip; `group::distributed`: its write on a Citus coordinator);
+//!   `known`: what the process knows of the sessions it appended to;
 //! - [`audit`]: the audit log of who did what;
 //! - [`blobs`], [`blob_store`]: attachments' bytes, in Postgres or an
 //!   S3-compatible store, and the references events make to them;
@@ -118,16 +122,24 @@ pub use usage::{UsageBucket, UsageGrouping, UsageQuery};
 /// The migrations of `migrations/`, embedded.
 pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations");
 
-/// Applies the migrations to the database at `url`; applying them to a
-/// migrated database changes nothing.
+/// Applies the migrations to the database at `url`, then, on a Citus
+/// coordinator, distributes every table not yet distributed
+/// ([`DISTRIBUTE`]); applying them to a migrated database changes
+/// nothing.
 pub async fn migrate(url: &str) -> Result<(), sqlx::migrate::MigrateError> {
     use sqlx::Connection;
     let mut conn = sqlx::PgConnection::connect(url).await?;
     MIGRATOR.run(&mut conn).await?;
+    sqlx::query(DISTRIBUTE).execute(&mut conn).await?;
     conn.close()
         .await
         .map_err(sqlx::migrate::MigrateError::from)
 }
+
+/// Distributes the schema by tenant when the database is a Citus
+/// coordinator, and does nothing on one Postgres (migration
+/// `20261214000001_citus`; docs/scale-out.md): run after the migrations.
+pub const DISTRIBUTE: &str = "select narad_distribute()";
 
 /// A tenant (an organisation): every row narad stores belongs to one.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -398,17 +410,39 @@ pub struct RelayBacklog {
 /// `20261201000001_stream_clock`): stream positions are transaction ids
 /// plus an offset that grows when the database was moved to a cluster
 /// whose counter is lower, so that positions never go back.
-pub const CONNECTION_SETUP: &str = "set role narad_app; select stream_clock_attach()";
+///
+/// On a Citus cluster, `set local` commands go with the transaction to
+/// every worker it touches (`citus.propagate_set_commands`), so that the
+/// tenant a transaction is scoped to (`set local narad.tenant_id`) is the one row-level
+/// security reads on the shards; on one Postgres the setting is inert.
+pub const CONNECTION_SETUP: &str = "set role narad_app; \
+     set citus.propagate_set_commands = local; \
+     select stream_clock_attach()";
 
 /// Statements that open a tenant-scoped transaction: the tenant is set for
 /// that transaction only. (Every pooled connection already runs as the
 /// role `narad_app`: see [`CONNECTION_SETUP`].)
 const BEGIN_SCOPED: &str = "begin";
-const SET_TENANT: &str = "select set_config('narad.tenant_id', $1, true)";
 
-/// The `to_char` format of a timestamp as RFC 3339 in UTC, to the
-/// millisecond: `to_char(x at time zone 'utc', {TIME})`.
-pub(crate) const TIME: &str = r#"'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'"#;
+/// The statement that scopes the open transaction to `tenant`: row-level
+/// security reads `narad.tenant_id`. A `set local` command rather than
+/// `set_config()`, because a command is what a Citus coordinator sends on
+/// to the workers of the transaction (a function's effect stays on the
+/// coordinator). The id is written as an escaped string constant, which
+/// means the same whatever `standard_conforming_strings` says.
+pub(crate) fn scope(tenant: &TenantId) -> String {
+    let mut sql = String::with_capacity(tenant.as_str().len() + 40);
+    sql.push_str("set local narad.tenant_id = E'");
+    for c in tenant.as_str().chars() {
+        match c {
+            '\'' => sql.push_str("''"),
+            '\\' => sql.push_str("\\\\"),
+            c => sql.push(c),
+        }
+    }
+    sql.push('\'');
+    sql
+}
 
 /// Runs `body` in a tenant-scoped transaction on `client`: commits when it
 /// returns `Ok`, rolls back otherwise.
@@ -453,18 +487,19 @@ pub(crate) async fn in_tenant_at_once(
 ) -> Result<Vec<tokio_postgres::Row>, JournalError> {
     let mut guard = Abandoned(Some(client));
     let c = guard.0.as_ref().expect("held");
-    let (set, statement) = futures::try_join!(c.prepare_cached(SET_TENANT), c.prepare_cached(sql))?;
-    let t = tenant.as_str();
-    let scope: [&(dyn tokio_postgres::types::ToSql + Sync); 1] = [&t];
-    // Polled in order on their first poll, so sent in this order.
+    let statement = c.prepare_cached(sql).await?;
+    // Polled in order on their first poll, so sent in this order (the
+    // scope a message of its own: Citus sends a `set local` command's whole
+    // query string on to the workers).
     let begin = if durable {
         BEGIN_SCOPED
     } else {
         "begin; set local synchronous_commit = off"
     };
+    let scope = scope(tenant);
     let (begun, scoped, rows, committed) = futures::join!(
         c.batch_execute(begin),
-        c.query(&set, &scope),
+        c.batch_execute(&scope),
         c.query(&statement, params),
         c.batch_execute("commit"),
     );
@@ -498,12 +533,12 @@ async fn scoped<T, F>(
 where
     F: AsyncFnOnce(&deadpool_postgres::Client) -> Result<T, JournalError>,
 {
-    let set = client.prepare_cached(SET_TENANT).await?;
-    let t = tenant.as_str();
-    let params: [&(dyn tokio_postgres::types::ToSql + Sync); 1] = [&t];
+    // Two messages, not one string: Citus sends a `set local` command's
+    // whole query string on to the workers.
+    let scope = scope(tenant);
     let begun = futures::try_join!(
         client.batch_execute(BEGIN_SCOPED),
-        client.query(&set, &params)
+        client.batch_execute(&scope)
     );
     if let Err(e) = begun {
         let _ = client.batch_execute("rollback").await;

@@ -4,7 +4,7 @@
 
 use serde::Serialize;
 
-use crate::{Journal, JournalError, TIME, TenantId, in_tenant};
+use crate::{Journal, JournalError, TenantId, in_tenant};
 
 /// The longest list of held runs one read returns.
 pub const MAX_CLAIMS: i64 = 500;
@@ -100,17 +100,15 @@ impl Journal {
         in_tenant(client, tenant, async |c| {
             let executors = c
                 .query(
-                    &format!(
-                        "select x.executor_id, x.lease_id, \
-                           to_char(x.attached_at at time zone 'utc', {TIME}), \
-                           to_char(x.lease_expires_at at time zone 'utc', {TIME}), \
+                    "select x.executor_id, x.lease_id, \
+                           rfc3339(x.attached_at), \
+                           rfc3339(x.lease_expires_at), \
                            x.lease_expires_at > now(), \
                            (select count(*) from client_calls k where k.tenant_id = x.tenant_id \
                               and k.executor_id = x.executor_id and not k.closed and k.token_sha256 is null), \
                            (select count(*) from client_calls k where k.tenant_id = x.tenant_id \
                               and k.executor_id = x.executor_id and not k.closed and k.token_sha256 is not null) \
-                         from executors x where x.tenant_id = $1 order by x.executor_id"
-                    ),
+                         from executors x where x.tenant_id = $1 order by x.executor_id",
                     &[&tenant.as_str()],
                 )
                 .await?
@@ -127,13 +125,11 @@ impl Journal {
                 .collect();
             let queues = c
                 .query(
-                    &format!(
-                        "select queue, \
+                    "select queue, \
                            count(*) filter (where state = 'ready'), count(*) filter (where state = 'claimed'), \
                            count(*) filter (where state = 'idle'), count(*) filter (where state = 'closing'), \
-                           to_char(min(ready_at) filter (where state = 'ready') at time zone 'utc', {TIME}) \
-                         from run_work where tenant_id = $1 and state <> 'done' group by queue order by queue"
-                    ),
+                           rfc3339(min(ready_at) filter (where state = 'ready')) \
+                         from run_work where tenant_id = $1 and state <> 'done' group by queue order by queue",
                     &[&tenant.as_str()],
                 )
                 .await?
@@ -149,13 +145,11 @@ impl Journal {
                 .collect();
             let claims = c
                 .query(
-                    &format!(
-                        "select session_id, root_run_id, queue, runtime_id, \
-                           to_char(claimed_at at time zone 'utc', {TIME}), \
-                           to_char(lease_expires_at at time zone 'utc', {TIME}), lost + 1, stop_requested \
+                    "select session_id, root_run_id, queue, runtime_id, \
+                           rfc3339(claimed_at), \
+                           rfc3339(lease_expires_at), lost + 1, stop_requested \
                          from run_work where tenant_id = $1 and state = 'claimed' \
-                         order by claimed_at limit $2"
-                    ),
+                         order by claimed_at limit $2",
                     &[&tenant.as_str(), &MAX_CLAIMS],
                 )
                 .await?

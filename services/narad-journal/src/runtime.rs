@@ -258,13 +258,13 @@ with next as (
   where tenant_id = $1 and state = 'ready' and ($2::text is null or queue = $2)
   order by ready_at limit 1 for update skip locked
 )
-update run_work w set state = 'claimed', lease_id = gen_random_uuid()::text, runtime_id = $3,
+update run_work w set state = 'claimed', lease_id = $5, runtime_id = $3,
   lease_expires_at = now() + make_interval(secs => $4), claimed_at = now(), changed_at = now()
 from next
 where w.tenant_id = $1 and w.session_id = next.session_id and w.root_run_id = next.root_run_id
 returning w.session_id, w.root_run_id, w.queue, w.reason, w.cursor, w.lost, w.max_attempts,
   w.on_lost, w.stop_requested, w.lease_id, rfc3339(w.lease_expires_at),
-  extract(epoch from now() - w.ready_at)::float8";
+  extract(epoch from w.claimed_at - w.ready_at)::float8";
 
 impl Journal {
     /// Claims the oldest ready run of the tenant (of `queue`, when given)
@@ -278,11 +278,20 @@ impl Journal {
         ttl: Duration,
     ) -> Result<Option<(Claim, f64)>, JournalError> {
         let client = self.pool.get().await?;
+        // Made here, not by the statement: Citus refuses a volatile
+        // function in an update of a distributed table.
+        let lease_id = uuid::Uuid::new_v4().to_string();
         in_tenant(client, tenant, async |c| {
             let Some(r) = c
                 .query_opt(
                     CLAIM,
-                    &[&tenant.as_str(), &queue, &runtime_id, &seconds(ttl)],
+                    &[
+                        &tenant.as_str(),
+                        &queue,
+                        &runtime_id,
+                        &seconds(ttl),
+                        &lease_id,
+                    ],
                 )
                 .await?
             else {

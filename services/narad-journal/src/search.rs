@@ -13,7 +13,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::sessions::{SESSION_COLUMNS, record};
-use crate::{Journal, JournalError, SessionRecord, TIME, TenantId, in_tenant};
+use crate::{Journal, JournalError, SessionRecord, TenantId, in_tenant};
 
 /// Which sessions a search keeps, by their state.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, utoipa::ToSchema)]
@@ -205,7 +205,7 @@ fn matches_of(hits: &str) -> String {
     format!(
         "(select coalesce(jsonb_agg(m order by m.micros desc), '[]') from ( \
            select h.micros, e.event_id, h.session_sequence, e.type, e.body -> 'actor' as actor, \
-             to_char(h.at at time zone 'utc', {TIME}) as at, \
+             rfc3339(h.at) as at, \
              case when q.words is null then {content} \
                else ts_headline('english'::regconfig, \
                  translate({content}::text, '{START}{STOP}', '')::jsonb, \
@@ -261,7 +261,7 @@ fn by_matches() -> String {
            from hits h where h.session_id in (select sid from page) \
          ) \
          select {SESSION_COLUMNS}, p.micros, \
-           to_char(p.at at time zone 'utc', {TIME}), p.match_count, \
+           rfc3339(p.at), p.match_count, \
            (select count(*) from interrupt_deadlines d where d.tenant_id = $1 and d.session_id = s.session_id), \
            {matches} \
          from page p join sessions s on s.tenant_id = $1 and s.session_id = p.sid, q \
@@ -276,7 +276,7 @@ fn by_matches() -> String {
 fn by_filters() -> String {
     format!(
         "select {SESSION_COLUMNS}, (extract(epoch from s.created_at) * 1000000)::bigint, \
-           to_char(s.created_at at time zone 'utc', {TIME}), 0::bigint, \
+           rfc3339(s.created_at), 0::bigint, \
            (select count(*) from interrupt_deadlines d where d.tenant_id = $1 and d.session_id = s.session_id), \
            '[]'::jsonb \
          from sessions s \

@@ -91,8 +91,8 @@ pub struct Document {
 }
 
 pub(crate) const SESSION_COLUMNS: &str = "session_id, title, metadata, \
-    to_char(created_at at time zone 'utc', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"'), \
-    to_char(archived_at at time zone 'utc', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"'), \
+    rfc3339(created_at), \
+    rfc3339(archived_at), \
     session_sequence, core";
 
 pub(crate) fn record(row: &tokio_postgres::Row) -> Result<SessionRecord, JournalError> {

@@ -72,7 +72,7 @@ impl Journal {
                  (ticket_hash, tenant_id, subject, roles, sessions, stream, valid_until, expires_at) \
                  values ($1, $2, $3, $4, $5, $6, $7, \
                          least(now() + $8 * interval '1 millisecond', to_timestamp($7::bigint))) \
-                 returning to_char(expires_at at time zone 'utc', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"')",
+                 returning rfc3339(expires_at)",
                 &[
                     &hash,
                     &grant.tenant.as_str(),

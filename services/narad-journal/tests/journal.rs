@@ -574,8 +574,10 @@ async fn row_level_security_hides_other_tenants_even_from_a_query_without_a_tena
             .await
             .unwrap();
         if let Some(t) = tenant {
+            // As narad scopes a transaction (a command, which a Citus
+            // coordinator sends on to the shards' workers).
             client
-                .execute("select set_config('narad.tenant_id', $1, true)", &[&t])
+                .batch_execute(&format!("set local narad.tenant_id = '{t}'"))
                 .await
                 .unwrap();
         }
@@ -687,7 +689,7 @@ async fn two_hundred_sessions_append_concurrently_without_blocking_each_other() 
     let held = f.session("held").await;
     let client = connect(f.db.url()).await;
     client
-        .batch_execute("begin; select * from sessions where session_id = 'held' for update")
+        .batch_execute("begin; select * from sessions where tenant_id = 'org-a' and session_id = 'held' for update")
         .await
         .unwrap();
 
@@ -761,7 +763,7 @@ async fn a_connection_killed_mid_transaction_leaves_nothing_and_the_retry_succee
     let admin = connect(f.db.admin_url()).await;
     let holder = connect(f.db.url()).await;
     holder
-        .batch_execute("begin; select * from sessions where session_id = 's1' for update")
+        .batch_execute("begin; select * from sessions where tenant_id = 'org-a' and session_id = 's1' for update")
         .await
         .unwrap();
 
@@ -775,7 +777,10 @@ async fn a_connection_killed_mid_transaction_leaves_nothing_and_the_retry_succee
     let pid = loop {
         let row = admin
             .query_opt(
-                "select pid from pg_stat_activity where datname = $1 and wait_event_type = 'Lock' \
+                // Waiting on the lock (on a Citus coordinator: on the
+                // worker that waits on it).
+                "select pid from pg_stat_activity where datname = $1 \
+                 and wait_event_type in ('Lock', 'IPC', 'Client') \
                  and state = 'active' and query like '%for update%' and pid <> pg_backend_pid()",
                 &[&f.db.name()],
             )
@@ -787,7 +792,7 @@ async fn a_connection_killed_mid_transaction_leaves_nothing_and_the_retry_succee
         tokio::time::sleep(Duration::from_millis(20)).await;
     };
     admin
-        .execute("select pg_terminate_backend($1)", &[&pid])
+        .execute("select pg_terminate_backend($1::int)", &[&pid])
         .await
         .unwrap();
     let killed = append.await.unwrap();
@@ -1444,7 +1449,7 @@ async fn a_caller_that_stops_waiting_mid_transaction_leaves_nothing_for_the_next
     // Hold s1's row so that archiving it waits inside its transaction.
     let holder = connect(f.db.url()).await;
     holder
-        .batch_execute("begin; select * from sessions where session_id = 's1' for update")
+        .batch_execute("begin; select * from sessions where tenant_id = 'org-a' and session_id = 's1' for update")
         .await
         .unwrap();
     // The caller gives up (as a request whose client went away).

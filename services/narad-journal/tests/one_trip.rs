@@ -323,7 +323,7 @@ async fn a_known_session_locked_elsewhere_is_appended_once_the_lock_is_released(
     other
         .batch_execute(
             "begin; select set_config('narad.tenant_id', 'org-a', true); \
-             select 1 from sessions where session_id = 's1' for update",
+             select 1 from sessions where tenant_id = 'org-a' and session_id = 's1' for update",
         )
         .await
         .unwrap();

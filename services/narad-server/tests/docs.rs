@@ -176,6 +176,45 @@ fn scale_out_lists_every_table_of_the_migrations() {
     );
 }
 
+/// On Citus, the tables the migration keeps on the coordinator
+/// (`narad_coordinator_tables()`) are the ones the doc's table says are
+/// there, and no other.
+#[test]
+fn scale_out_names_the_tables_kept_on_a_citus_coordinator() {
+    let sql = migrations()
+        .into_iter()
+        .map(|(_, sql)| sql)
+        .find(|sql| sql.contains("function narad_coordinator_tables()"))
+        .expect("a migration defines narad_coordinator_tables()");
+    let body = &sql[sql.find("array[").expect("its array") + 6..];
+    let body = &body[..body.find(']').expect("its end")];
+    let kept: BTreeSet<String> = body
+        .split(',')
+        .map(|t| t.trim().trim_matches('\'').to_owned())
+        .collect();
+    assert!(
+        kept.contains("stream_tickets") && kept.len() >= 5,
+        "{kept:?}"
+    );
+    let doc = read("docs/scale-out.md");
+    let rows = section(&doc, "Tenant-first, and the few places that are not");
+    let on_coordinator: BTreeSet<String> = rows
+        .lines()
+        .filter(|l| l.starts_with("| `"))
+        .filter(|l| {
+            l.trim_end_matches('|')
+                .rsplit(" | ")
+                .next()
+                .is_some_and(|last| last.trim_start().starts_with("coordinator"))
+        })
+        .flat_map(first_column)
+        .collect();
+    assert_eq!(
+        kept, on_coordinator,
+        "docs/scale-out.md's coordinator tables"
+    );
+}
+
 #[test]
 fn scale_out_lists_every_function_that_runs_past_row_level_security() {
     let doc = read("docs/scale-out.md");

@@ -14,7 +14,13 @@
 //! Migrations run once per server into a template database named after
 //! their checksums; each test database is a copy of it, which takes
 //! milliseconds. A [`TestDatabase`] drops its database when it goes away.
+//!
+//! When that server is a Citus coordinator with workers
+//! (`scripts/citus-cluster`), every database is made on all of its nodes
+//! and the template is distributed (`narad_distribute()`): the same tests
+//! then run on a cluster.
 
+mod citus;
 pub mod s3;
 
 pub use s3::S3Server;
@@ -31,6 +37,9 @@ pub struct TestDatabase {
     url: String,
     admin_url: String,
     name: String,
+    /// The admin URLs of a Citus coordinator's workers, which hold a
+    /// database of the same name; empty on one Postgres.
+    workers: Vec<String>,
 }
 
 impl TestDatabase {
@@ -66,20 +75,40 @@ impl TestDatabase {
 
     async fn create(admin_url: String, template: &str) -> TestDatabase {
         let name = format!("narad_test_{}", uuid::Uuid::now_v7().simple());
-        let (client, conn) = tokio_postgres::connect(&admin_url, tokio_postgres::NoTls)
-            .await
-            .unwrap_or_else(|e| panic!("narad-testkit: cannot connect to {admin_url}: {e}"));
-        let conn = tokio::spawn(conn);
-        client
-            .batch_execute(&format!("create database {name} template {template}"))
-            .await
-            .unwrap_or_else(|e| panic!("narad-testkit: cannot create {name}: {}", pg(e)));
-        drop(client);
-        let _ = conn.await;
+        let workers = match template {
+            "template0" => Vec::new(),
+            _ => citus::workers(&admin_url)
+                .await
+                .unwrap_or_else(|e| panic!("narad-testkit: {e}"))
+                .unwrap_or_default(),
+        };
+        if workers.is_empty() {
+            let (client, conn) = tokio_postgres::connect(&admin_url, tokio_postgres::NoTls)
+                .await
+                .unwrap_or_else(|e| panic!("narad-testkit: cannot connect to {admin_url}: {e}"));
+            let conn = tokio::spawn(conn);
+            client
+                .batch_execute(&format!("create database {name} template {template}"))
+                .await
+                .unwrap_or_else(|e| panic!("narad-testkit: cannot create {name}: {}", pg(e)));
+            drop(client);
+            let _ = conn.await;
+        } else {
+            for node in workers.iter().chain(std::iter::once(&admin_url)) {
+                citus::alone_with(
+                    node,
+                    template,
+                    &format!("create database {name} template {template}"),
+                )
+                .await
+                .unwrap_or_else(|e| panic!("narad-testkit: cannot create {name}: {e}"));
+            }
+        }
         TestDatabase {
             url: with_database(&admin_url, &name),
             admin_url,
             name,
+            workers,
         }
     }
 
@@ -102,7 +131,10 @@ impl TestDatabase {
 
 impl Drop for TestDatabase {
     fn drop(&mut self) {
-        let (admin, name) = (self.admin_url.clone(), self.name.clone());
+        let name = self.name.clone();
+        let nodes: Vec<String> = std::iter::once(self.admin_url.clone())
+            .chain(self.workers.iter().cloned())
+            .collect();
         // Drop may run inside a runtime: do the work on a thread of its own.
         let _ = std::thread::spawn(move || {
             let rt = tokio::runtime::Builder::new_current_thread()
@@ -110,13 +142,15 @@ impl Drop for TestDatabase {
                 .build()
                 .expect("a runtime");
             rt.block_on(async {
-                if let Ok((client, conn)) =
-                    tokio_postgres::connect(&admin, tokio_postgres::NoTls).await
-                {
-                    tokio::spawn(conn);
-                    let _ = client
-                        .batch_execute(&format!("drop database if exists {name} with (force)"))
-                        .await;
+                for admin in &nodes {
+                    if let Ok((client, conn)) =
+                        tokio_postgres::connect(admin, tokio_postgres::NoTls).await
+                    {
+                        tokio::spawn(conn);
+                        let _ = client
+                            .batch_execute(&format!("drop database if exists {name} with (force)"))
+                            .await;
+                    }
                 }
             });
         })
@@ -239,12 +273,17 @@ async fn create_template(
     migrator: &Migrator,
 ) -> Result<(), String> {
     let building = format!("{name}_building");
-    // One statement each: neither may run inside a transaction block.
-    for sql in [
-        format!("drop database if exists {building} with (force)"),
-        format!("create database {building}"),
-    ] {
-        client.batch_execute(&sql).await.map_err(pg)?;
+    let workers = citus::workers(admin_url).await?.unwrap_or_default();
+    if workers.is_empty() {
+        // One statement each: neither may run inside a transaction block.
+        for sql in [
+            format!("drop database if exists {building} with (force)"),
+            format!("create database {building}"),
+        ] {
+            client.batch_execute(&sql).await.map_err(pg)?;
+        }
+    } else {
+        citus::prepare(admin_url, &workers, &building).await?;
     }
     let mut conn = sqlx::PgConnection::connect(&with_database(admin_url, &building))
         .await
@@ -253,11 +292,31 @@ async fn create_template(
         .run(&mut conn)
         .await
         .map_err(|e| format!("migrations failed: {e}"))?;
+    // narad's own step after its migrations: distribute the schema on a
+    // Citus coordinator (a no-op elsewhere, and absent before the
+    // migration that defines it).
+    sqlx::raw_sql(
+        "do $$ begin \
+           if to_regproc('narad_distribute') is not null then perform narad_distribute(); end if; \
+         end $$",
+    )
+    .execute(&mut conn)
+    .await
+    .map_err(|e| format!("distributing the schema failed: {e}"))?;
     conn.close().await.map_err(|e| e.to_string())?;
-    client
-        .batch_execute(&format!("alter database {building} rename to {name}"))
-        .await
-        .map_err(pg)
+    let rename = format!("alter database {building} rename to {name}");
+    if workers.is_empty() {
+        client.batch_execute(&rename).await.map_err(pg)
+    } else {
+        for node in workers
+            .iter()
+            .map(String::as_str)
+            .chain(std::iter::once(admin_url))
+        {
+            citus::alone_with(node, &building, &rename).await?;
+        }
+        Ok(())
+    }
 }
 
 /// A Postgres error with the server's own message, not just "db error".

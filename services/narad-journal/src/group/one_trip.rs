@@ -28,7 +28,7 @@ use narad_protocol::primitives::SessionId;
 use super::{GUARD, GUARD_FAILED, Outcome, Param, Request, SessionWork, WRITE, write_sessions};
 use crate::append::Fence;
 use crate::known::KnownSessions;
-use crate::{BEGIN_SCOPED, SET_TENANT, TenantId};
+use crate::{BEGIN_SCOPED, TenantId, scope};
 
 /// Tries `requests` in one round trip (see the module's documentation):
 /// every request's outcome once committed; `None` when not tried (nothing
@@ -103,14 +103,12 @@ pub(crate) async fn write(
         }
     }
 
-    let statements = futures::try_join!(
-        client.prepare_cached(SET_TENANT),
-        client.prepare_cached(GUARD),
-        client.prepare_cached(WRITE),
-    );
-    let (set, guard, write) = statements.ok()?;
+    let statements =
+        futures::try_join!(client.prepare_cached(GUARD), client.prepare_cached(&WRITE),);
+    let (guard, write) = statements.ok()?;
     let trips = tenants.iter().map(|(tenant, trip)| {
-        let (set, guard, write) = (&set, &guard, &write);
+        let (guard, write) = (&guard, &write);
+        let set = scope(tenant);
         async move {
             let t = tenant.as_str();
             let (fenced_sessions, fenced_roots): (Vec<&str>, Vec<&str>) = trip
@@ -118,7 +116,6 @@ pub(crate) async fn write(
                 .iter()
                 .map(|(s, r)| (s.as_str(), r.as_str()))
                 .unzip();
-            let set_params: [&Param<'_>; 1] = [&t];
             let guard_params: [&Param<'_>; 6] = [
                 &t,
                 &trip.sessions,
@@ -129,7 +126,7 @@ pub(crate) async fn write(
             ];
             // Polled in order on their first poll, so sent in this order.
             let (_, guarded, _) = futures::try_join!(
-                client.query(set, &set_params),
+                client.batch_execute(&set),
                 client.query_one(guard, &guard_params),
                 async {
                     if trip.writes.is_empty() {

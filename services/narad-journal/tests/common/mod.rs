@@ -90,6 +90,21 @@ pub async fn connect(url: &str) -> tokio_postgres::Client {
     client
 }
 
+/// Whether the database at `url` is a Citus coordinator (the test harness
+/// distributes every test database there: `scripts/citus-cluster`).
+#[allow(dead_code)]
+pub async fn distributed(url: &str) -> bool {
+    connect(url)
+        .await
+        .query_one(
+            "select exists (select 1 from pg_extension where extname = 'citus')",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0)
+}
+
 pub fn ev(id: &str, ty: &str, run: Option<(&str, &str)>, body: Value) -> Value {
     let mut e = json!({"protocolVersion": "narad/v1", "type": ty, "eventId": id});
     if let Some((root, run)) = run {
