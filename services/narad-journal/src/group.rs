@@ -516,11 +516,7 @@ async fn run(
         for (_, sessions) in &writes {
             let text =
                 distributed::write_statement(distributed::Shape::of(&WriteRows::of(sessions)));
-            shaped.push(
-                client
-                    .prepare_typed_cached(&text, &distributed::TYPES)
-                    .await?,
-            );
+            shaped.push(client.prepare_typed_cached(&text, write.params()).await?);
         }
     }
     let statements = writes.iter().enumerate().map(|(n, (tenant, sessions))| {

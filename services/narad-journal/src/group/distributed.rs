@@ -13,63 +13,9 @@
 //! the worker's.
 //!
 //! The text depends on how many rows each insert has, so one statement is
-//! prepared per shape (per connection), with the parameters' types given
-//! (an insert left out names none of its parameters).
-
-use tokio_postgres::types::Type;
-
-/// The types of the write's 49 parameters, in order.
-pub(super) const TYPES: [Type; 49] = [
-    Type::TEXT,
-    Type::TEXT_ARRAY,
-    Type::INT8_ARRAY,
-    Type::TEXT_ARRAY,
-    Type::TEXT_ARRAY,
-    Type::TEXT_ARRAY,
-    Type::TEXT_ARRAY,
-    Type::INT8_ARRAY,
-    Type::TEXT_ARRAY,
-    Type::INT8_ARRAY,
-    Type::JSONB_ARRAY,
-    Type::BYTEA_ARRAY,
-    Type::TEXT_ARRAY,
-    Type::TEXT_ARRAY,
-    Type::TEXT_ARRAY,
-    Type::JSONB_ARRAY,
-    Type::TEXT_ARRAY,
-    Type::INT8_ARRAY,
-    Type::JSONB_ARRAY,
-    Type::TEXT_ARRAY,
-    Type::TEXT_ARRAY,
-    Type::TEXT_ARRAY,
-    Type::TEXT_ARRAY,
-    Type::TEXT_ARRAY,
-    Type::TEXT_ARRAY,
-    Type::JSONB_ARRAY,
-    Type::BOOL_ARRAY,
-    Type::TEXT_ARRAY,
-    Type::TEXT_ARRAY,
-    Type::TEXT_ARRAY,
-    Type::TEXT_ARRAY,
-    Type::TEXT_ARRAY,
-    Type::TEXT_ARRAY,
-    Type::TEXT_ARRAY,
-    Type::TEXT_ARRAY,
-    Type::TEXT_ARRAY,
-    Type::TEXT_ARRAY,
-    Type::TEXT_ARRAY,
-    Type::TEXT_ARRAY,
-    Type::TEXT_ARRAY,
-    Type::INT4_ARRAY,
-    Type::INT8_ARRAY,
-    Type::TEXT_ARRAY,
-    Type::TEXT_ARRAY,
-    Type::BOOL_ARRAY,
-    Type::TEXT_ARRAY,
-    Type::TEXT_ARRAY,
-    Type::BOOL_ARRAY,
-    Type::TEXT_ARRAY,
-];
+//! prepared per shape (per connection), with the parameters' types of the
+//! statement on one Postgres (an insert left out names none of its
+//! parameters, whose types would be unknown).
 
 /// How many rows each insert of a write has.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -94,8 +40,8 @@ impl Shape {
     }
 }
 
-/// One `values` list of `rows` rows: `$1` (the tenant) first, then each of `columns` (an array parameter with its type, or
-/// a constant) at row `i`.
+/// One `values` list of `rows` rows: `$1` (the tenant) first, then each of
+/// `columns` (an array parameter with its type, or a constant) at row `i`.
 fn values(rows: usize, columns: &[&str]) -> String {
     let mut sql = String::from("values ");
     for i in 1..=rows {
