@@ -87,6 +87,14 @@ pub enum SweepKind {
     Back,
 }
 
+/// A pause of a run for its executor, planned on what was read
+/// ([`Journal::plan_executor_pause`]).
+#[derive(Debug, Clone, Copy)]
+pub struct ExecutorPause {
+    /// The session's sequence when the run was read.
+    seen: u64,
+}
+
 /// One item of a sweeper's work.
 #[derive(Debug, Clone)]
 pub struct SweepItem {
@@ -660,21 +668,55 @@ impl Journal {
     /// Pauses a running run whose client executor is away (`run.paused`,
     /// reason `client_executor_unavailable`, resumeMode `automatic`;
     /// §11.2). `false` when the run is not running (paused for another
-    /// reason, stopping, ended), which is left as it is.
+    /// reason, stopping, ended), which is left as it is, and when the
+    /// session moved on between the read and the pause (the next sweep
+    /// looks again): [`Journal::plan_executor_pause`], then
+    /// [`Journal::apply_executor_pause`].
     pub async fn pause_for_executor(
         &self,
         tenant: &TenantId,
         item: &SweepItem,
     ) -> Result<bool, JournalError> {
+        match self.plan_executor_pause(tenant, item).await? {
+            Some(plan) => self.apply_executor_pause(tenant, item, plan).await,
+            None => Ok(false),
+        }
+    }
+
+    /// Reads whether `item`'s run may be paused for its executor: `None`
+    /// when it is not running; otherwise the session's sequence read
+    /// before the run, which the pause then expects.
+    pub async fn plan_executor_pause(
+        &self,
+        tenant: &TenantId,
+        item: &SweepItem,
+    ) -> Result<Option<ExecutorPause>, JournalError> {
+        let seen = self
+            .session(tenant, &item.session_id)
+            .await?
+            .session_sequence;
         let Some(run) = self
             .run_state(tenant, &item.session_id, &item.run_id)
             .await?
         else {
-            return Ok(false);
+            return Ok(None);
         };
         if run.status.is_paused() || run.status.is_terminal() || run.stop_requested {
-            return Ok(false);
+            return Ok(None);
         }
+        Ok(Some(ExecutorPause { seen }))
+    }
+
+    /// Appends the pause [`Journal::plan_executor_pause`] planned, only if
+    /// nothing was appended to the session since (a stop asked for in
+    /// between must not be followed by the server's pause, which would
+    /// make the backend resume the run before it may end it).
+    pub async fn apply_executor_pause(
+        &self,
+        tenant: &TenantId,
+        item: &SweepItem,
+        plan: ExecutorPause,
+    ) -> Result<bool, JournalError> {
         let pause = json!({
             "protocolVersion": "narad/v1", "type": "run.paused", "eventId": EventId::new_v7(),
             "rootRunId": item.root_run_id, "runId": item.run_id,
@@ -686,12 +728,13 @@ impl Journal {
             ),
         });
         let sid = session(&item.session_id)?;
-        match self
-            .append(tenant, &sid, &[pause], AppendOptions::default())
-            .await
-        {
+        let options = AppendOptions {
+            expected_session_sequence: Some(plan.seen),
+            ..AppendOptions::default()
+        };
+        match self.append(tenant, &sid, &[pause], options).await {
             Ok(_) => Ok(true),
-            Err(JournalError::Rejected { .. }) => Ok(false),
+            Err(JournalError::Rejected { .. } | JournalError::SequenceMismatch { .. }) => Ok(false),
             Err(e) => Err(e),
         }
     }

@@ -99,7 +99,7 @@ pub use combine::AppendStats;
 pub use commands::{QueuedStart, RunStart, WorkflowCancel};
 pub use erasure::{DueSession, ErasureReason, TenantErasure};
 pub use error::JournalError;
-pub use executors::{Delivery, FinishAccepted, Lease, SweepItem, SweepKind};
+pub use executors::{Delivery, ExecutorPause, FinishAccepted, Lease, SweepItem, SweepKind};
 pub use extensions::{ExtensionRecord, SigningKey};
 pub use history::{HistoryPage, HistoryQuery};
 pub use idempotency::{KeptAnswer, KeyClaim};

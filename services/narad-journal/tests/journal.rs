@@ -1629,3 +1629,132 @@ async fn a_relay_notification_wakes_the_other_replicas_listeners_not_its_own() {
         "b does not hear its own notification"
     );
 }
+
+// ---------------------------------------------------------------- executors
+
+/// The executor sweeper reads a run, then pauses it: a stop asked for in
+/// between must not be followed by that pause (the backend could then
+/// not end the run without resuming it first).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stop_asked_for_after_the_sweepers_read_is_not_followed_by_its_pause() {
+    let f = fixture().await;
+    let s = f.session("s1").await;
+    f.append(
+        &s,
+        &[
+            ev(
+                "r1-start",
+                "run.started",
+                Some(("r1", "r1")),
+                json!({"clientExecutorId": "desk-1"}),
+            ),
+            ev(
+                "tc1-start",
+                "tool.call.started",
+                Some(("r1", "r1")),
+                json!({"toolCallId": "tc-1", "toolName": "open.file", "executor": "client",
+                       "args": {"path": "README.md"}}),
+            ),
+        ],
+    )
+    .await
+    .unwrap();
+    let item = narad_journal::SweepItem {
+        kind: narad_journal::SweepKind::Away,
+        tenant: f.tenant.clone(),
+        session_id: "s1".to_owned(),
+        tool_call_id: Some("tc-1".to_owned()),
+        root_run_id: "r1".to_owned(),
+        run_id: "r1".to_owned(),
+        executor_id: "desk-1".to_owned(),
+        wait_id: None,
+    };
+    // The sweep reads a running run whose executor is away...
+    let plan = f
+        .journal
+        .plan_executor_pause(&f.tenant, &item)
+        .await
+        .unwrap()
+        .expect("a running run may be paused");
+    // ...a person asks the run to stop before the pause is appended.
+    f.append(
+        &s,
+        &[ev(
+            "stop",
+            "run.stop.requested",
+            Some(("r1", "r1")),
+            json!({"targetRunId": "r1"}),
+        )],
+    )
+    .await
+    .unwrap();
+    let paused = f
+        .journal
+        .apply_executor_pause(&f.tenant, &item, plan)
+        .await
+        .unwrap();
+    assert!(!paused, "the pause read before the stop is not appended");
+    // The backend ends the run at once, as after any stop.
+    f.append(
+        &s,
+        &[
+            ev(
+                "tc1-done",
+                "tool.call.finished",
+                Some(("r1", "r1")),
+                json!({"toolCallId": "tc-1", "outcome": "cancelled", "response": null,
+                       "code": "narad.stop"}),
+            ),
+            ev(
+                "r1-cancelled",
+                "run.cancelled",
+                Some(("r1", "r1")),
+                json!({}),
+            ),
+        ],
+    )
+    .await
+    .unwrap();
+    let types: Vec<String> = f
+        .history("s1", HistoryQuery::default())
+        .await
+        .unwrap()
+        .events
+        .iter()
+        .map(|e| e["type"].as_str().unwrap().to_owned())
+        .collect();
+    assert!(!types.iter().any(|t| t == "run.paused"), "{types:?}");
+
+    // With nothing appended between the read and the pause, it is.
+    let s2 = f.session("s2").await;
+    f.append(
+        &s2,
+        &[ev(
+            "r2-start",
+            "run.started",
+            Some(("r2", "r2")),
+            json!({"clientExecutorId": "desk-1"}),
+        )],
+    )
+    .await
+    .unwrap();
+    let item2 = narad_journal::SweepItem {
+        session_id: "s2".to_owned(),
+        tool_call_id: None,
+        root_run_id: "r2".to_owned(),
+        run_id: "r2".to_owned(),
+        ..item
+    };
+    let plan = f
+        .journal
+        .plan_executor_pause(&f.tenant, &item2)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        f.journal
+            .apply_executor_pause(&f.tenant, &item2, plan)
+            .await
+            .unwrap()
+    );
+}
