@@ -560,6 +560,47 @@ async fn repair_restores_a_damaged_state() {
 
 // ---------------------------------------------------------------- isolation
 
+/// A transaction's tenant is written into a `set local` command: an id
+/// holding quotes and backslashes scopes to itself, exactly, and to no
+/// other tenant (row-level security compares the setting with the rows).
+#[tokio::test]
+async fn a_tenant_id_with_quotes_and_backslashes_scopes_to_itself() {
+    let f = fixture().await;
+    let odd = TenantId::new(r#"o'r\g "x"; reset narad.tenant_id; --"#).unwrap();
+    let plain = TenantId::new("o").unwrap();
+    let sid = SessionId::new("s1").unwrap();
+    f.journal
+        .create_session(
+            &odd,
+            narad_journal::NewSession {
+                session_id: Some(sid.clone()),
+                ..narad_journal::NewSession::default()
+            },
+        )
+        .await
+        .unwrap();
+    f.journal
+        .append(&odd, &sid, &[user_message("m1")], AppendOptions::default())
+        .await
+        .unwrap();
+    let read = f.journal.session(&odd, "s1").await.unwrap();
+    assert_eq!(read.session_sequence, 1, "the message");
+    assert!(matches!(
+        f.journal.session(&plain, "s1").await,
+        Err(JournalError::SessionNotFound(_))
+    ));
+    // The rows carry the id as given, byte for byte.
+    let stored: Vec<String> = connect(f.db.url())
+        .await
+        .query("select distinct tenant_id from events", &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(stored, [odd.as_str()]);
+}
+
 #[tokio::test]
 async fn row_level_security_hides_other_tenants_even_from_a_query_without_a_tenant_filter() {
     let f = fixture().await;
